@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything a fresh Debian 12 machine needs to build, test and run megatron-cpp.
+# Idempotent and quiet: packages already present are skipped; output goes to build/setup.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential g++ cmake ninja-build pkg-config
+  libopenmpi-dev openmpi-bin
+  libdnnl-dev libomp-dev
+  nlohmann-json3-dev libgtest-dev googletest
+  python3-torch python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+mkdir -p build
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >build/setup.log 2>&1
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >>build/setup.log 2>&1 ||
+    { echo "setup: apt-get install failed, see build/setup.log" >&2; tail -20 build/setup.log >&2; exit 1; }
+fi

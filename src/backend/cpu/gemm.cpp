@@ -1,0 +1,44 @@
+// GEMM on oneDNN's JIT sgemm (AVX-512 kernels picked at run time; Debian's OpenBLAS 0.3.21
+// misdetects this CPU as Prescott and is ~5x slower), plus the linear layer built on it:
+// Y = X W^T + b with W stored [out, in] as in Megatron.
+#include <oneapi/dnnl/dnnl.h>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace mg::cpu {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
+                                B, ldb, beta, C, ldc);
+  MG_CHECK(st == dnnl_success, "dnnl_sgemm status ", int(st), " for M=", M, " N=", N, " K=", K);
+}
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t IN, int64_t OUT) {
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < OUT; ++o) out[n * OUT + o] = bias[o];
+  }
+  gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, bias ? 1.0f : 0.0f, out, OUT);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT) {
+  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
+  gemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
+  if (dbias) {
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < OUT; ++o) {
+      double s = 0;
+      for (int64_t n = 0; n < N; ++n) s += dout[n * OUT + o];
+      dbias[o] += float(s);
+    }
+  }
+}
+
+}  // namespace mg::cpu

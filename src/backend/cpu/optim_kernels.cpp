@@ -1,0 +1,38 @@
+// Flat-buffer optimizer kernels: AdamW (Loshchilov & Hutter 2019, torch.optim.AdamW's exact
+// formula), sum of squares for the global grad norm, and in-place scaling for clipping.
+#include <cmath>
+
+#include "backend/ops.h"
+
+namespace mg::cpu {
+
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+  const float bc1 = 1.0f - std::pow(beta1, float(t));
+  const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, float(t)));
+  const float step = lr / bc1;
+  const float decay = 1.0f - lr * weight_decay;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - step * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+  }
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double s = 0.0;
+#pragma omp parallel for simd reduction(+ : s) schedule(static)
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+void scale_inplace(float* x, float s, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace mg::cpu

@@ -1,0 +1,73 @@
+// The op set a GPT needs, as forward/backward pairs on contiguous f32 buffers (CPU backend).
+// Conventions (llm.c style): dimensions come last; row-major; a backward ADDS (+=) into every
+// input and parameter gradient it produces, so callers zero scratch gradients and micro-batches
+// accumulate. Exceptions are marked. Shapes use B (batch), S (sequence), H (hidden), NH (heads),
+// HD (head dim), V (padded vocab), N = B*S rows.
+#pragma once
+#include <cstdint>
+
+namespace mg::cpu {
+
+// C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is [M,K] (A^T stored [K,M] when trans_a).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc);
+
+// out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias[OUT] (bias may be null). Megatron's weight layout.
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t IN, int64_t OUT);
+// dinp += dout W; dweight += dout^T inp; dbias += colsum(dout). dinp/dbias may be null.
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT);
+
+// out[n,:] = wte[tokens[n],:] + wpe[positions[n],:]
+void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
+                       const float* wte, const float* wpe, int64_t N, int64_t H);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        const int32_t* positions, int64_t N, int64_t H);
+
+// LayerNorm over the last dim C, eps as given; saves mean[N], rstd[N] for backward.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C);
+
+// GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+
+// out = a + b
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void residual_backward(float* da, float* db, const float* dout, int64_t n);
+
+// Causal multi-head self-attention core on Megatron's interleaved QKV rows:
+// qkv[B,S,NH,3,HD] (per head: q, k, v), out[B,S,NH*HD], probs[B,NH,S,S] saved (softmax of
+// q k^T / sqrt(HD) with the causal mask; zero above the diagonal).
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t S,
+                       int64_t NH, int64_t HD);
+// dqkv += ...; scratch needs attention_backward_scratch(S) floats.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* probs, int64_t B, int64_t S, int64_t NH, int64_t HD);
+int64_t attention_backward_scratch(int64_t S);
+
+// Fused softmax + cross-entropy over V logits per row: losses[n] = logsumexp(logits[n]) -
+// logits[n, targets[n]]; lse[n] saved. targets[n] < 0 means "ignore": loss 0.
+void cross_entropy_forward(float* losses, float* lse, const float* logits,
+                           const int32_t* targets, int64_t N, int64_t V);
+// dlogits[n,:] = dlosses[n] * (softmax(logits[n]) - onehot(targets[n])). OVERWRITES dlogits,
+// which may alias logits (the logits are not needed after their gradient is formed).
+void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                            const int32_t* targets, const float* dlosses, int64_t N, int64_t V);
+
+// AdamW (decoupled weight decay, torch.optim.AdamW's formula) on n elements, step t >= 1:
+// p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t);
+
+// Sum of squares in double (for the global grad norm), and in-place scaling.
+double sum_squares(const float* x, int64_t n);
+void scale_inplace(float* x, float s, int64_t n);
+
+}  // namespace mg::cpu

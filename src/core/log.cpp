@@ -1,0 +1,27 @@
+#include "core/log.h"
+
+#include <cstdio>
+
+namespace mg {
+
+namespace {
+int g_rank = 0;  // set once at start-up, read-only afterwards
+}
+
+void set_log_rank(int rank) { g_rank = rank; }
+int log_rank() { return g_rank; }
+
+void log_line(const std::string& line, bool all_ranks) {
+  if (g_rank != 0 && !all_ranks) return;
+  if (g_rank != 0) std::printf("[rank %d] ", g_rank);
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void log_error(const std::string& line) {
+  if (g_rank != 0) std::fprintf(stderr, "[rank %d] ", g_rank);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace mg

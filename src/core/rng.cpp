@@ -1,0 +1,45 @@
+#include "core/rng.h"
+
+#include <cmath>
+
+namespace mg {
+
+std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t(kM0) * c[0], p1 = uint64_t(kM1) * c[2];
+    c = {uint32_t(p1 >> 32) ^ c[1] ^ k[0], uint32_t(p1), uint32_t(p0 >> 32) ^ c[3] ^ k[1],
+         uint32_t(p0)};
+    k[0] += kW0;
+    k[1] += kW1;
+  }
+  return c;
+}
+
+void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint64_t stream) {
+  const std::array<uint32_t, 2> key = {uint32_t(seed), uint32_t(seed >> 32) ^ 0x5eedu};
+  constexpr double kTwoPi = 6.283185307179586;
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < (n + 3) / 4; ++block) {
+    auto r = philox4x32({uint32_t(block), uint32_t(uint64_t(block) >> 32), uint32_t(stream),
+                         uint32_t(stream >> 32)},
+                        key);
+    for (int pair = 0; pair < 2; ++pair) {
+      // uniforms in (0, 1]: never log(0)
+      double u1 = (double(r[2 * pair]) + 1.0) / 4294967296.0;
+      double u2 = double(r[2 * pair + 1]) / 4294967296.0;
+      double rad = std::sqrt(-2.0 * std::log(u1));
+      int64_t i = block * 4 + 2 * pair;
+      if (i < n) out[i] = float(std * rad * std::cos(kTwoPi * u2));
+      if (i + 1 < n) out[i + 1] = float(std * rad * std::sin(kTwoPi * u2));
+    }
+  }
+}
+
+uint64_t stream_id(const char* name) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char* p = name; *p; ++p) h = (h ^ uint8_t(*p)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace mg

@@ -1,0 +1,148 @@
+#include "data/gpt_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <regex>
+
+#include "core/error.h"
+#include "data/numpy_random.h"
+
+namespace mg {
+
+namespace {
+constexpr int64_t kExtraToken = 1;  // X: a sample is S + 1 tokens
+
+// Document ids repeated `epochs` times, epoch-major, shuffled once.
+std::vector<int32_t> build_document_index(int64_t begin, int64_t end, int64_t epochs,
+                                          LegacyRandomState& rng) {
+  std::vector<int32_t> idx;
+  idx.reserve(size_t((end - begin) * epochs));
+  for (int64_t e = 0; e < epochs; ++e)
+    for (int64_t d = begin; d < end; ++d) idx.push_back(int32_t(d));
+  rng.shuffle(idx);
+  return idx;
+}
+
+std::vector<int64_t> build_shuffle_index(int64_t first, int64_t total, LegacyRandomState& rng) {
+  std::vector<int64_t> head(static_cast<size_t>(first));
+  std::vector<int64_t> tail(static_cast<size_t>(total - first));
+  std::iota(head.begin(), head.end(), 0);
+  std::iota(tail.begin(), tail.end(), first);
+  rng.shuffle(head);
+  if (!tail.empty()) {
+    rng.shuffle(tail);
+    head.insert(head.end(), tail.begin(), tail.end());
+  }
+  return head;
+}
+}  // namespace
+
+std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
+                                                        int64_t num_sequences) {
+  std::vector<double> w;
+  const std::regex number("[.0-9]+");
+  for (auto it = std::sregex_iterator(split.begin(), split.end(), number);
+       it != std::sregex_iterator(); ++it)
+    w.push_back(std::stod(it->str()));
+  MG_USER_CHECK(!w.empty() && w.size() <= 3, "--split '", split,
+                "' must hold 1 to 3 comma-separated weights, e.g. 969,30,1");
+  w.resize(3, 0.0);
+  const double sum = w[0] + w[1] + w[2];
+  MG_USER_CHECK(sum > 0.0, "--split '", split, "' has weights summing to 0");
+  std::array<std::pair<int64_t, int64_t>, 3> out;
+  double lo = 0.0;
+  for (int s = 0; s < 3; ++s) {
+    const double hi = lo + w[s] / sum;
+    // Python's round() is round-half-even, as nearbyint under the default rounding mode.
+    out[s] = {int64_t(std::nearbyint(lo * double(num_sequences))),
+              int64_t(std::nearbyint(hi * double(num_sequences)))};
+    lo = hi;
+  }
+  return out;
+}
+
+GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
+                       const GPTDatasetConfig& cfg)
+    : source_(source), cfg_(cfg) {
+  const int64_t S = cfg.seq_length, X = kExtraToken;
+  MG_CHECK(S > 0 && begin < end && end <= source.num_sequences(), "bad dataset range [", begin,
+           ", ", end, ")");
+  int64_t tokens_per_epoch = 0;
+  for (int64_t d = begin; d < end; ++d) tokens_per_epoch += source.sequence_length(d);
+  MG_USER_CHECK(tokens_per_epoch > S + X, "the dataset split holds only ", tokens_per_epoch,
+                " tokens, fewer than one sample of --seq-length ", S, " + 1");
+
+  int64_t tokens = tokens_per_epoch;
+  while (tokens < cfg.num_samples * S + X) {
+    ++num_epochs_;
+    tokens += tokens_per_epoch;
+  }
+  bool separate_final_epoch = false;
+  if (num_epochs_ > 1) {
+    const int64_t before = ((num_epochs_ - 1) * tokens_per_epoch - X) / S;
+    const int64_t last = cfg.num_samples - before;
+    const int64_t per_epoch = (tokens_per_epoch - X) / S;
+    separate_final_epoch = last < int64_t(0.80 * double(per_epoch));
+  }
+
+  LegacyRandomState rng(cfg.seed);
+  if (separate_final_epoch) {
+    document_index_ = build_document_index(begin, end, num_epochs_ - 1, rng);
+    const auto last = build_document_index(begin, end, 1, rng);
+    document_index_.insert(document_index_.end(), last.begin(), last.end());
+  } else {
+    document_index_ = build_document_index(begin, end, num_epochs_, rng);
+  }
+
+  // Sample index (helpers.cpp build_sample_idx).
+  const int64_t M = (num_epochs_ * tokens_per_epoch - X) / S;
+  sample_index_.assign(size_t(2 * (M + 1)), 0);
+  int64_t doc_pos = 0, offset = 0;
+  const int64_t num_docs = int64_t(document_index_.size());
+  for (int64_t k = 1; k <= M; ++k) {
+    int64_t remaining = S + X;
+    while (remaining != 0) {
+      const int64_t doc_len = source.sequence_length(document_index_[doc_pos]) - offset;
+      remaining -= doc_len;
+      if (remaining <= 0) {
+        offset += remaining + doc_len - X;
+        remaining = 0;
+      } else {
+        if (doc_pos == num_docs - 1) {
+          offset = source.sequence_length(document_index_[doc_pos]) - X;
+          break;
+        }
+        ++doc_pos;
+        offset = 0;
+      }
+    }
+    sample_index_[2 * k] = doc_pos;
+    sample_index_[2 * k + 1] = offset;
+  }
+
+  const int64_t first =
+      separate_final_epoch ? ((num_epochs_ - 1) * tokens_per_epoch - X) / S : M;
+  shuffle_index_ = build_shuffle_index(first, M, rng);
+}
+
+int64_t GPTDataset::sample(int64_t i, int32_t* out) const {
+  const int64_t X = kExtraToken, want = cfg_.seq_length + X;
+  MG_CHECK(i >= 0 && i < size(), "sample ", i, " outside dataset of ", size());
+  const int64_t j = shuffle_index_[i];
+  const int64_t d0 = sample_index_[2 * j], o0 = sample_index_[2 * j + 1];
+  const int64_t d1 = sample_index_[2 * j + 2], o1 = sample_index_[2 * j + 3];
+  int64_t n = 0;
+  for (int64_t d = d0; d <= d1; ++d) {
+    const int64_t seq = document_index_[d];
+    const int64_t from = d == d0 ? o0 : 0;
+    const int64_t to = d == d1 ? o1 + X : source_.sequence_length(seq);
+    const int64_t take = std::min(to - from, want - n);
+    source_.get(seq, from, take, out + n);
+    n += take;
+  }
+  for (int64_t k = n; k < want; ++k) out[k] = 0;
+  return n;
+}
+
+}  // namespace mg

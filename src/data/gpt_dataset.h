@@ -1,0 +1,49 @@
+// Megatron's GPTDataset sample order (megatron/core/datasets/gpt_dataset.py + helpers.cpp):
+// a document index (the split's sequence ids repeated per epoch, shuffled with NumPy's legacy
+// RandomState(seed); a thin final epoch shuffled separately), a sample index of
+// (document-index position, token offset) pairs for samples of S+1 tokens overlapping by one,
+// and a shuffled sample permutation. See ../shared/specs/megatron-reference.md §2.4-2.5.
+#pragma once
+#include <array>
+#include <string>
+#include <vector>
+
+#include "data/token_source.h"
+
+namespace mg {
+
+// Megatron's --split "a,b,c": normalized weights turned into [begin, end) sequence ranges.
+std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
+                                                        int64_t num_sequences);
+
+struct GPTDatasetConfig {
+  int64_t seq_length = 0;   // S
+  int64_t num_samples = 0;  // samples requested from this split
+  uint32_t seed = 1234;     // --seed
+};
+
+class GPTDataset {
+ public:
+  // Uses sequences [begin, end) of source.
+  GPTDataset(const TokenSource& source, int64_t begin, int64_t end, const GPTDatasetConfig& cfg);
+
+  int64_t size() const { return int64_t(shuffle_index_.size()); }
+  int64_t num_epochs() const { return num_epochs_; }
+  // Writes S+1 tokens of sample i into out; returns how many are real (the rest are padding,
+  // which only the very last sample of a dataset can need).
+  int64_t sample(int64_t i, int32_t* out) const;
+
+  const std::vector<int32_t>& document_index() const { return document_index_; }
+  const std::vector<int64_t>& sample_index() const { return sample_index_; }  // (M+1) x 2
+  const std::vector<int64_t>& shuffle_index() const { return shuffle_index_; }
+
+ private:
+  const TokenSource& source_;
+  GPTDatasetConfig cfg_;
+  int64_t num_epochs_ = 1;
+  std::vector<int32_t> document_index_;
+  std::vector<int64_t> sample_index_;
+  std::vector<int64_t> shuffle_index_;
+};
+
+}  // namespace mg

@@ -1,0 +1,46 @@
+#include "tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mg {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "f16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+  }
+  return "?";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+void Tensor::Free::operator()(void* p) const { std::free(p); }
+
+Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  for (int64_t d : shape_) MG_CHECK(d >= 0, "negative dimension in ", shape_str(shape_));
+  size_t bytes = (nbytes() + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  MG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for ", shape_str(shape_));
+  buf_.reset(p);
+  zero();
+}
+
+void Tensor::zero() {
+  if (buf_) std::memset(buf_.get(), 0, nbytes());
+}
+
+}  // namespace mg

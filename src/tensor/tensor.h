@@ -1,0 +1,77 @@
+// Tensor: an owning, contiguous, 64-byte-aligned buffer with a shape and dtype.
+// TensorView: a non-owning contiguous window (e.g. a named parameter inside a flat buffer).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "tensor/dtype.h"
+
+namespace mg {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);
+
+enum class Device : uint8_t { CPU, CUDA };
+
+class TensorView {
+ public:
+  TensorView() = default;
+  TensorView(void* data, Shape shape, DType dtype, Device device = Device::CPU)
+      : data_(data), shape_(std::move(shape)), dtype_(dtype), device_(device) {}
+
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int ndim() const { return int(shape_.size()); }
+  int64_t numel() const { return shape_numel(shape_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  void* raw() const { return data_; }
+
+  template <typename T>
+  T* data() const {
+    MG_CHECK(DTypeOf<T>::value == dtype_, "tensor holds ", dtype_name(dtype_));
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+  Device device_ = Device::CPU;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-filled CPU tensor.
+  Tensor(Shape shape, DType dtype = DType::F32);
+
+  TensorView view() const { return {buf_.get(), shape_, dtype_}; }
+  operator TensorView() const { return view(); }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  bool empty() const { return !buf_; }
+
+  template <typename T>
+  T* data() const { return view().data<T>(); }
+
+  void zero();
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> buf_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+}  // namespace mg

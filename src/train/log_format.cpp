@@ -1,0 +1,51 @@
+#include "train/log_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mg {
+
+namespace {
+std::string fmt(const char* f, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), f, args...);
+  return buf;
+}
+}  // namespace
+
+std::string format_iteration(const IterationLog& l) {
+  std::string s;
+  s += fmt(" iteration %8lld/%8lld |", (long long)l.iteration, (long long)l.train_iters);
+  s += fmt(" consumed samples: %12lld |", (long long)l.consumed_samples);
+  s += fmt(" elapsed time per iteration (ms): %.1f |", l.ms_per_iter);
+  s += fmt(" throughput per GPU (TFLOP/s/GPU): %.3f |", l.tflops);
+  s += fmt(" learning rate: %.6E |", l.lr);
+  s += fmt(" global batch size: %5lld |", (long long)l.global_batch_size);
+  s += fmt(" lm loss: %.6E |", l.lm_loss);
+  s += fmt(" loss scale: %.1f |", l.loss_scale);
+  s += fmt(" grad norm: %.3f |", l.grad_norm);
+  s += fmt(" number of skipped iterations: %3lld |", (long long)l.skipped_iterations);
+  s += fmt(" number of nan iterations: %3lld |", (long long)l.nan_iterations);
+  return s;
+}
+
+std::string format_validation(int64_t iteration, double lm_loss) {
+  const std::string body =
+      fmt(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
+          (long long)iteration, lm_loss, std::exp(std::min(20.0, lm_loss)));
+  const std::string rule(body.size() + 1, '-');
+  return rule + "\n" + body + "\n" + rule;
+}
+
+std::string memory_report(int64_t param_bytes, int64_t grad_bytes, size_t optimizer_bytes,
+                          size_t activation_bytes) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return fmt(
+      " > memory (MiB, rank 0): params %.1f | grads %.1f | optimizer state %.1f | "
+      "activations + scratch %.1f | total %.1f",
+      param_bytes / kMiB, grad_bytes / kMiB, optimizer_bytes / kMiB, activation_bytes / kMiB,
+      (param_bytes + grad_bytes + optimizer_bytes + activation_bytes) / kMiB);
+}
+
+}  // namespace mg

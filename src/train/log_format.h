@@ -1,0 +1,24 @@
+// Megatron-LM's stdout lines (training_log / evaluate_and_print_results), so existing log
+// parsers keep working:
+//  iteration        N/       T | consumed samples: ... | elapsed time per iteration (ms): ... |
+//  throughput per GPU (TFLOP/s/GPU): ... | learning rate: 1.234567E-04 | global batch size: ... |
+//  lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations:
+//  ... | number of nan iterations: ... |
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mg {
+
+struct IterationLog {
+  int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
+  double ms_per_iter = 0, tflops = 0, lr = 0, lm_loss = 0, loss_scale = 1.0, grad_norm = 0;
+  int64_t skipped_iterations = 0, nan_iterations = 0;
+};
+
+std::string format_iteration(const IterationLog& l);
+std::string format_validation(int64_t iteration, double lm_loss);
+std::string memory_report(int64_t param_bytes, int64_t grad_bytes, size_t optimizer_bytes,
+                          size_t activation_bytes);
+
+}  // namespace mg

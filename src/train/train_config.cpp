@@ -1,0 +1,42 @@
+#include "train/train_config.h"
+
+#include "core/error.h"
+
+namespace mg {
+
+LRSchedule TrainConfig::lr_schedule() const {
+  LRSchedule s;
+  s.lr = lr;
+  s.min_lr = min_lr;
+  s.lr_warmup_init = lr_warmup_init;
+  s.warmup_steps = lr_warmup_iters * global_batch_size;
+  s.decay_steps = (lr_decay_iters > 0 ? lr_decay_iters : train_iters) * global_batch_size;
+  s.style = lr_decay_style;
+  return s;
+}
+
+void TrainConfig::finalize_and_validate() {
+  model.validate();
+  adam.validate();
+  MG_USER_CHECK(micro_batch_size > 0, "--micro-batch-size must be positive (got ",
+                micro_batch_size, ")");
+  if (global_batch_size == 0) global_batch_size = micro_batch_size;
+  MG_USER_CHECK(global_batch_size > 0, "--global-batch-size must be positive (got ",
+                global_batch_size, ")");
+  MG_USER_CHECK(global_batch_size % micro_batch_size == 0, "--global-batch-size ",
+                global_batch_size, " must be a multiple of --micro-batch-size ", micro_batch_size,
+                " x data-parallel size 1");
+  MG_USER_CHECK(train_iters > 0, "--train-iters must be positive (got ", train_iters, ")");
+  MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
+  MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
+  MG_USER_CHECK(eval_iters >= 0, "--eval-iters must be >= 0 (got ", eval_iters, ")");
+  MG_USER_CHECK(lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0 (got ", lr_warmup_iters,
+                ")");
+  MG_USER_CHECK(lr_decay_iters >= 0, "--lr-decay-iters must be >= 0 (got ", lr_decay_iters, ")");
+  MG_USER_CHECK(optimizer == "adam", "--optimizer '", optimizer,
+                "' is not available yet; use --optimizer adam");
+  MG_USER_CHECK(mock_data, "no training data: pass --mock-data (Megatron's synthetic dataset)");
+  lr_schedule().validate();
+}
+
+}  // namespace mg

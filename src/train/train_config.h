@@ -1,0 +1,45 @@
+// Everything `megatron train` is configured with, grouped by concern. Field names follow
+// Megatron's flags (field foo_bar <-> flag --foo-bar); see cli/options.cpp for the table.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "model/config.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace mg {
+
+struct TrainConfig {
+  GPTConfig model;
+  AdamWConfig adam;
+
+  int64_t micro_batch_size = 1;   // --micro-batch-size: samples per micro-batch
+  int64_t global_batch_size = 0;  // --global-batch-size: samples per step; 0 means micro batch
+  int64_t train_iters = 0;        // --train-iters: optimizer steps
+
+  double lr = 0.0;                   // --lr: peak learning rate
+  double min_lr = 0.0;               // --min-lr
+  std::string lr_decay_style = "linear";  // --lr-decay-style
+  int64_t lr_warmup_iters = 0;       // --lr-warmup-iters
+  int64_t lr_decay_iters = 0;        // --lr-decay-iters; 0 means --train-iters
+  double lr_warmup_init = 0.0;       // --lr-warmup-init
+  std::string optimizer = "adam";    // --optimizer (adam = AdamW)
+
+  uint32_t seed = 1234;           // --seed: init and data order
+  int64_t log_interval = 100;     // --log-interval: iterations per log line
+  int64_t eval_interval = 0;      // --eval-interval: iterations between evaluations; 0 = never
+  int64_t eval_iters = 100;       // --eval-iters: global batches per evaluation
+
+  bool mock_data = false;         // --mock-data: Megatron's synthetic dataset
+  std::string split = "969,30,1"; // --split: train/valid/test weights
+  bool eod_mask_loss = false;     // --eod-mask-loss
+  bool reset_position_ids = false;  // --reset-position-ids
+
+  int64_t num_micro_batches() const { return global_batch_size / micro_batch_size; }
+  LRSchedule lr_schedule() const;
+  // Fills derived defaults (global batch, decay iters) and throws UsageError naming the flag.
+  void finalize_and_validate();
+};
+
+}  // namespace mg
