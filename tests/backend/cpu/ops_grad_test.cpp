@@ -1,0 +1,246 @@
+// Finite-difference gradient checks for every op in backend/ops.h: L = sum(w * op(x)) with
+// random w, analytic grads from the backward (called with dout = w) against central differences.
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <cmath>
+
+#include "backend/ops.h"
+#include "testing/fd_check.h"
+
+namespace mg {
+namespace {
+
+using testing::fd_check;
+using testing::random_vec;
+using testing::weighted_sum;
+
+TEST(OpsGrad, Linear) {
+  const int64_t N = 6, IN = 5, OUT = 7;
+  auto x = random_vec(N * IN, 1), W = random_vec(OUT * IN, 2), b = random_vec(OUT, 3);
+  auto w = random_vec(N * OUT, 4);
+  std::vector<float> out(N * OUT);
+  auto loss = [&] {
+    cpu::linear_forward(out.data(), x.data(), W.data(), b.data(), N, IN, OUT);
+    return weighted_sum(out, w);
+  };
+  std::vector<float> dx(N * IN, 0.f), dW(OUT * IN, 0.f), db(OUT, 0.f);
+  cpu::linear_backward(dx.data(), dW.data(), db.data(), w.data(), x.data(), W.data(), N, IN, OUT);
+  fd_check("linear dx", x, dx, loss);
+  fd_check("linear dW", W, dW, loss);
+  fd_check("linear db", b, db, loss);
+}
+
+TEST(OpsGrad, BackwardAccumulates) {
+  // Calling backward twice must double every gradient (+= semantics).
+  const int64_t N = 3, IN = 4, OUT = 2;
+  auto x = random_vec(N * IN, 5), W = random_vec(OUT * IN, 6), dout = random_vec(N * OUT, 7);
+  std::vector<float> dx(N * IN, 0.f), dW(OUT * IN, 0.f), db(OUT, 0.f);
+  cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), x.data(), W.data(), N, IN, OUT);
+  auto dx1 = dx, dW1 = dW, db1 = db;
+  cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), x.data(), W.data(), N, IN, OUT);
+  for (size_t i = 0; i < dx.size(); ++i) EXPECT_FLOAT_EQ(dx[i], 2 * dx1[i]);
+  for (size_t i = 0; i < dW.size(); ++i) EXPECT_FLOAT_EQ(dW[i], 2 * dW1[i]);
+  for (size_t i = 0; i < db.size(); ++i) EXPECT_FLOAT_EQ(db[i], 2 * db1[i]);
+}
+
+TEST(OpsGrad, Embedding) {
+  const int64_t N = 8, H = 6, V = 5, P = 4;
+  std::vector<int32_t> tok = {0, 3, 3, 1, 4, 0, 2, 3}, pos = {0, 1, 2, 3, 0, 1, 2, 3};
+  auto wte = random_vec(V * H, 8), wpe = random_vec(P * H, 9), w = random_vec(N * H, 10);
+  std::vector<float> out(N * H);
+  auto loss = [&] {
+    cpu::embedding_forward(out.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N, H);
+    return weighted_sum(out, w);
+  };
+  std::vector<float> dwte(V * H, 0.f), dwpe(P * H, 0.f);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), w.data(), tok.data(), pos.data(), N, H);
+  fd_check("embedding dwte", wte, dwte, loss);
+  fd_check("embedding dwpe", wpe, dwpe, loss);
+}
+
+TEST(OpsGrad, LayerNorm) {
+  const int64_t N = 5, C = 16;
+  auto x = random_vec(N * C, 11, -2.f, 2.f), g = random_vec(C, 12, 0.5f, 1.5f),
+       b = random_vec(C, 13), w = random_vec(N * C, 14);
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), N, C,
+                           1e-5f);
+    return weighted_sum(out, w);
+  };
+  loss();
+  std::vector<float> dx(N * C, 0.f), dg(C, 0.f), db(C, 0.f);
+  cpu::layernorm_backward(dx.data(), dg.data(), db.data(), w.data(), x.data(), g.data(),
+                          mean.data(), rstd.data(), N, C);
+  fd_check("layernorm dx", x, dx, loss, 1e-2f, 1e-2);
+  fd_check("layernorm dweight", g, dg, loss);
+  fd_check("layernorm dbias", b, db, loss);
+}
+
+TEST(OpsGrad, LayerNormForwardMatchesDefinition) {
+  const int64_t N = 2, C = 4;
+  std::vector<float> x = {1, 2, 3, 4, -1, 0, 0, 1}, g = {1, 2, 1, 1}, b = {0, 0, 1, 0};
+  std::vector<float> out(N * C), mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(), N, C,
+                         1e-5f);
+  // Row 0: mean 2.5, var 1.25.
+  const double r = 1.0 / std::sqrt(1.25 + 1e-5);
+  EXPECT_NEAR(out[0], (1 - 2.5) * r, 1e-6);
+  EXPECT_NEAR(out[1], 2 * (2 - 2.5) * r, 1e-6);
+  EXPECT_NEAR(out[2], (3 - 2.5) * r + 1, 1e-6);
+  EXPECT_NEAR(mean[1], 0.0, 1e-7);
+}
+
+TEST(OpsGrad, Gelu) {
+  const int64_t n = 200;
+  auto x = random_vec(n, 15, -4.f, 4.f), w = random_vec(n, 16);
+  std::vector<float> out(n);
+  auto loss = [&] {
+    cpu::gelu_forward(out.data(), x.data(), n);
+    return weighted_sum(out, w);
+  };
+  std::vector<float> dx(n, 0.f);
+  cpu::gelu_backward(dx.data(), x.data(), w.data(), n);
+  fd_check("gelu dx", x, dx, loss, 1e-3f, 5e-3, 200);
+  // GPT-2's tanh form at x = 1: 0.5 (1 + tanh(sqrt(2/pi) * 1.044715)) = 0.841192
+  float one = 1.f, y = 0.f;
+  cpu::gelu_forward(&y, &one, 1);
+  EXPECT_NEAR(y, 0.8411920f, 1e-6);
+}
+
+TEST(OpsGrad, Residual) {
+  const int64_t n = 30;
+  auto a = random_vec(n, 17), b = random_vec(n, 18), w = random_vec(n, 19);
+  std::vector<float> out(n);
+  auto loss = [&] {
+    cpu::residual_forward(out.data(), a.data(), b.data(), n);
+    return weighted_sum(out, w);
+  };
+  std::vector<float> da(n, 0.f), db(n, 0.f);
+  cpu::residual_backward(da.data(), db.data(), w.data(), n);
+  fd_check("residual da", a, da, loss);
+  fd_check("residual db", b, db, loss);
+}
+
+TEST(OpsGrad, CausalAttention) {
+  const int64_t B = 2, S = 5, NH = 2, HD = 3, H = NH * HD;
+  auto qkv = random_vec(B * S * 3 * H, 20, -1.5f, 1.5f), w = random_vec(B * S * H, 21);
+  std::vector<float> out(B * S * H), probs(B * NH * S * S);
+  auto loss = [&] {
+    cpu::attention_forward(out.data(), probs.data(), qkv.data(), B, S, NH, HD);
+    return weighted_sum(out, w);
+  };
+  loss();
+  std::vector<float> dqkv(qkv.size(), 0.f), scratch(cpu::attention_backward_scratch(S));
+  cpu::attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), probs.data(), B, S,
+                          NH, HD);
+  fd_check("attention dqkv", qkv, dqkv, loss, 1e-2f, 5e-3, 1000);
+}
+
+TEST(OpsGrad, CausalAttentionIsCausal) {
+  // Changing a future token's k/v must not change earlier outputs.
+  const int64_t B = 1, S = 4, NH = 1, HD = 2, H = 2;
+  auto qkv = random_vec(S * 3 * H, 22);
+  std::vector<float> out1(S * H), out2(S * H), probs(S * S);
+  cpu::attention_forward(out1.data(), probs.data(), qkv.data(), B, S, NH, HD);
+  for (int64_t c = 0; c < 3 * H; ++c) qkv[3 * 3 * H + c] += 5.f;  // last position
+  cpu::attention_forward(out2.data(), probs.data(), qkv.data(), B, S, NH, HD);
+  for (int64_t i = 0; i < 3 * H; ++i) EXPECT_EQ(out1[i], out2[i]);
+  EXPECT_NE(out1[3 * H], out2[3 * H]);
+  // Row 0 attends only to itself: output = v_0.
+  EXPECT_FLOAT_EQ(out1[0], qkv[2 * HD]);
+}
+
+TEST(OpsGrad, CrossEntropy) {
+  const int64_t N = 4, V = 9;
+  auto logits = random_vec(N * V, 23, -3.f, 3.f), w = random_vec(N, 24, 0.1f, 1.f);
+  std::vector<int32_t> target = {0, 8, 3, -1};  // the last row is ignored
+  std::vector<float> losses(N), lse(N);
+  auto loss = [&] {
+    cpu::cross_entropy_forward(losses.data(), lse.data(), logits.data(), target.data(), N, V);
+    return weighted_sum(losses, w);
+  };
+  loss();
+  EXPECT_EQ(losses[3], 0.f);
+  double ref = 0;
+  for (int64_t j = 0; j < V; ++j) ref += std::exp(double(logits[V + j]));
+  EXPECT_NEAR(losses[1], std::log(ref) - logits[V + 8], 1e-5);
+  std::vector<float> dlogits(N * V);
+  cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), target.data(), w.data(),
+                              N, V);
+  fd_check("cross-entropy dlogits", logits, dlogits, loss, 1e-2f, 5e-3, 1000);
+}
+
+TEST(OpsGrad, CrossEntropyInPlace) {
+  const int64_t N = 3, V = 5;
+  auto logits = random_vec(N * V, 25);
+  std::vector<int32_t> target = {1, 2, 4};
+  std::vector<float> losses(N), lse(N), dl = {1.f, 0.5f, 2.f}, sep(N * V);
+  cpu::cross_entropy_forward(losses.data(), lse.data(), logits.data(), target.data(), N, V);
+  cpu::cross_entropy_backward(sep.data(), logits.data(), lse.data(), target.data(), dl.data(), N, V);
+  cpu::cross_entropy_backward(logits.data(), logits.data(), lse.data(), target.data(), dl.data(), N,
+                              V);
+  for (int64_t i = 0; i < N * V; ++i) EXPECT_FLOAT_EQ(logits[i], sep[i]);
+}
+
+TEST(OpsGrad, AdamWMatchesClosedForm) {
+  // One element, two steps, against the formula evaluated in double.
+  float p = 0.5f, m = 0.f, v = 0.f;
+  const float g1 = 0.2f, g2 = -0.1f, lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  cpu::adamw_update(&p, &g1, &m, &v, 1, lr, b1, b2, eps, wd, 1);
+  cpu::adamw_update(&p, &g2, &m, &v, 1, lr, b1, b2, eps, wd, 2);
+  double P = 0.5, M = 0, Vv = 0;
+  for (int t = 1; t <= 2; ++t) {
+    const double g = t == 1 ? g1 : g2;
+    P *= 1 - double(lr) * wd;
+    M = b1 * M + (1 - b1) * g;
+    Vv = b2 * Vv + (1 - b2) * g * g;
+    P -= lr / (1 - std::pow(double(b1), t)) * M /
+         (std::sqrt(Vv) / std::sqrt(1 - std::pow(double(b2), t)) + eps);
+  }
+  EXPECT_NEAR(p, P, 1e-6);
+  EXPECT_NEAR(m, M, 1e-7);
+  EXPECT_NEAR(v, Vv, 1e-8);
+}
+
+}  // namespace
+}  // namespace mg
+
+namespace mg {
+namespace {
+
+// The threaded paths (per-thread partial sums, column-split scatter-add, per-thread attention
+// scratch) must give the single-thread results.
+TEST(OpsThreads, TwoThreadsMatchOne) {
+  const int64_t B = 2, S = 16, NH = 2, HD = 8, H = NH * HD, N = B * S;
+  auto qkv = testing::random_vec(N * 3 * H, 30), dout = testing::random_vec(N * H, 31);
+  auto x = testing::random_vec(N * H, 32), g = testing::random_vec(H, 33);
+  std::vector<int32_t> tok(N), pos(N);
+  for (int64_t i = 0; i < N; ++i) tok[i] = int32_t(i % 5), pos[i] = int32_t(i % S);
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<float> out(N * H), probs(B * NH * S * S), dqkv(N * 3 * H, 0.f),
+        scratch(cpu::attention_backward_scratch(S)), mean(N), rstd(N), y(N * H), dx(N * H, 0.f),
+        dg(H, 0.f), db(H, 0.f), dwte(5 * H, 0.f), dwpe(S * H, 0.f);
+    cpu::attention_forward(out.data(), probs.data(), qkv.data(), B, S, NH, HD);
+    cpu::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), probs.data(), B,
+                            S, NH, HD);
+    cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), g.data(), N, H,
+                           1e-5f);
+    cpu::layernorm_backward(dx.data(), dg.data(), db.data(), dout.data(), x.data(), g.data(),
+                            mean.data(), rstd.data(), N, H);
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), pos.data(), N, H);
+    std::vector<float> all;
+    for (auto* v : {&out, &dqkv, &y, &dx, &dg, &db, &dwte, &dwpe}) all.insert(all.end(), v->begin(), v->end());
+    return all;
+  };
+  auto one = run(1), two = run(2);
+  omp_set_num_threads(1);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], two[i], 1e-5f * (1.f + std::fabs(one[i]))) << i;
+}
+
+}  // namespace
+}  // namespace mg

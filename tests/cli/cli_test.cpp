@@ -1,0 +1,68 @@
+// Bad input to the `megatron` binary: exit code 2 and one line naming the offending flag.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "testing/subprocess.h"
+
+namespace mg {
+namespace {
+
+const std::string kTiny =
+    " train --mock-data --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8"
+    " --vocab-size 64 --micro-batch-size 2 --train-iters 1 --lr 1e-3";
+
+testing::RunResult megatron(const std::string& args) {
+  return testing::run_command(std::string(MG_BINARY) + args);
+}
+
+void expect_usage_error(const std::string& args, const std::string& must_mention) {
+  auto r = megatron(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(must_mention), std::string::npos) << args << "\n" << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line:\n" << r.output;
+  EXPECT_EQ(r.output.find("iteration"), std::string::npos) << "must fail before training";
+}
+
+TEST(Cli, TinyRunSucceeds) {
+  auto r = megatron(kTiny);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" iteration        1/       1 |"), std::string::npos) << r.output;
+}
+
+TEST(Cli, HeadsMustDivideHidden) {
+  expect_usage_error(kTiny + " --num-attention-heads 3", "--num-attention-heads");
+}
+TEST(Cli, UnknownFlag) { expect_usage_error(kTiny + " --hiden-size 8", "--hiden-size"); }
+TEST(Cli, MissingValue) { expect_usage_error(kTiny + " --lr", "--lr"); }
+TEST(Cli, NotANumber) { expect_usage_error(kTiny + " --hidden-size big", "--hidden-size"); }
+TEST(Cli, TrailingGarbage) { expect_usage_error(kTiny + " --seq-length 8x", "--seq-length"); }
+TEST(Cli, GlobalBatchMultipleOfMicroBatch) {
+  expect_usage_error(kTiny + " --global-batch-size 5", "--global-batch-size");
+}
+TEST(Cli, NeedsData) {
+  auto args = kTiny;
+  args.erase(args.find(" --mock-data"), 12);
+  expect_usage_error(args, "--mock-data");
+}
+TEST(Cli, PositionTableCoversSequence) {
+  expect_usage_error(kTiny + " --max-position-embeddings 4", "--max-position-embeddings");
+}
+TEST(Cli, DecayStyle) { expect_usage_error(kTiny + " --lr-decay-style steps", "--lr-decay-style"); }
+TEST(Cli, SwitchTakesNoValue) { expect_usage_error(kTiny + " --mock-data=1", "--mock-data"); }
+TEST(Cli, UnknownCommand) { expect_usage_error(" trian", "trian"); }
+
+TEST(Cli, HelpListsCommandsAndFlagsWithDefaults) {
+  auto top = megatron(" --help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.output.find("train"), std::string::npos);
+  auto train = megatron(" train --help");
+  EXPECT_EQ(train.exit_code, 0);
+  for (const char* flag : {"--num-layers", "--global-batch-size", "--lr-decay-style",
+                           "--init-method-std", "--eval-iters", "--mock-data"})
+    EXPECT_NE(train.output.find(flag), std::string::npos) << flag;
+  EXPECT_NE(train.output.find("[default: 1234]"), std::string::npos) << train.output;
+}
+
+}  // namespace
+}  // namespace mg

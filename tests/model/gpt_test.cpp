@@ -1,0 +1,126 @@
+// GPT-2 model: exact parameter count against the published formula, Megatron-Core names,
+// init statistics, and finite-difference checks of the whole model's gradient on a tiny config.
+#include "model/gpt.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "testing/fd_check.h"
+
+namespace mg {
+namespace {
+
+GPTConfig tiny() {
+  GPTConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.seq_length = 6;
+  c.vocab_size = 11;
+  c.make_vocab_size_divisible_by = 4;
+  return c;
+}
+
+TEST(GPTParams, CountEqualsFormula) {
+  // formulas.md: P = 12 l h^2 + 13 l h + V h + s h, plus the final LayerNorm's 2h.
+  GPTConfig c;  // GPT-2 124M shape
+  c.num_layers = 12;
+  c.hidden_size = 768;
+  c.num_attention_heads = 12;
+  c.seq_length = 1024;
+  c.vocab_size = 50257;
+  const int64_t l = 12, h = 768, V = c.padded_vocab_size(), s = 1024;
+  EXPECT_EQ(V, 50304);
+  EXPECT_EQ(gpt_param_layout(c).total_numel(), 12 * l * h * h + 13 * l * h + V * h + s * h + 2 * h);
+  EXPECT_EQ(c.num_parameters(), gpt_param_layout(c).total_numel());
+  EXPECT_EQ(c.num_parameters(), 124475904);
+}
+
+TEST(GPTParams, MegatronNamesAndDecayRule) {
+  ParamLayout l = gpt_param_layout(tiny());
+  EXPECT_EQ(l.params().front().name, "embedding.word_embeddings.weight");
+  const ParamSpec& qkv = l.get("decoder.layers.1.self_attention.linear_qkv.weight");
+  EXPECT_EQ(qkv.shape, (Shape{24, 8}));
+  EXPECT_TRUE(qkv.weight_decay);
+  EXPECT_FALSE(l.get("decoder.layers.0.mlp.linear_fc1.bias").weight_decay);
+  EXPECT_FALSE(l.get("decoder.final_layernorm.weight").weight_decay);
+  EXPECT_EQ(l.get("decoder.layers.0.mlp.linear_fc2.weight").shape, (Shape{8, 32}));
+}
+
+TEST(GPTParams, InitFollowsMegatron) {
+  GPTConfig c = tiny();
+  c.hidden_size = 64;
+  c.num_attention_heads = 4;
+  c.num_layers = 8;
+  GPTModel m(c, 1);
+  m.init(1234);
+  auto stdev = [&](const std::string& name) {
+    const ParamSpec& p = m.layout().get(name);
+    double s = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) s += double(m.params()[p.offset + i]) * m.params()[p.offset + i];
+    return std::sqrt(s / double(p.numel()));
+  };
+  EXPECT_NEAR(stdev("decoder.layers.3.mlp.linear_fc1.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stdev("decoder.layers.3.mlp.linear_fc2.weight"), 0.02 / std::sqrt(16.0), 0.0003);
+  EXPECT_EQ(m.params()[m.layout().get("decoder.layers.0.input_layernorm.weight").offset], 1.f);
+  EXPECT_EQ(m.params()[m.layout().get("decoder.layers.0.self_attention.linear_qkv.bias").offset], 0.f);
+}
+
+TEST(GPTModel, WholeModelGradientMatchesFiniteDifferences) {
+  GPTConfig c = tiny();
+  c.init_method_std = 0.3f;  // large weights so every gradient path is well above FD noise
+  const int64_t B = 2, S = c.seq_length, N = B * S;
+  GPTModel m(c, B);
+  m.init(7);
+  // Non-trivial LayerNorm and bias values so their gradients are exercised too.
+  auto noise = testing::random_vec(m.num_params(), 99, -0.2f, 0.2f);
+  for (const ParamSpec& p : m.layout().params())
+    if (p.init != InitKind::Normal)
+      for (int64_t i = 0; i < p.numel(); ++i) m.params()[p.offset + i] += noise[p.offset + i];
+  std::vector<int32_t> tok(N), pos(N), lab(N);
+  std::vector<float> mask(N, 1.f);
+  for (int64_t i = 0; i < N; ++i) {
+    tok[i] = int32_t((i * 5 + 1) % c.vocab_size);
+    lab[i] = int32_t((i * 3 + 2) % c.vocab_size);
+    pos[i] = int32_t(i % S);
+  }
+  mask[3] = 0.f;
+  const MicroBatch mb{tok.data(), pos.data(), lab.data(), mask.data()};
+  m.zero_grads();
+  m.forward(mb);
+  m.backward(1.0f);
+  std::vector<float> params(m.params(), m.params() + m.num_params());
+  std::vector<float> grads(m.grads(), m.grads() + m.num_params());
+  for (const ParamSpec& p : m.layout().params()) {
+    std::vector<float> x(params.begin() + p.offset, params.begin() + p.offset + p.numel());
+    std::vector<float> g(grads.begin() + p.offset, grads.begin() + p.offset + p.numel());
+    auto loss = [&] {
+      std::copy(x.begin(), x.end(), m.params() + p.offset);
+      return m.forward(mb);
+    };
+    testing::fd_check(p.name, x, g, loss, 1e-2f, 2e-2, 24);
+    std::copy(x.begin(), x.end(), m.params() + p.offset);
+  }
+}
+
+TEST(GPTModel, GradientsAccumulateAcrossMicroBatches) {
+  GPTConfig c = tiny();
+  const int64_t B = 1, N = c.seq_length;
+  GPTModel m(c, B);
+  m.init(3);
+  std::vector<int32_t> tok(N, 2), pos(N), lab(N, 5);
+  std::vector<float> mask(N, 1.f);
+  for (int64_t i = 0; i < N; ++i) pos[i] = int32_t(i);
+  const MicroBatch mb{tok.data(), pos.data(), lab.data(), mask.data()};
+  m.zero_grads();
+  m.forward(mb);
+  m.backward(1.f);
+  std::vector<float> once(m.grads(), m.grads() + m.num_params());
+  m.forward(mb);
+  m.backward(1.f);
+  for (int64_t i = 0; i < m.num_params(); i += 7) EXPECT_NEAR(m.grads()[i], 2 * once[i], 1e-6 + 1e-5 * std::fabs(once[i]));
+}
+
+}  // namespace
+}  // namespace mg
