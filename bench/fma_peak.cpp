@@ -26,7 +26,9 @@ int main() {
         for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
       __m512 s = acc[0];
       for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
-      sink += _mm512_reduce_add_ps(s);
+      alignas(64) float lanes[16];
+      _mm512_store_ps(lanes, s);
+      for (float v : lanes) sink += v;
     }
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/vec_math.h"
 #include "backend/ops.h"
 
 namespace mg::cpu {
@@ -28,11 +29,9 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
       float* row = p + t * S;
       float mx = row[0];
       for (int64_t j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
+      exp_shifted(row, row, mx, t + 1);
       float sum = 0.f;
-      for (int64_t j = 0; j <= t; ++j) {
-        row[j] = std::exp(row[j] - mx);
-        sum += row[j];
-      }
+      for (int64_t j = 0; j <= t; ++j) sum += row[j];
       const float inv = 1.0f / sum;
       for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
       for (int64_t j = t + 1; j < S; ++j) row[j] = 0.f;

@@ -3,6 +3,7 @@
 // gradient overwrites the logits in place.
 #include <cmath>
 
+#include "backend/cpu/vec_math.h"
 #include "backend/ops.h"
 
 namespace mg::cpu {
@@ -14,9 +15,7 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits,
     const float* row = logits + n * V;
     float mx = row[0];
     for (int64_t j = 1; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
-    double sum = 0.0;
-    for (int64_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
-    const float l = mx + float(std::log(sum));
+    const float l = mx + float(std::log(sum_exp_shifted(row, mx, V)));
     lse[n] = l;
     losses[n] = targets[n] < 0 ? 0.f : l - row[targets[n]];
   }
@@ -30,7 +29,8 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
     float* drow = dlogits + n * V;
     const float d = targets[n] < 0 ? 0.f : dlosses[n];
     const float l = lse[n];
-    for (int64_t j = 0; j < V; ++j) drow[j] = d * std::exp(row[j] - l);
+    exp_shifted(drow, row, l, V);  // softmax; safe in place (elementwise)
+    for (int64_t j = 0; j < V; ++j) drow[j] *= d;
     if (targets[n] >= 0) drow[targets[n]] -= d;
   }
 }

@@ -3,6 +3,8 @@
 // Y = X W^T + b with W stored [out, in] as in Megatron.
 #include <oneapi/dnnl/dnnl.h>
 
+#include <algorithm>
+
 #include "backend/ops.h"
 #include "core/error.h"
 
@@ -32,11 +34,15 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dinp) gemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
   gemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
   if (dbias) {
+    // Column sums walked row by row (contiguous), each thread owning a block of columns.
+    constexpr int64_t kCols = 256;
 #pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < OUT; ++o) {
-      double s = 0;
-      for (int64_t n = 0; n < N; ++n) s += dout[n * OUT + o];
-      dbias[o] += float(s);
+    for (int64_t o0 = 0; o0 < OUT; o0 += kCols) {
+      const int64_t o1 = std::min(OUT, o0 + kCols);
+      double acc[kCols] = {};
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t o = o0; o < o1; ++o) acc[o - o0] += dout[n * OUT + o];
+      for (int64_t o = o0; o < o1; ++o) dbias[o] += float(acc[o - o0]);
     }
   }
 }
