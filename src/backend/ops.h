@@ -20,11 +20,18 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT);
 
-// out[n,:] = wte[tokens[n],:] + wpe[positions[n],:]
-void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
-                       const float* wte, const float* wpe, int64_t N, int64_t H);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        const int32_t* positions, int64_t N, int64_t H);
+// out[n,:] (= or +=) table[ids[n] - row_begin,:] for ids in [row_begin, row_end); rows whose id
+// falls outside get 0 (or nothing when accumulating). The table holds rows [row_begin, row_end)
+// of a (possibly vocab-parallel) embedding.
+void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t row_begin,
+                       int64_t row_end, int64_t N, int64_t H, bool accumulate);
+// dtable[ids[n] - row_begin,:] += dout[n,:] for ids in range.
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t row_begin,
+                        int64_t row_end, int64_t N, int64_t H);
+
+// out[n,:] += bias; dbias += column sums of dout.
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 
 // LayerNorm over the last dim C, eps as given; saves mean[N], rstd[N] for backward.
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -41,9 +48,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 
-// Causal multi-head self-attention core on Megatron's interleaved QKV rows:
-// qkv[B,S,NH,3,HD] (per head: q, k, v), out[B,S,NH*HD], probs[B,NH,S,S] saved (softmax of
-// q k^T / sqrt(HD) with the causal mask; zero above the diagonal).
+// Causal multi-head self-attention core on Megatron's sequence-first layout and interleaved
+// QKV rows: qkv[S,B,NH,3,HD] (per head: q, k, v), out[S,B,NH*HD], probs[B,NH,S,S] saved
+// (softmax of q k^T / sqrt(HD) with the causal mask; zero above the diagonal).
 void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t S,
                        int64_t NH, int64_t HD);
 // dqkv += ...; scratch needs attention_backward_scratch(S) floats.
@@ -55,10 +62,20 @@ int64_t attention_backward_scratch(int64_t S);
 // logits[n, targets[n]]; lse[n] saved. targets[n] < 0 means "ignore": loss 0.
 void cross_entropy_forward(float* losses, float* lse, const float* logits,
                            const int32_t* targets, int64_t N, int64_t V);
-// dlogits[n,:] = dlosses[n] * (softmax(logits[n]) - onehot(targets[n])). OVERWRITES dlogits,
-// which may alias logits (the logits are not needed after their gradient is formed).
+// The pieces a vocab-parallel cross-entropy combines across ranks, on a shard holding vocab
+// columns [v_begin, v_begin + V): row maxima, sums of exp(logit - shift[n]), and the target
+// logit where this shard owns the target (0 elsewhere).
+void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
+void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
+                           int64_t V);
+void cross_entropy_target_logit(float* target_logit, const float* logits,
+                                const int32_t* targets, int64_t v_begin, int64_t N, int64_t V);
+// dlogits[n,:] = dlosses[n] * (softmax(logits[n]) - onehot(targets[n] - v_begin)), with
+// softmax = exp(logit - lse[n]). OVERWRITES dlogits, which may alias logits (the logits are not
+// needed after their gradient is formed).
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                            const int32_t* targets, const float* dlosses, int64_t N, int64_t V);
+                            const int32_t* targets, const float* dlosses, int64_t v_begin,
+                            int64_t N, int64_t V);
 
 // AdamW (decoupled weight decay, torch.optim.AdamW's formula) on n elements, step t >= 1:
 // p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

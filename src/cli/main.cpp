@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "cli/options.h"
+#include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/process_groups.h"
 #include "train/trainer.h"
 
 namespace {
@@ -19,9 +21,10 @@ const char* kUsage =
     "program.\n\n"
     "commands:\n"
     "  train     train a model (megatron train --help for its flags)\n\n"
-    "Threads: set OMP_NUM_THREADS (default: all cores).\n";
+    "Threads: set OMP_NUM_THREADS (default: all cores).\n"
+    "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, const mg::MpiSession& mpi) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, stdout);
@@ -36,8 +39,11 @@ int run(int argc, char** argv) {
         return 0;
       }
     mg::TrainConfig cfg = mg::parse_train_args(args);
-    cfg.finalize_and_validate();
-    mg::run_training(cfg);
+    const std::string warning = cfg.finalize_and_validate(mpi.world_size());
+    if (!warning.empty()) mg::log_line(warning);
+    mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+    mg::ProcessGroups groups = mg::make_mpi_process_groups(grid);
+    mg::run_training(cfg, groups);
     return 0;
   }
   throw mg::UsageError("unknown command '" + command + "' (see `megatron --help`)");
@@ -51,13 +57,18 @@ int main(int argc, char** argv) {
   // several percent of a training step.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mg::MpiSession mpi(&argc, &argv);
+  mg::set_log_rank(mpi.world_rank());
   try {
-    return run(argc, argv);
+    return run(argc, argv, mpi);
   } catch (const mg::UsageError& e) {
-    mg::log_error(std::string("megatron: error: ") + e.what());
+    // Every rank validates the same flags, so every rank stops here; rank 0 says why.
+    if (mpi.world_rank() == 0) mg::log_error(std::string("megatron: error: ") + e.what());
     return 2;
   } catch (const std::exception& e) {
+    // A failure on one rank: end the whole job rather than leave the others waiting.
     mg::log_error(std::string("megatron: internal error: ") + e.what());
+    if (mpi.world_size() > 1) mg::MpiSession::abort(1);
     return 1;
   }
 }

@@ -99,6 +99,21 @@ std::vector<Option> build_table() {
       valued("--adam-beta2", "X", "Adam beta2", MG_FIELD(adam.beta2)),
       valued("--adam-eps", "X", "Adam epsilon", MG_FIELD(adam.eps)),
       valued("--seed", "N", "random seed for init and data order", MG_FIELD(seed)),
+      // parallelism (data-parallel size = world / (TP x PP))
+      valued("--tensor-model-parallel-size", "TP", "tensor-parallel ranks (adjacent ranks)",
+             MG_FIELD(parallel.tensor_model_parallel_size)),
+      valued("--pipeline-model-parallel-size", "PP", "pipeline stages",
+             MG_FIELD(parallel.pipeline_model_parallel_size)),
+      on_off("--sequence-parallel", "split LayerNorm/residual activations along the sequence "
+             "across TP ranks", MG_FIELD(parallel.sequence_parallel)),
+      valued("--decoder-first-pipeline-num-layers", "N",
+             "layers on the first pipeline stage (0: even split)",
+             MG_FIELD(parallel.decoder_first_pipeline_num_layers)),
+      valued("--decoder-last-pipeline-num-layers", "N",
+             "layers on the last pipeline stage (0: even split)",
+             MG_FIELD(parallel.decoder_last_pipeline_num_layers)),
+      valued("--ddp-bucket-size", "N", "gradient elements per data-parallel all-reduce",
+             MG_FIELD(parallel.ddp_bucket_size)),
       // data
       on_off("--mock-data", "train on Megatron's synthetic mock dataset", MG_FIELD(mock_data)),
       valued("--split", "A,B,C", "train/valid/test weights", MG_FIELD(split)),
@@ -111,6 +126,10 @@ std::vector<Option> build_table() {
       valued("--eval-interval", "N", "iterations between validations (0: never)",
              MG_FIELD(eval_interval)),
       valued("--eval-iters", "N", "global batches per validation", MG_FIELD(eval_iters)),
+      valued("--dump-final-params", "PATH",
+             "after training, write all parameters in the single-rank layout (raw fp32 to PATH, "
+             "names/shapes/offsets to PATH.json); for layout-parity checks",
+             MG_FIELD(dump_final_params)),
   };
 }
 

@@ -16,23 +16,22 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_
   return c;
 }
 
-void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint64_t stream) {
+void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint64_t stream,
+                 int64_t start) {
   const std::array<uint32_t, 2> key = {uint32_t(seed), uint32_t(seed >> 32) ^ 0x5eedu};
   constexpr double kTwoPi = 6.283185307179586;
 #pragma omp parallel for schedule(static)
-  for (int64_t block = 0; block < (n + 3) / 4; ++block) {
+  for (int64_t k = 0; k < n; ++k) {
+    // Element i is one half of the Box-Muller pair (i / 2) % 2 of Philox block i / 4.
+    const int64_t i = start + k, block = i / 4;
+    const int pair = int((i / 2) % 2);
     auto r = philox4x32({uint32_t(block), uint32_t(uint64_t(block) >> 32), uint32_t(stream),
                          uint32_t(stream >> 32)},
                         key);
-    for (int pair = 0; pair < 2; ++pair) {
-      // uniforms in (0, 1]: never log(0)
-      double u1 = (double(r[2 * pair]) + 1.0) / 4294967296.0;
-      double u2 = double(r[2 * pair + 1]) / 4294967296.0;
-      double rad = std::sqrt(-2.0 * std::log(u1));
-      int64_t i = block * 4 + 2 * pair;
-      if (i < n) out[i] = float(std * rad * std::cos(kTwoPi * u2));
-      if (i + 1 < n) out[i + 1] = float(std * rad * std::sin(kTwoPi * u2));
-    }
+    const double u1 = (double(r[2 * pair]) + 1.0) / 4294967296.0;  // (0, 1]: never log(0)
+    const double u2 = double(r[2 * pair + 1]) / 4294967296.0;
+    const double rad = std::sqrt(-2.0 * std::log(u1));
+    out[k] = float(std * rad * (i % 2 == 0 ? std::cos(kTwoPi * u2) : std::sin(kTwoPi * u2)));
   }
 }
 

@@ -1,60 +1,73 @@
-// One GPT-2 transformer layer (pre-LayerNorm):
-//   x_mid = x + Proj(Attn(QKV(LN1(x))));  y = x_mid + FC2(GELU(FC1(LN2(x_mid))))
+// One GPT-2 transformer layer (pre-LayerNorm), tensor-parallel in Megatron's way:
+//   x_mid = x + RowParallel(Attn(ColumnParallel_QKV(LN1(x))))      heads split across TP
+//   y     = x_mid + RowParallel_FC2(GELU(ColumnParallel_FC1(LN2(x_mid))))
+// Activations are sequence-first [S, B, H]; with sequence parallelism x, x_mid and y hold this
+// rank's S/TP rows and the LayerNorm outputs are gathered before the column-parallel GEMMs.
 // forward() fills a named cache of saved activations; backward() consumes it and ADDS into the
 // parameter grads and into the incoming residual gradient.
 #pragma once
 #include <cstdint>
 
 #include "tensor/tensor.h"
+#include "tensor_parallel/mappings.h"
 
 namespace mg {
 
-// Pointers into the flat parameter (or gradient) buffer for one layer.
+// Pointers into the flat parameter (or gradient) buffer for one layer (local TP shards).
 struct LayerWeights {
   float *ln1_w, *ln1_b;    // (H)
-  float *qkv_w, *qkv_b;    // (3H, H), (3H): rows interleaved per head [q, k, v]
-  float *proj_w, *proj_b;  // (H, H), (H)
+  float *qkv_w, *qkv_b;    // (3H/TP, H), (3H/TP): rows interleaved per head [q, k, v]
+  float *proj_w, *proj_b;  // (H, H/TP), (H)
   float *ln2_w, *ln2_b;    // (H)
-  float *fc1_w, *fc1_b;    // (F, H), (F)
-  float *fc2_w, *fc2_b;    // (H, F), (H)
+  float *fc1_w, *fc1_b;    // (F/TP, H), (F/TP)
+  float *fc2_w, *fc2_b;    // (H, F/TP), (H)
 };
 
 struct LayerDims {
-  int64_t B, S, H, NH, F;
+  int64_t B, S, H, NH, F;  // global sizes
+  int64_t tp = 1;          // TP size
+  bool sp = false;         // sequence parallel
   float eps;
-  int64_t N() const { return B * S; }
+  int64_t rows() const { return S * B; }                    // full-sequence rows
+  int64_t local_rows() const { return sp ? rows() / tp : rows(); }  // rows of x / y
+  int64_t NH_local() const { return NH / tp; }
+  int64_t H_local() const { return H / tp; }  // attention width on this rank
+  int64_t F_local() const { return F / tp; }
 };
 
-// Activations saved by forward for backward (N = B*S rows).
+// Activations saved by forward for backward.
 struct LayerCache {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (N, H), (N), (N)
-  Tensor qkv;                      // (N, 3H)
-  Tensor probs;                    // (B, NH, S, S) attention probabilities
-  Tensor attn;                     // (N, H) attention output before the projection
-  Tensor x_mid;                    // (N, H) residual stream after attention
-  Tensor ln2, ln2_mean, ln2_rstd;  // (N, H), (N), (N)
-  Tensor fc1;                      // (N, F) pre-activation
-  Tensor gelu;                     // (N, F)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (R, H), (R), (R)
+  Tensor ln1_full;                 // (S*B, H) gathered LN1 output (sequence parallel only)
+  Tensor qkv;                      // (S*B, 3H/TP)
+  Tensor probs;                    // (B, NH/TP, S, S) attention probabilities
+  Tensor attn;                     // (S*B, H/TP) attention output before the projection
+  Tensor x_mid;                    // (R, H) residual stream after attention
+  Tensor ln2, ln2_mean, ln2_rstd;  // (R, H), (R), (R)
+  Tensor ln2_full;                 // (S*B, H) (sequence parallel only)
+  Tensor fc1;                      // (S*B, F/TP) pre-activation
+  Tensor gelu;                     // (S*B, F/TP)
   explicit LayerCache(const LayerDims& d);
 };
 
 // Scratch reused by every layer's forward and backward.
 struct LayerScratch {
-  Tensor branch_out;      // (N, H) projection / fc2 output before the residual add
-  Tensor d_ln;            // (N, H)
-  Tensor d_qkv;           // (N, 3H)
-  Tensor d_attn;          // (N, H)
-  Tensor d_fc1, d_gelu;   // (N, F)
+  Tensor full;            // (S*B, H) row-parallel partial sums / full-sequence grads
+  Tensor d_ln;            // (R, H)
+  Tensor d_qkv;           // (S*B, 3H/TP)
+  Tensor d_attn;          // (S*B, H/TP)
+  Tensor d_fc1, d_gelu;   // (S*B, F/TP)
   Tensor d_probs;         // attention backward scratch
   explicit LayerScratch(const LayerDims& d);
 };
 
-// y (N, H) from x (N, H).
-void transformer_layer_forward(float* y, const float* x, const LayerWeights& w, LayerCache& c,
-                               LayerScratch& s, const LayerDims& d);
-// On entry d_resid holds dL/dy; on exit dL/dx. Param grads are added into g.
-void transformer_layer_backward(float* d_resid, const float* x, const LayerWeights& w,
-                                const LayerWeights& g, const LayerCache& c, LayerScratch& s,
-                                const LayerDims& d);
+// y (R, H) from x (R, H).
+void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
+                               const LayerWeights& w, LayerCache& c, LayerScratch& s,
+                               const LayerDims& d);
+// On entry d_resid (R, H) holds dL/dy; on exit dL/dx. Param grads are added into gw.
+void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
+                                const LayerWeights& w, const LayerWeights& gw,
+                                const LayerCache& c, LayerScratch& s, const LayerDims& d);
 
 }  // namespace mg

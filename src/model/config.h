@@ -16,6 +16,8 @@ struct GPTConfig {
   int64_t make_vocab_size_divisible_by = 128;  // pad V up to a multiple of this (x TP)
   float init_method_std = 0.02f;         // N(0, std) init; output projections use std/sqrt(2L)
   float norm_epsilon = 1e-5f;            // LayerNorm epsilon
+  int64_t vocab_pad_tp = 1;              // TP size the vocab is padded for (Megatron pads to
+                                         // a multiple of make_vocab_size_divisible_by x TP)
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t max_positions() const {
@@ -23,8 +25,8 @@ struct GPTConfig {
   }
   int64_t head_dim() const { return hidden_size / num_attention_heads; }
   // Megatron's padding: the smallest multiple of make_vocab_size_divisible_by (x TP) >= V.
-  int64_t padded_vocab_size(int64_t tp_size = 1) const {
-    const int64_t m = make_vocab_size_divisible_by * tp_size;
+  int64_t padded_vocab_size(int64_t tp_size = 0) const {
+    const int64_t m = make_vocab_size_divisible_by * (tp_size > 0 ? tp_size : vocab_pad_tp);
     return (vocab_size + m - 1) / m * m;
   }
   // Parameter count, exactly: embeddings + L * (12 H^2-style blocks) + final norm.

@@ -3,42 +3,70 @@
 #include <cstring>
 
 #include "backend/ops.h"
+#include "tensor_parallel/parallel_linear.h"
+#include "tensor_parallel/vocab_parallel.h"
 
 namespace mg {
 
 namespace {
-LayerDims make_dims(const GPTConfig& c, int64_t B) {
-  return {B, c.seq_length, c.hidden_size, c.num_attention_heads, c.ffn(), c.norm_epsilon};
+LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
+  LayerDims d{B, c.seq_length, c.hidden_size, c.num_attention_heads, c.ffn(), 1, false,
+              c.norm_epsilon};
+  d.tp = s.shard.tp_size;
+  d.sp = s.sequence_parallel && d.tp > 1;
+  return d;
 }
 }  // namespace
 
-GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size)
-    : cfg_(cfg), dims_(make_dims(cfg, micro_batch_size)), layout_(gpt_param_layout(cfg)),
-      params_({layout_.total_numel()}), grads_({layout_.total_numel()}), scratch_(dims_) {
-  const int64_t N = dims_.N(), H = dims_.H, V = cfg_.padded_vocab_size();
-  for (int64_t l = 0; l <= cfg_.num_layers; ++l) resid_.emplace_back(Shape{N, H});
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    caches_.push_back(std::make_unique<LayerCache>(dims_));
-  lnf_ = Tensor({N, H});
-  lnf_mean_ = Tensor({N});
-  lnf_rstd_ = Tensor({N});
-  logits_ = Tensor({N, V});
-  losses_ = Tensor({N});
-  lse_ = Tensor({N});
-  dlosses_ = Tensor({N});
-  d_resid_ = Tensor({N, H});
-  d_lnf_ = Tensor({N, H});
-  tokens_ = Tensor({N}, DType::I32);
-  positions_ = Tensor({N}, DType::I32);
-  labels_ = Tensor({N}, DType::I32);
-  mask_ = Tensor({N});
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    layer_params_.push_back(layer_view(params(), l));
-    layer_grads_.push_back(layer_view(grads(), l));
+GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec,
+                   Communicator* tp_comm)
+    : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
+      self_comm_(tp_comm ? nullptr : make_self_communicator()),
+      tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp},
+      layout_(gpt_param_layout(cfg, spec.shard)), params_({layout_.total_numel()}),
+      grads_({layout_.total_numel()}), scratch_(dims_) {
+  MG_CHECK(tp_.size() == spec.shard.tp_size, "TP group size ", tp_.size(), " != shard TP ",
+           spec.shard.tp_size);
+  const ShardSpec& sh = spec.shard;
+  const int64_t end = sh.layer_end < 0 ? cfg.num_layers : sh.layer_end;
+  num_layers_ = end - sh.layer_begin;
+  const int64_t N = dims_.rows(), R = dims_.local_rows(), H = dims_.H;
+  const int64_t V_local = cfg.padded_vocab_size() / dims_.tp;
+  for (int64_t l = 0; l < num_layers_; ++l) {
+    layer_params_.push_back(layer_view(params(), sh.layer_begin + l));
+    layer_grads_.push_back(layer_view(grads(), sh.layer_begin + l));
   }
+  slots_.resize(size_t(spec.num_slots));
+  for (Slot& s : slots_) {
+    for (int64_t l = 0; l <= num_layers_; ++l) s.resid.emplace_back(Shape{R, H});
+    for (int64_t l = 0; l < num_layers_; ++l) s.caches.push_back(std::make_unique<LayerCache>(dims_));
+    s.tokens = Tensor({N}, DType::I32);
+    s.positions = Tensor({N}, DType::I32);
+    s.labels = Tensor({N}, DType::I32);
+    s.mask = Tensor({N});
+    if (sh.last_stage) {
+      s.lnf = Tensor({R, H});
+      s.lnf_mean = Tensor({R});
+      s.lnf_rstd = Tensor({R});
+      s.lnf_full = Tensor({dims_.sp ? N : 0, H});
+      s.logits = Tensor({N, V_local});
+      s.losses = Tensor({N});
+      s.lse = Tensor({N});
+    }
+  }
+  if (sh.first_stage) emb_full_ = Tensor({N, H});
+  d_resid_ = Tensor({R, H});
+  d_lnf_ = Tensor({R, H});
+  d_full_ = Tensor({N, H});
+  dlosses_ = Tensor({N});
+  ce_scratch_ = Tensor({N});
 }
 
-void GPTModel::init(uint64_t seed) { init_params(layout_, params(), seed); }
+void GPTModel::init(uint64_t seed) { init_params(layout_, params(), seed, spec_.shard); }
+
+const char* GPTModel::word_embedding_name() const {
+  return spec_.shard.first_stage ? "embedding.word_embeddings.weight" : "output_layer.weight";
+}
 
 LayerWeights GPTModel::layer_view(float* base, int64_t layer) const {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
@@ -51,81 +79,118 @@ LayerWeights GPTModel::layer_view(float* base, int64_t layer) const {
           at("mlp.linear_fc2.weight"),           at("mlp.linear_fc2.bias")};
 }
 
-double GPTModel::forward(const MicroBatch& mb) {
-  const int64_t N = dims_.N(), H = dims_.H, V = cfg_.padded_vocab_size();
-  for (int64_t n = 0; n < N; ++n) {
-    MG_CHECK(mb.tokens[n] >= 0 && mb.tokens[n] < V, "token id ", mb.tokens[n], " outside vocab ",
-             V);
-    MG_CHECK(mb.position_ids[n] >= 0 && mb.position_ids[n] < cfg_.max_positions(),
-             "position id ", mb.position_ids[n], " outside the position table");
-    MG_CHECK(mb.labels[n] < V, "label ", mb.labels[n], " outside vocab ", V);
-  }
-  std::memcpy(tokens_.data<int32_t>(), mb.tokens, N * sizeof(int32_t));
-  std::memcpy(positions_.data<int32_t>(), mb.position_ids, N * sizeof(int32_t));
-  std::memcpy(labels_.data<int32_t>(), mb.labels, N * sizeof(int32_t));
-  std::memcpy(mask_.data<float>(), mb.loss_mask, N * sizeof(float));
+double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
+  Slot& s = slots_[slot];
+  const int64_t B = dims_.B, S = dims_.S, N = dims_.rows(), R = dims_.local_rows(), H = dims_.H;
+  const int64_t V = cfg_.padded_vocab_size(), V_local = V / dims_.tp;
+  const ShardSpec& sh = spec_.shard;
+  // The loader's [B, S] arrays into the model's [S, B] row order.
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < S; ++t) {
+      const int64_t i = b * S + t, row = t * B + b;
+      if (sh.first_stage) {
+        MG_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < V, "token id ", mb.tokens[i],
+                 " outside vocab ", V);
+        MG_CHECK(mb.position_ids[i] >= 0 && mb.position_ids[i] < cfg_.max_positions(),
+                 "position id ", mb.position_ids[i], " outside the position table");
+        s.tokens.data<int32_t>()[row] = mb.tokens[i];
+        s.positions.data<int32_t>()[row] = mb.position_ids[i];
+      }
+      if (sh.last_stage) {
+        MG_CHECK(mb.labels[i] < V, "label ", mb.labels[i], " outside vocab ", V);
+        s.labels.data<int32_t>()[row] = mb.labels[i];
+        s.mask.data<float>()[row] = mb.loss_mask[i];
+      }
+    }
 
-  float* P = params();
-  const float* wte = P + layout_.get("embedding.word_embeddings.weight").offset;
-  const float* wpe = P + layout_.get("embedding.position_embeddings.weight").offset;
-  cpu::embedding_forward(resid_[0].data<float>(), mb.tokens, mb.position_ids, wte, wpe, N, H);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    transformer_layer_forward(resid_[l + 1].data<float>(), resid_[l].data<float>(),
-                              layer_params_[l], *caches_[l], scratch_, dims_);
-  cpu::layernorm_forward(lnf_.data<float>(), lnf_mean_.data<float>(), lnf_rstd_.data<float>(),
-                         resid_.back().data<float>(),
-                         P + layout_.get("decoder.final_layernorm.weight").offset,
-                         P + layout_.get("decoder.final_layernorm.bias").offset, N, H,
-                         cfg_.norm_epsilon);
-  cpu::linear_forward(logits_.data<float>(), lnf_.data<float>(), wte, nullptr, N, H, V);
-  cpu::cross_entropy_forward(losses_.data<float>(), lse_.data<float>(), logits_.data<float>(),
-                             mb.labels, N, V);
-  double sum = 0;
-  mask_sum_ = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    sum += double(losses_.data<float>()[n]) * mb.loss_mask[n];
-    mask_sum_ += mb.loss_mask[n];
+  if (sh.first_stage) {
+    float* x0 = s.resid.front().data<float>();
+    float* emb = dims_.sp ? emb_full_.data<float>() : x0;
+    tp::vocab_parallel_embedding_forward(tp_, emb, s.tokens.data<int32_t>(),
+                                         s.positions.data<int32_t>(),
+                                         param("embedding.word_embeddings.weight"),
+                                         param("embedding.position_embeddings.weight"), V_local,
+                                         N, H);
+    if (dims_.sp) tp::scatter_to_sp_region_forward(tp_, emb, x0, R * H);
   }
-  return mask_sum_ > 0 ? sum / mask_sum_ : 0.0;
+  for (int64_t l = 0; l < num_layers_; ++l)
+    transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
+                              layer_params_[l], *s.caches[l], scratch_, dims_);
+  if (!sh.last_stage) return 0.0;
+
+  cpu::layernorm_forward(s.lnf.data<float>(), s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
+                         s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
+                         param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
+  // Output layer: column-parallel over the vocab with the tied word embedding, no bias.
+  tp::column_parallel_forward(tp_, s.logits.data<float>(), s.lnf.data<float>(),
+                              dims_.sp ? s.lnf_full.data<float>() : nullptr,
+                              param(word_embedding_name()), nullptr, {N, H, V_local});
+  tp::vocab_parallel_cross_entropy_forward(tp_, s.losses.data<float>(), s.lse.data<float>(),
+                                           ce_scratch_.data<float>(), s.logits.data<float>(),
+                                           s.labels.data<int32_t>(), N, V_local);
+  double sum = 0;
+  s.mask_sum = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    sum += double(s.losses.data<float>()[n]) * s.mask.data<float>()[n];
+    s.mask_sum += s.mask.data<float>()[n];
+  }
+  return s.mask_sum > 0 ? sum / s.mask_sum : 0.0;
 }
 
-void GPTModel::backward(float loss_scale) {
-  const int64_t N = dims_.N(), H = dims_.H, V = cfg_.padded_vocab_size();
-  float *P = params(), *G = grads();
-  const int64_t wte_off = layout_.get("embedding.word_embeddings.weight").offset;
-  const int64_t wpe_off = layout_.get("embedding.position_embeddings.weight").offset;
-  const int64_t lnf_w = layout_.get("decoder.final_layernorm.weight").offset;
-  const int64_t lnf_b = layout_.get("decoder.final_layernorm.bias").offset;
-
-  const float inv = mask_sum_ > 0 ? float(loss_scale / mask_sum_) : 0.f;
-  for (int64_t n = 0; n < N; ++n) dlosses_.data<float>()[n] = mask_.data<float>()[n] * inv;
-  float* dlogits = logits_.data<float>();  // the gradient replaces the logits in place
-  cpu::cross_entropy_backward(dlogits, logits_.data<float>(), lse_.data<float>(),
-                              labels_.data<int32_t>(), dlosses_.data<float>(), N, V);
-  d_lnf_.zero();
-  cpu::linear_backward(d_lnf_.data<float>(), G + wte_off, nullptr, dlogits, lnf_.data<float>(),
-                       P + wte_off, N, H, V);
-  d_resid_.zero();
-  cpu::layernorm_backward(d_resid_.data<float>(), G + lnf_w, G + lnf_b, d_lnf_.data<float>(),
-                          resid_.back().data<float>(), P + lnf_w, lnf_mean_.data<float>(),
-                          lnf_rstd_.data<float>(), N, H);
-  for (int64_t l = cfg_.num_layers - 1; l >= 0; --l)
-    transformer_layer_backward(d_resid_.data<float>(), resid_[l].data<float>(), layer_params_[l],
-                               layer_grads_[l], *caches_[l], scratch_, dims_);
-  cpu::embedding_backward(G + wte_off, G + wpe_off, d_resid_.data<float>(),
-                          tokens_.data<int32_t>(), positions_.data<int32_t>(), N, H);
+void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
+  Slot& s = slots_[slot];
+  const int64_t N = dims_.rows(), R = dims_.local_rows(), H = dims_.H;
+  const int64_t V_local = cfg_.padded_vocab_size() / dims_.tp;
+  const ShardSpec& sh = spec_.shard;
+  if (sh.last_stage) {
+    const float inv = s.mask_sum > 0 ? float(loss_scale / s.mask_sum) : 0.f;
+    for (int64_t n = 0; n < N; ++n) dlosses_.data<float>()[n] = s.mask.data<float>()[n] * inv;
+    float* dlogits = s.logits.data<float>();  // the gradient replaces the logits in place
+    tp::vocab_parallel_cross_entropy_backward(tp_, dlogits, s.logits.data<float>(),
+                                              s.lse.data<float>(), s.labels.data<int32_t>(),
+                                              dlosses_.data<float>(), N, V_local);
+    tp::column_parallel_backward(tp_, d_lnf_.data<float>(), d_full_.data<float>(),
+                                 grad(word_embedding_name()), nullptr, dlogits,
+                                 dims_.sp ? s.lnf_full.data<float>() : s.lnf.data<float>(),
+                                 param(word_embedding_name()), {N, H, V_local});
+    d_resid_.zero();
+    cpu::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
+                            grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(),
+                            s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
+                            s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(), R, H);
+  } else {
+    std::memcpy(d_resid_.data<float>(), d_output, R * H * sizeof(float));
+  }
+  for (int64_t l = num_layers_ - 1; l >= 0; --l)
+    transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
+                               layer_params_[l], layer_grads_[l], *s.caches[l], scratch_, dims_);
+  if (sh.first_stage) {
+    const float* d_emb = d_resid_.data<float>();
+    if (dims_.sp) {
+      tp::scatter_to_sp_region_backward(tp_, d_resid_.data<float>(), d_full_.data<float>(), R * H);
+      d_emb = d_full_.data<float>();
+    }
+    tp::vocab_parallel_embedding_backward(tp_, grad("embedding.word_embeddings.weight"),
+                                          grad("embedding.position_embeddings.weight"), d_emb,
+                                          s.tokens.data<int32_t>(), s.positions.data<int32_t>(),
+                                          V_local, N, H);
+  }
 }
 
 size_t GPTModel::activation_bytes() const {
   size_t b = 0;
-  for (const Tensor& t : resid_) b += t.nbytes();
-  for (const auto& c : caches_)
-    for (const Tensor* t : {&c->ln1, &c->ln1_mean, &c->ln1_rstd, &c->qkv, &c->probs, &c->attn,
-                            &c->x_mid, &c->ln2, &c->ln2_mean, &c->ln2_rstd, &c->fc1, &c->gelu})
-      b += t->nbytes();
-  for (const Tensor* t : {&scratch_.branch_out, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
-                          &scratch_.d_fc1, &scratch_.d_gelu, &scratch_.d_probs, &lnf_, &logits_,
-                          &d_resid_, &d_lnf_})
+  for (const Slot& s : slots_) {
+    for (const Tensor& t : s.resid) b += t.nbytes();
+    for (const auto& c : s.caches)
+      for (const Tensor* t : {&c->ln1, &c->ln1_mean, &c->ln1_rstd, &c->ln1_full, &c->qkv,
+                              &c->probs, &c->attn, &c->x_mid, &c->ln2, &c->ln2_mean,
+                              &c->ln2_rstd, &c->ln2_full, &c->fc1, &c->gelu})
+        b += t->nbytes();
+    for (const Tensor* t : {&s.lnf, &s.lnf_full, &s.logits, &s.losses, &s.lse}) b += t->nbytes();
+  }
+  for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
+                          &scratch_.d_fc1, &scratch_.d_gelu, &scratch_.d_probs, &emb_full_,
+                          &d_resid_, &d_lnf_, &d_full_})
     b += t->nbytes();
   return b;
 }

@@ -1,11 +1,14 @@
-// GPT-2 language model on one rank: embedding -> L transformer layers -> final LayerNorm ->
-// logits through the tied word embedding -> fused softmax cross-entropy. Parameters live in one
-// flat buffer, grads in one flat fp32 buffer with the same layout; backward ADDS into grads,
-// which is what makes micro-batch accumulation work.
+// GPT-2 language model, or one pipeline stage of it on one TP shard: [embedding] -> this
+// stage's transformer layers -> [final LayerNorm -> logits through the tied word embedding ->
+// vocab-parallel cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron.
+// Parameters live in one flat buffer, grads in one flat fp32 buffer with the same layout;
+// backward ADDS into grads (micro-batch accumulation). Each in-flight micro-batch of a pipeline
+// schedule uses its own activation slot.
 #pragma once
 #include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "layers/transformer_layer.h"
 #include "model/config.h"
 #include "model/param_layout.h"
@@ -13,7 +16,7 @@
 
 namespace mg {
 
-// One micro-batch, each array B*S long, row-major [B, S].
+// One micro-batch, each array B*S long, row-major [B, S] (the data loader's order).
 struct MicroBatch {
   const int32_t* tokens;
   const int32_t* position_ids;
@@ -21,47 +24,74 @@ struct MicroBatch {
   const float* loss_mask;  // 0 excludes a token from the loss
 };
 
+struct StageSpec {
+  ShardSpec shard;                // TP shard and pipeline stage
+  bool sequence_parallel = false;
+  int64_t num_slots = 1;          // activation sets for in-flight micro-batches
+};
+
 class GPTModel {
  public:
-  GPTModel(const GPTConfig& cfg, int64_t micro_batch_size);
+  // tp_comm: the TP group (null: a single rank).
+  GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec = {},
+           Communicator* tp_comm = nullptr);
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
+  const StageSpec& spec() const { return spec_; }
   float* params() { return params_.data<float>(); }
   float* grads() { return grads_.data<float>(); }
   int64_t num_params() const { return layout_.total_numel(); }
   void init(uint64_t seed);
   void zero_grads() { grads_.zero(); }
 
-  // Returns sum(loss * mask) / sum(mask) over the micro-batch (Megatron's per-micro-batch mean);
-  // 0 if every token is masked.
-  double forward(const MicroBatch& mb);
-  // Backpropagates loss_scale * (the value forward returned); grads +=. Call after forward.
-  void backward(float loss_scale);
-  // Logits (B, S, V_padded) of the last forward; invalid after backward (overwritten in place).
-  const float* logits() const { return logits_.data<float>(); }
+  // Elements of the activation passed between stages: (R, H), R = S*B (/TP under SP).
+  int64_t activation_numel() const { return dims_.local_rows() * dims_.H; }
+  float* input_activation(int64_t slot) { return slots_[slot].resid.front().data<float>(); }
+  const float* output_activation(int64_t slot) const {
+    return slots_[slot].resid.back().data<float>();
+  }
 
-  // Bytes held by activations and scratch (for the memory report).
+  // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
+  // labels/mask by the last). Returns the last stage's sum(loss * mask) / sum(mask), else 0.
+  double forward(int64_t slot, const MicroBatch& mb);
+  // Backpropagates loss_scale * loss (last stage) or d_output (R, H) (other stages); grads +=.
+  void backward(int64_t slot, const float* d_output, float loss_scale);
+  // dL/d(input activation) (R, H) after backward, on stages other than the first.
+  const float* input_grad() const { return d_resid_.data<float>(); }
+  // Logits (S, B, V/TP) of the last forward in slot; overwritten by backward.
+  const float* logits(int64_t slot) const { return slots_[slot].logits.data<float>(); }
+
   size_t activation_bytes() const;
 
  private:
+  struct Slot {
+    std::vector<Tensor> resid;  // layers+1 x (R, H): each layer's input, then the output
+    std::vector<std::unique_ptr<LayerCache>> caches;
+    Tensor tokens, positions, labels, mask;  // (S*B) in [S, B] order
+    Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
+    double mask_sum = 0;
+  };
   LayerWeights layer_view(float* base, int64_t layer) const;
+  float* param(const char* name) { return params() + layout_.get(name).offset; }
+  float* grad(const char* name) { return grads() + layout_.get(name).offset; }
+  const char* word_embedding_name() const;
 
   GPTConfig cfg_;
+  StageSpec spec_;
   LayerDims dims_;
+  int64_t num_layers_;  // layers on this stage
+  std::unique_ptr<Communicator> self_comm_;
+  tp::TPGroup tp_;
   ParamLayout layout_;
-  Tensor params_, grads_;               // (P) flat
-  std::vector<LayerWeights> layer_params_, layer_grads_;  // per-layer views, built once
-  std::vector<Tensor> resid_;           // L+1 x (N, H): input of each layer, then the output
-  std::vector<std::unique_ptr<LayerCache>> caches_;
+  Tensor params_, grads_;
+  std::vector<LayerWeights> layer_params_, layer_grads_;
+  std::vector<Slot> slots_;
   LayerScratch scratch_;
-  Tensor lnf_, lnf_mean_, lnf_rstd_;    // (N, H), (N), (N)
-  Tensor logits_;                       // (N, V)
-  Tensor losses_, lse_, dlosses_;       // (N)
-  Tensor d_resid_, d_lnf_;              // (N, H)
-  Tensor tokens_, positions_, labels_;  // (N) i32, copies of the batch for backward
-  Tensor mask_;                         // (N)
-  double mask_sum_ = 0;
+  Tensor emb_full_;                  // (S*B, H) embedding output before the SP scatter
+  Tensor d_resid_, d_lnf_;           // (R, H)
+  Tensor d_full_;                    // (S*B, H)
+  Tensor dlosses_, ce_scratch_;      // (S*B)
 };
 
 }  // namespace mg

@@ -27,6 +27,11 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& cfg)
 
 double AdamW::step(float* params, float* grads, float lr) {
   const double norm = std::sqrt(cpu::sum_squares(grads, total_));
+  step(params, grads, lr, norm);
+  return norm;
+}
+
+void AdamW::step(float* params, float* grads, float lr, double norm) {
   // Megatron / torch clip_grad_norm_: scale by clip / (norm + 1e-6) only when that is < 1.
   if (cfg_.clip_grad > 0.f) {
     const double coeff = cfg_.clip_grad / (norm + 1e-6);
@@ -37,7 +42,6 @@ double AdamW::step(float* params, float* grads, float lr) {
     cpu::adamw_update(params + r.offset, grads + r.offset, m_.data<float>() + r.offset,
                       v_.data<float>() + r.offset, r.numel, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
                       r.decay ? cfg_.weight_decay : 0.f, t_);
-  return norm;
 }
 
 }  // namespace mg

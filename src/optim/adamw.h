@@ -22,8 +22,10 @@ class AdamW {
  public:
   AdamW(const ParamLayout& layout, const AdamWConfig& cfg);
 
-  // Clips grads in place to the global norm, then updates params. Returns the norm before
-  // clipping.
+  // Clips grads in place given the global grad norm (computed over all ranks by the caller),
+  // then updates params.
+  void step(float* params, float* grads, float lr, double grad_norm);
+  // Single-rank convenience: computes the norm of these grads, then steps. Returns the norm.
   double step(float* params, float* grads, float lr);
   int64_t steps_taken() const { return t_; }
   size_t state_bytes() const { return m_.nbytes() + v_.nbytes(); }

@@ -27,6 +27,10 @@ std::string format_iteration(const IterationLog& l) {
   s += fmt(" grad norm: %.3f |", l.grad_norm);
   s += fmt(" number of skipped iterations: %3lld |", (long long)l.skipped_iterations);
   s += fmt(" number of nan iterations: %3lld |", (long long)l.nan_iterations);
+  s += fmt(" tp comm bytes: %lld |", (long long)l.tp_bytes);
+  s += fmt(" pp comm bytes: %lld |", (long long)l.pp_bytes);
+  s += fmt(" dp comm bytes: %lld |", (long long)l.dp_bytes);
+  s += fmt(" embedding comm bytes: %lld |", (long long)l.embedding_bytes);
   return s;
 }
 

@@ -4,6 +4,8 @@
 //  throughput per GPU (TFLOP/s/GPU): ... | learning rate: 1.234567E-04 | global batch size: ... |
 //  lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations:
 //  ... | number of nan iterations: ... |
+// followed by this rank's per-step communication volume:
+//  tp comm bytes: ... | pp comm bytes: ... | dp comm bytes: ... | embedding comm bytes: ... |
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,6 +16,8 @@ struct IterationLog {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
   double ms_per_iter = 0, tflops = 0, lr = 0, lm_loss = 0, loss_scale = 1.0, grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
+  // Bytes this rank sent per step in each process group (ring-algorithm accounting).
+  int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0;
 };
 
 std::string format_iteration(const IterationLog& l);

@@ -15,7 +15,7 @@ LRSchedule TrainConfig::lr_schedule() const {
   return s;
 }
 
-void TrainConfig::finalize_and_validate() {
+std::string TrainConfig::finalize_and_validate(int world_size) {
   model.validate();
   adam.validate();
   MG_USER_CHECK(micro_batch_size > 0, "--micro-batch-size must be positive (got ",
@@ -23,9 +23,10 @@ void TrainConfig::finalize_and_validate() {
   if (global_batch_size == 0) global_batch_size = micro_batch_size;
   MG_USER_CHECK(global_batch_size > 0, "--global-batch-size must be positive (got ",
                 global_batch_size, ")");
-  MG_USER_CHECK(global_batch_size % micro_batch_size == 0, "--global-batch-size ",
-                global_batch_size, " must be a multiple of --micro-batch-size ", micro_batch_size,
-                " x data-parallel size 1");
+  const std::string warning =
+      parallel.validate(world_size, model, micro_batch_size, global_batch_size);
+  data_parallel_size = world_size / (parallel.tp() * parallel.pp());
+  model.vocab_pad_tp = parallel.tp();
   MG_USER_CHECK(train_iters > 0, "--train-iters must be positive (got ", train_iters, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
   MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
@@ -37,6 +38,7 @@ void TrainConfig::finalize_and_validate() {
                 "' is not available yet; use --optimizer adam");
   MG_USER_CHECK(mock_data, "no training data: pass --mock-data (Megatron's synthetic dataset)");
   lr_schedule().validate();
+  return warning;
 }
 
 }  // namespace mg

@@ -7,12 +7,14 @@
 #include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "parallel/parallel_config.h"
 
 namespace mg {
 
 struct TrainConfig {
   GPTConfig model;
   AdamWConfig adam;
+  ParallelConfig parallel;
 
   int64_t micro_batch_size = 1;   // --micro-batch-size: samples per micro-batch
   int64_t global_batch_size = 0;  // --global-batch-size: samples per step; 0 means micro batch
@@ -35,11 +37,18 @@ struct TrainConfig {
   std::string split = "969,30,1"; // --split: train/valid/test weights
   bool eod_mask_loss = false;     // --eod-mask-loss
   bool reset_position_ids = false;  // --reset-position-ids
+  std::string dump_final_params;  // --dump-final-params PATH: write the gathered final params
 
-  int64_t num_micro_batches() const { return global_batch_size / micro_batch_size; }
+  int data_parallel_size = 1;     // derived: world / (TP x PP)
+
+  // Micro-batches per iteration on each data-parallel rank.
+  int64_t num_micro_batches() const {
+    return global_batch_size / (micro_batch_size * data_parallel_size);
+  }
   LRSchedule lr_schedule() const;
-  // Fills derived defaults (global batch, decay iters) and throws UsageError naming the flag.
-  void finalize_and_validate();
+  // Fills derived defaults (global batch, decay iters, DP size) and throws UsageError naming
+  // the flag. Returns a warning to print, or "".
+  std::string finalize_and_validate(int world_size = 1);
 };
 
 }  // namespace mg

@@ -2,68 +2,133 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/batch.h"
 #include "data/mock_dataset.h"
+#include "distributed/finalize_grads.h"
 #include "model/gpt.h"
+#include "pipeline/schedule.h"
 #include "train/log_format.h"
 
 namespace mg {
 
 namespace {
 
-double evaluate(GPTModel& model, const GPTDataset& ds, const TrainConfig& cfg,
-                const BatchOptions& opt, int64_t& consumed) {
-  double sum = 0;
-  int64_t count = 0;
-  const int64_t B = cfg.micro_batch_size, S = cfg.model.seq_length;
-  for (int64_t it = 0; it < cfg.eval_iters; ++it) {
-    for (int64_t m = 0; m < cfg.num_micro_batches(); ++m) {
-      Batch b = make_batch(ds, micro_batch_start(consumed, m, B, 1, 0), B, S, opt);
-      sum += model.forward({b.tokens.data(), b.position_ids.data(), b.labels.data(),
-                            b.loss_mask.data()});
-      ++count;
-    }
-    consumed += cfg.global_batch_size;
-  }
-  return count ? sum / double(count) : 0.0;
-}
+// The datasets of one run: Megatron's mock corpus split by --split, each split sized as
+// Megatron sizes it. Only the first and last pipeline stages read data.
+struct RunData {
+  std::unique_ptr<MockTokenSource> source;
+  std::unique_ptr<GPTDataset> train, valid;
+  BatchOptions options;
+};
 
-}  // namespace
-
-TrainResult run_training(const TrainConfig& cfg) {
+RunData build_data(const TrainConfig& cfg, bool needed) {
+  RunData d;
   const GPTConfig& mc = cfg.model;
-  const int64_t B = cfg.micro_batch_size, S = mc.seq_length, M = cfg.num_micro_batches();
-
-  // Data: Megatron's mock corpus split by --split, sized as Megatron sizes each split.
   const int32_t eod = int32_t(mc.vocab_size - 1);
-  MockTokenSource source(mc.vocab_size, eod);
-  const auto ranges = split_ranges(cfg.split, source.num_sequences());
+  d.options = {eod, cfg.eod_mask_loss, cfg.reset_position_ids};
+  if (!needed) return d;
+  d.source = std::make_unique<MockTokenSource>(mc.vocab_size, eod);
+  const auto ranges = split_ranges(cfg.split, d.source->num_sequences());
   MG_USER_CHECK(ranges[0].second > ranges[0].first, "--split '", cfg.split,
                 "' leaves no training data");
-  GPTDataset train_ds(source, ranges[0].first, ranges[0].second,
-                      {S, cfg.train_iters * cfg.global_batch_size, cfg.seed});
-  std::unique_ptr<GPTDataset> valid_ds;
-  const bool do_valid = cfg.eval_interval > 0 && cfg.eval_iters > 0;
-  if (do_valid) {
+  d.train = std::make_unique<GPTDataset>(
+      *d.source, ranges[0].first, ranges[0].second,
+      GPTDatasetConfig{mc.seq_length, cfg.train_iters * cfg.global_batch_size, cfg.seed});
+  if (cfg.eval_interval > 0 && cfg.eval_iters > 0) {
     MG_USER_CHECK(ranges[1].second > ranges[1].first, "--split '", cfg.split,
                   "' leaves no validation data but --eval-interval is set");
     const int64_t n = (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters *
                       cfg.global_batch_size;
-    valid_ds = std::make_unique<GPTDataset>(source, ranges[1].first, ranges[1].second,
-                                            GPTDatasetConfig{S, n, cfg.seed});
+    d.valid = std::make_unique<GPTDataset>(*d.source, ranges[1].first, ranges[1].second,
+                                           GPTDatasetConfig{mc.seq_length, n, cfg.seed});
   }
-  const BatchOptions bopt{eod, cfg.eod_mask_loss, cfg.reset_position_ids};
+  return d;
+}
 
-  GPTModel model(mc, B);
+// Micro-batch m of the iteration starting at `consumed`, this DP rank's slice.
+class BatchSource {
+ public:
+  BatchSource(const GPTDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
+              const BatchOptions& opt)
+      : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {}
+  BatchFn at(int64_t consumed) {
+    return [this, consumed](int64_t m) -> MicroBatch {
+      if (!ds_) return {nullptr, nullptr, nullptr, nullptr};  // a middle pipeline stage
+      const int64_t start =
+          micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
+      batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
+      return {batch_.tokens.data(), batch_.position_ids.data(), batch_.labels.data(),
+              batch_.loss_mask.data()};
+    };
+  }
+
+ private:
+  const GPTDataset* ds_;
+  const TrainConfig& cfg_;
+  int64_t dp_size_, dp_rank_;
+  BatchOptions opt_;
+  Batch batch_;
+};
+
+// The last stage's mean loss, averaged over DP, delivered to every rank (a world reduction
+// that is not part of the reported TP/PP/DP volumes).
+double report_loss(double local_mean, const ProcessGroups& g) {
+  float v[2] = {0.f, 0.f};
+  if (g.last_stage() && g.coord.tp == 0) {
+    v[0] = float(local_mean);
+    v[1] = float(local_mean - double(v[0]));
+  }
+  g.world->all_reduce(v, 2);
+  return (double(v[0]) + double(v[1])) / double(g.grid.dp);
+}
+
+void write_params(const std::string& path, const std::vector<float>& flat, const GPTConfig& mc) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp, std::ios::binary)
+      .write(reinterpret_cast<const char*>(flat.data()), std::streamsize(flat.size() * 4));
+  MG_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "--dump-final-params: cannot write ",
+                path);
+  nlohmann::json manifest = nlohmann::json::array();
+  for (const ParamSpec& p : gpt_param_layout(mc).params())
+    manifest.push_back({{"name", p.name}, {"shape", p.global_shape}, {"offset", p.offset}});
+  std::ofstream(path + ".json") << manifest.dump(1) << "\n";
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
+  const GPTConfig& mc = cfg.model;
+  const int64_t S = mc.seq_length, M = cfg.num_micro_batches();
+  const int P = g.grid.pp, stage = g.coord.pp;
+  const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(mc.num_layers, stage);
+
+  RunData data = build_data(cfg, g.first_stage() || g.last_stage());
+  BatchSource train_batches(data.train.get(), cfg, g, data.options);
+  BatchSource valid_batches(data.valid.get(), cfg, g, data.options);
+  const bool do_valid = cfg.eval_interval > 0 && cfg.eval_iters > 0;
+
+  StageSpec spec;
+  spec.shard = {g.grid.tp, g.coord.tp, layer_begin, layer_end, g.first_stage(), g.last_stage()};
+  spec.sequence_parallel = cfg.parallel.sequence_parallel;
+  spec.num_slots = pipeline_slots(stage, P, M);
+  GPTModel model(mc, cfg.micro_batch_size, spec, g.tp.get());
   model.init(cfg.seed);
+  sync_tied_embedding_params(model, g);
   AdamW optim(model.layout(), cfg.adam);
   const LRSchedule sched = cfg.lr_schedule();
-  log_line(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): ",
-                   model.num_params()));
+  log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
+                   " x DP ", g.grid.dp, cfg.parallel.sequence_parallel ? " (sequence parallel)" : "",
+                   "; micro-batches per iteration per DP rank: ", M));
+  log_line(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (",
+                   g.coord.tp, ", ", stage, "): ", model.num_params(),
+                   " (whole model: ", mc.num_parameters(), ")"));
   log_line(memory_report(model.num_params() * 4, model.num_params() * 4, optim.state_bytes(),
                          model.activation_bytes()));
 
@@ -71,21 +136,27 @@ TrainResult run_training(const TrainConfig& cfg) {
   int64_t consumed = 0, valid_consumed = 0;
   double interval_loss = 0, interval_seconds = 0, total_seconds = 0;
   int64_t interval_iters = 0, nan_iters = 0;
+  CommStats interval_comm[4] = {};
+  Communicator* groups[4] = {g.tp.get(), g.pp.get(), g.dp.get(), g.embedding.get()};
   const double flops_per_iter = mc.train_flops_per_token() * double(cfg.global_batch_size * S);
   for (int64_t iter = 1; iter <= cfg.train_iters; ++iter) {
     Timer timer;
+    for (Communicator* c : groups)
+      if (c) c->reset_stats();
     const double lr = sched.at(consumed);
     model.zero_grads();
-    double loss = 0;
-    for (int64_t m = 0; m < M; ++m) {
-      Batch b = make_batch(train_ds, micro_batch_start(consumed, m, B, 1, 0), B, S, bopt);
-      loss += model.forward({b.tokens.data(), b.position_ids.data(), b.labels.data(),
-                             b.loss_mask.data()}) / double(M);
-      model.backward(1.0f / float(M));
-    }
-    const double grad_norm = optim.step(model.params(), model.grads(), float(lr));
+    const double local_loss = forward_backward(model, *g.pp, M, train_batches.at(consumed));
+    finalize_grads(model, g, cfg.parallel.ddp_bucket_size);
+    const double grad_norm = global_grad_norm(model, g);
+    optim.step(model.params(), model.grads(), float(lr), grad_norm);
     consumed += cfg.global_batch_size;
+    const double loss = report_loss(local_loss / double(M), g);
     const double secs = timer.seconds();
+    for (int k = 0; k < 4; ++k)
+      if (groups[k]) {
+        const CommStats& st = groups[k]->stats();
+        interval_comm[k].p2p_bytes += st.total();
+      }
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) ++nan_iters;
     result.losses.push_back(loss);
     result.grad_norms.push_back(grad_norm);
@@ -100,24 +171,39 @@ TrainResult run_training(const TrainConfig& cfg) {
       l.train_iters = cfg.train_iters;
       l.consumed_samples = consumed;
       l.ms_per_iter = 1e3 * interval_seconds / double(interval_iters);
-      l.tflops = flops_per_iter / (interval_seconds / double(interval_iters)) / 1e12;
+      l.tflops = flops_per_iter / (interval_seconds / double(interval_iters)) / 1e12 /
+                 double(g.grid.world());
       l.lr = lr;
       l.global_batch_size = cfg.global_batch_size;
       l.lm_loss = interval_loss / double(interval_iters);
       l.grad_norm = grad_norm;
       l.nan_iterations = nan_iters;
+      l.tp_bytes = interval_comm[0].p2p_bytes / interval_iters;
+      l.pp_bytes = interval_comm[1].p2p_bytes / interval_iters;
+      l.dp_bytes = interval_comm[2].p2p_bytes / interval_iters;
+      l.embedding_bytes = interval_comm[3].p2p_bytes / interval_iters;
       log_line(format_iteration(l));
       interval_loss = interval_seconds = 0;
       interval_iters = 0;
+      for (CommStats& c : interval_comm) c = {};
     }
     if (do_valid && (iter % cfg.eval_interval == 0 || iter == cfg.train_iters)) {
-      const double v = evaluate(model, *valid_ds, cfg, bopt, valid_consumed);
+      double v = 0;
+      for (int64_t it = 0; it < cfg.eval_iters; ++it) {
+        v += forward_only(model, *g.pp, M, valid_batches.at(valid_consumed)) / double(M);
+        valid_consumed += cfg.global_batch_size;
+      }
+      v = report_loss(v / double(cfg.eval_iters), g);
       result.valid_losses.push_back(v);
       log_line(format_validation(iter, v));
     }
   }
   result.mean_iteration_seconds =
       cfg.train_iters > 1 ? total_seconds / double(cfg.train_iters - 1) : interval_seconds;
+  if (!cfg.dump_final_params.empty()) {
+    const std::vector<float> full = gather_full_params(model, g);
+    if (g.world_rank == 0) write_params(cfg.dump_final_params, full, mc);
+  }
   return result;
 }
 

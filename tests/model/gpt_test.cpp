@@ -88,8 +88,8 @@ TEST(GPTModel, WholeModelGradientMatchesFiniteDifferences) {
   mask[3] = 0.f;
   const MicroBatch mb{tok.data(), pos.data(), lab.data(), mask.data()};
   m.zero_grads();
-  m.forward(mb);
-  m.backward(1.0f);
+  m.forward(0, mb);
+  m.backward(0, nullptr, 1.0f);
   std::vector<float> params(m.params(), m.params() + m.num_params());
   std::vector<float> grads(m.grads(), m.grads() + m.num_params());
   for (const ParamSpec& p : m.layout().params()) {
@@ -97,7 +97,7 @@ TEST(GPTModel, WholeModelGradientMatchesFiniteDifferences) {
     std::vector<float> g(grads.begin() + p.offset, grads.begin() + p.offset + p.numel());
     auto loss = [&] {
       std::copy(x.begin(), x.end(), m.params() + p.offset);
-      return m.forward(mb);
+      return m.forward(0, mb);
     };
     testing::fd_check(p.name, x, g, loss, 1e-2f, 2e-2, 24);
     std::copy(x.begin(), x.end(), m.params() + p.offset);
@@ -114,11 +114,11 @@ TEST(GPTModel, GradientsAccumulateAcrossMicroBatches) {
   for (int64_t i = 0; i < N; ++i) pos[i] = int32_t(i);
   const MicroBatch mb{tok.data(), pos.data(), lab.data(), mask.data()};
   m.zero_grads();
-  m.forward(mb);
-  m.backward(1.f);
+  m.forward(0, mb);
+  m.backward(0, nullptr, 1.f);
   std::vector<float> once(m.grads(), m.grads() + m.num_params());
-  m.forward(mb);
-  m.backward(1.f);
+  m.forward(0, mb);
+  m.backward(0, nullptr, 1.f);
   for (int64_t i = 0; i < m.num_params(); i += 7) EXPECT_NEAR(m.grads()[i], 2 * once[i], 1e-6 + 1e-5 * std::fabs(once[i]));
 }
 

@@ -1,6 +1,6 @@
 // Causal multi-head attention core: P = softmax(mask(Q K^T / sqrt(HD))), O = P V, one (batch,
-// head) pair per task. Q, K, V are read in place from Megatron's interleaved QKV rows (stride
-// 3*NH*HD), so no transpose copies are made. Backward: dP = dO V^T, dV = P^T dO,
+// head) pair per task. Activations are sequence-first [S, B, ...] as in Megatron; Q, K, V are
+// read in place from the interleaved QKV rows (row stride B*3*NH*HD), so no transposes are made. Backward: dP = dO V^T, dV = P^T dO,
 // dS = P * (dP - rowsum(P * dP)), dQ = dS K / sqrt(HD), dK = dS^T Q / sqrt(HD).
 // The GEMMs inside a task run single-threaded (oneDNN does not nest inside an OpenMP region).
 #include <omp.h>
@@ -15,12 +15,12 @@ namespace mg::cpu {
 
 void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t S,
                        int64_t NH, int64_t HD) {
-  const int64_t H = NH * HD, ld_qkv = 3 * H;
+  const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
-    const float* q = qkv + b * S * ld_qkv + h * 3 * HD;
+    const float* q = qkv + b * 3 * H + h * 3 * HD;
     const float* k = q + HD;
     const float* v = q + 2 * HD;
     float* p = probs + bh * S * S;
@@ -36,7 +36,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
       for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
       for (int64_t j = t + 1; j < S; ++j) row[j] = 0.f;
     }
-    gemm(false, false, S, HD, S, 1.0f, p, S, v, ld_qkv, 0.0f, out + b * S * H + h * HD, H);
+    gemm(false, false, S, HD, S, 1.0f, p, S, v, ld_qkv, 0.0f, out + b * H + h * HD, ld_out);
   }
 }
 
@@ -44,19 +44,19 @@ int64_t attention_backward_scratch(int64_t S) { return int64_t(omp_get_max_threa
 
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* probs, int64_t B, int64_t S, int64_t NH, int64_t HD) {
-  const int64_t H = NH * HD, ld_qkv = 3 * H;
+  const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < B * NH; ++bh) {
     const int64_t b = bh / NH, h = bh % NH;
-    const int64_t off = b * S * ld_qkv + h * 3 * HD;
+    const int64_t off = b * 3 * H + h * 3 * HD;
     const float *q = qkv + off, *k = q + HD, *v = q + 2 * HD;
     float *dq = dqkv + off, *dk = dq + HD, *dv = dq + 2 * HD;
     const float* p = probs + bh * S * S;
-    const float* dO = dout + b * S * H + h * HD;
+    const float* dO = dout + b * H + h * HD;
     float* dp = scratch + int64_t(omp_get_thread_num()) * S * S;
-    gemm(false, true, S, S, HD, 1.0f, dO, H, v, ld_qkv, 0.0f, dp, S);
-    gemm(true, false, S, HD, S, 1.0f, p, S, dO, H, 1.0f, dv, ld_qkv);
+    gemm(false, true, S, S, HD, 1.0f, dO, ld_out, v, ld_qkv, 0.0f, dp, S);
+    gemm(true, false, S, HD, S, 1.0f, p, S, dO, ld_out, 1.0f, dv, ld_qkv);
     for (int64_t t = 0; t < S; ++t) {
       const float* prow = p + t * S;
       float* drow = dp + t * S;

@@ -8,30 +8,50 @@
 
 namespace mg::cpu {
 
-void cross_entropy_forward(float* losses, float* lse, const float* logits,
-                           const int32_t* targets, int64_t N, int64_t V) {
+void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = logits + n * V;
     float mx = row[0];
     for (int64_t j = 1; j < V; ++j) mx = row[j] > mx ? row[j] : mx;
-    const float l = mx + float(std::log(sum_exp_shifted(row, mx, V)));
-    lse[n] = l;
-    losses[n] = targets[n] < 0 ? 0.f : l - row[targets[n]];
+    row_max[n] = mx;
   }
 }
 
+void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
+                           int64_t V) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) sum_exp[n] = float(sum_exp_shifted(logits + n * V, shift[n], V));
+}
+
+void cross_entropy_target_logit(float* target_logit, const float* logits,
+                                const int32_t* targets, int64_t v_begin, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t t = int64_t(targets[n]) - v_begin;
+    target_logit[n] = targets[n] >= 0 && t >= 0 && t < V ? logits[n * V + t] : 0.f;
+  }
+}
+
+void cross_entropy_forward(float* losses, float* lse, const float* logits,
+                           const int32_t* targets, int64_t N, int64_t V) {
+  cross_entropy_row_max(lse, logits, N, V);
+  cross_entropy_sum_exp(losses, logits, lse, N, V);
+  for (int64_t n = 0; n < N; ++n) lse[n] += std::log(losses[n]);
+  cross_entropy_target_logit(losses, logits, targets, 0, N, V);
+  for (int64_t n = 0; n < N; ++n) losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
+}
+
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                            const int32_t* targets, const float* dlosses, int64_t N, int64_t V) {
+                            const int32_t* targets, const float* dlosses, int64_t v_begin,
+                            int64_t N, int64_t V) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* row = logits + n * V;
     float* drow = dlogits + n * V;
     const float d = targets[n] < 0 ? 0.f : dlosses[n];
-    const float l = lse[n];
-    exp_shifted(drow, row, l, V);  // softmax; safe in place (elementwise)
+    exp_shifted(drow, logits + n * V, lse[n], V);  // softmax; safe in place (elementwise)
     for (int64_t j = 0; j < V; ++j) drow[j] *= d;
-    if (targets[n] >= 0) drow[targets[n]] -= d;
+    const int64_t t = int64_t(targets[n]) - v_begin;
+    if (targets[n] >= 0 && t >= 0 && t < V) drow[t] -= d;
   }
 }
 

@@ -1,35 +1,42 @@
-// Token + learned absolute position embedding (GPT-2): out = wte[token] + wpe[position].
+// Embedding lookups (token and learned absolute position tables, GPT-2), with a row range so a
+// vocab-parallel shard can look up only the ids it owns.
 #include "backend/ops.h"
 
 namespace mg::cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
-                       const float* wte, const float* wpe, int64_t N, int64_t H) {
+void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t row_begin,
+                       int64_t row_end, int64_t N, int64_t H, bool accumulate) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const float* te = wte + int64_t(tokens[n]) * H;
-    const float* pe = wpe + int64_t(positions[n]) * H;
     float* o = out + n * H;
-    for (int64_t c = 0; c < H; ++c) o[c] = te[c] + pe[c];
+    const int64_t id = ids[n];
+    if (id < row_begin || id >= row_end) {
+      if (!accumulate)
+        for (int64_t c = 0; c < H; ++c) o[c] = 0.f;
+      continue;
+    }
+    const float* row = table + (id - row_begin) * H;
+    if (accumulate)
+      for (int64_t c = 0; c < H; ++c) o[c] += row[c];
+    else
+      for (int64_t c = 0; c < H; ++c) o[c] = row[c];
   }
 }
 
-// Rows repeat (same token twice in a batch), so threads split the hidden dim, not the rows:
+// Ids repeat (same token twice in a batch), so threads split the hidden dim, not the rows:
 // every thread walks all rows and owns a disjoint column range, which needs no atomics.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        const int32_t* positions, int64_t N, int64_t H) {
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t row_begin,
+                        int64_t row_end, int64_t N, int64_t H) {
   const int64_t chunk = 64;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < H; c0 += chunk) {
     const int64_t c1 = c0 + chunk < H ? c0 + chunk : H;
     for (int64_t n = 0; n < N; ++n) {
+      const int64_t id = ids[n];
+      if (id < row_begin || id >= row_end) continue;
       const float* d = dout + n * H;
-      float* te = dwte + int64_t(tokens[n]) * H;
-      float* pe = dwpe + int64_t(positions[n]) * H;
-      for (int64_t c = c0; c < c1; ++c) {
-        te[c] += d[c];
-        pe[c] += d[c];
-      }
+      float* t = dtable + (id - row_begin) * H;
+      for (int64_t c = c0; c < c1; ++c) t[c] += d[c];
     }
   }
 }

@@ -19,6 +19,25 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   MG_CHECK(st == dnnl_success, "dnnl_sgemm status ", int(st), " for M=", M, " N=", N, " K=", K);
 }
 
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] += bias[c];
+}
+
+// Column sums walked row by row (contiguous), each thread owning a block of columns.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  constexpr int64_t kCols = 256;
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < C; c0 += kCols) {
+    const int64_t c1 = std::min(C, c0 + kCols);
+    double acc[kCols] = {};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += dout[n * C + c];
+    for (int64_t c = c0; c < c1; ++c) dbias[c] += float(acc[c - c0]);
+  }
+}
+
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t N, int64_t IN, int64_t OUT) {
   if (bias) {
@@ -33,18 +52,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   if (dinp) gemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
   gemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-  if (dbias) {
-    // Column sums walked row by row (contiguous), each thread owning a block of columns.
-    constexpr int64_t kCols = 256;
-#pragma omp parallel for schedule(static)
-    for (int64_t o0 = 0; o0 < OUT; o0 += kCols) {
-      const int64_t o1 = std::min(OUT, o0 + kCols);
-      double acc[kCols] = {};
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t o = o0; o < o1; ++o) acc[o - o0] += dout[n * OUT + o];
-      for (int64_t o = o0; o < o1; ++o) dbias[o] += float(acc[o - o0]);
-    }
-  }
+  if (dbias) bias_backward(dbias, dout, N, OUT);
 }
 
 }  // namespace mg::cpu

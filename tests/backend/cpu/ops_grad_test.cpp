@@ -51,13 +51,46 @@ TEST(OpsGrad, Embedding) {
   auto wte = random_vec(V * H, 8), wpe = random_vec(P * H, 9), w = random_vec(N * H, 10);
   std::vector<float> out(N * H);
   auto loss = [&] {
-    cpu::embedding_forward(out.data(), tok.data(), pos.data(), wte.data(), wpe.data(), N, H);
+    cpu::embedding_forward(out.data(), tok.data(), wte.data(), 0, V, N, H, false);
+    cpu::embedding_forward(out.data(), pos.data(), wpe.data(), 0, P, N, H, true);
     return weighted_sum(out, w);
   };
   std::vector<float> dwte(V * H, 0.f), dwpe(P * H, 0.f);
-  cpu::embedding_backward(dwte.data(), dwpe.data(), w.data(), tok.data(), pos.data(), N, H);
+  cpu::embedding_backward(dwte.data(), w.data(), tok.data(), 0, V, N, H);
+  cpu::embedding_backward(dwpe.data(), w.data(), pos.data(), 0, P, N, H);
   fd_check("embedding dwte", wte, dwte, loss);
   fd_check("embedding dwpe", wpe, dwpe, loss);
+}
+
+TEST(OpsGrad, EmbeddingRowRangeShard) {
+  // A shard holding rows [2, 4) of a 5-row table: other ids give zeros and no gradient.
+  const int64_t N = 4, H = 3;
+  std::vector<int32_t> ids = {0, 2, 3, 4};
+  auto shard = random_vec(2 * H, 40);
+  std::vector<float> out(N * H, 9.f), dshard(2 * H, 0.f), dout(N * H, 1.f);
+  cpu::embedding_forward(out.data(), ids.data(), shard.data(), 2, 4, N, H, false);
+  for (int64_t c = 0; c < H; ++c) {
+    EXPECT_EQ(out[c], 0.f);
+    EXPECT_EQ(out[H + c], shard[c]);
+    EXPECT_EQ(out[2 * H + c], shard[H + c]);
+    EXPECT_EQ(out[3 * H + c], 0.f);
+  }
+  cpu::embedding_backward(dshard.data(), dout.data(), ids.data(), 2, 4, N, H);
+  for (float d : dshard) EXPECT_EQ(d, 1.f);
+}
+
+TEST(OpsGrad, Bias) {
+  const int64_t N = 5, C = 7;
+  auto x = random_vec(N * C, 41), b = random_vec(C, 42), w = random_vec(N * C, 43);
+  std::vector<float> out(N * C);
+  auto loss = [&] {
+    out = x;
+    cpu::bias_add_forward(out.data(), b.data(), N, C);
+    return weighted_sum(out, w);
+  };
+  std::vector<float> db(C, 0.f);
+  cpu::bias_backward(db.data(), w.data(), N, C);
+  fd_check("bias db", b, db, loss);
 }
 
 TEST(OpsGrad, LayerNorm) {
@@ -169,8 +202,44 @@ TEST(OpsGrad, CrossEntropy) {
   EXPECT_NEAR(losses[1], std::log(ref) - logits[V + 8], 1e-5);
   std::vector<float> dlogits(N * V);
   cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), target.data(), w.data(),
-                              N, V);
+                              0, N, V);
   fd_check("cross-entropy dlogits", logits, dlogits, loss, 1e-2f, 5e-3, 1000);
+}
+
+TEST(OpsGrad, CrossEntropyPiecesComposeAcrossVocabShards) {
+  // Two shards of a 10-wide vocab combined as the vocab-parallel loss does (max, sum of
+  // exp, target logit) give the single-shard loss and the single-shard gradient columns.
+  const int64_t N = 3, V = 10, half = 5;
+  auto logits = random_vec(N * V, 44, -3.f, 3.f);
+  std::vector<int32_t> target = {1, 7, 5};
+  std::vector<float> ref_loss(N), ref_lse(N), dl = {1.f, 0.3f, 2.f}, ref_d(N * V);
+  cpu::cross_entropy_forward(ref_loss.data(), ref_lse.data(), logits.data(), target.data(), N, V);
+  cpu::cross_entropy_backward(ref_d.data(), logits.data(), ref_lse.data(), target.data(), dl.data(),
+                              0, N, V);
+  std::vector<float> shard[2];
+  for (int s = 0; s < 2; ++s)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < half; ++j) shard[s].push_back(logits[n * V + s * half + j]);
+  std::vector<float> mx(N), mx1(N), se(N), se1(N), tl(N), tl1(N);
+  cpu::cross_entropy_row_max(mx.data(), shard[0].data(), N, half);
+  cpu::cross_entropy_row_max(mx1.data(), shard[1].data(), N, half);
+  for (int64_t n = 0; n < N; ++n) mx[n] = std::max(mx[n], mx1[n]);
+  cpu::cross_entropy_sum_exp(se.data(), shard[0].data(), mx.data(), N, half);
+  cpu::cross_entropy_sum_exp(se1.data(), shard[1].data(), mx.data(), N, half);
+  cpu::cross_entropy_target_logit(tl.data(), shard[0].data(), target.data(), 0, N, half);
+  cpu::cross_entropy_target_logit(tl1.data(), shard[1].data(), target.data(), half, N, half);
+  std::vector<float> lse(N);
+  for (int64_t n = 0; n < N; ++n) {
+    lse[n] = mx[n] + std::log(se[n] + se1[n]);
+    EXPECT_NEAR(lse[n] - (tl[n] + tl1[n]), ref_loss[n], 1e-5);
+  }
+  for (int s = 0; s < 2; ++s) {
+    cpu::cross_entropy_backward(shard[s].data(), shard[s].data(), lse.data(), target.data(),
+                                dl.data(), s * half, N, half);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < half; ++j)
+        EXPECT_NEAR(shard[s][n * half + j], ref_d[n * V + s * half + j], 1e-6);
+  }
 }
 
 TEST(OpsGrad, CrossEntropyInPlace) {
@@ -179,9 +248,10 @@ TEST(OpsGrad, CrossEntropyInPlace) {
   std::vector<int32_t> target = {1, 2, 4};
   std::vector<float> losses(N), lse(N), dl = {1.f, 0.5f, 2.f}, sep(N * V);
   cpu::cross_entropy_forward(losses.data(), lse.data(), logits.data(), target.data(), N, V);
-  cpu::cross_entropy_backward(sep.data(), logits.data(), lse.data(), target.data(), dl.data(), N, V);
-  cpu::cross_entropy_backward(logits.data(), logits.data(), lse.data(), target.data(), dl.data(), N,
+  cpu::cross_entropy_backward(sep.data(), logits.data(), lse.data(), target.data(), dl.data(), 0, N,
                               V);
+  cpu::cross_entropy_backward(logits.data(), logits.data(), lse.data(), target.data(), dl.data(), 0,
+                              N, V);
   for (int64_t i = 0; i < N * V; ++i) EXPECT_FLOAT_EQ(logits[i], sep[i]);
 }
 
@@ -231,7 +301,8 @@ TEST(OpsThreads, TwoThreadsMatchOne) {
                            1e-5f);
     cpu::layernorm_backward(dx.data(), dg.data(), db.data(), dout.data(), x.data(), g.data(),
                             mean.data(), rstd.data(), N, H);
-    cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), pos.data(), N, H);
+    cpu::embedding_backward(dwte.data(), dout.data(), tok.data(), 0, 5, N, H);
+    cpu::embedding_backward(dwpe.data(), dout.data(), pos.data(), 0, S, N, H);
     std::vector<float> all;
     for (auto* v : {&out, &dqkv, &y, &dx, &dg, &db, &dwte, &dwpe}) all.insert(all.end(), v->begin(), v->end());
     return all;

@@ -1,0 +1,61 @@
+// The Communicator API: collectives and point-to-point transfers on fp32 buffers within one
+// process group, with byte counters. Counters record what this rank sends under ring
+// algorithms, the convention of formulas.md and nccl-tests' bus bandwidth: all-reduce of n
+// elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements in total = (p-1)/p n,
+// send = n, broadcast = n on the root. Groups of size 1 move nothing and count nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mg {
+
+enum class ReduceOp { Sum, Max };
+
+struct CommStats {
+  int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0,
+          broadcast_bytes = 0, p2p_bytes = 0;
+  int64_t total() const {
+    return all_reduce_bytes + reduce_scatter_bytes + all_gather_bytes + broadcast_bytes +
+           p2p_bytes;
+  }
+};
+
+// One point-to-point transfer of a batch (Megatron's batch_isend_irecv).
+struct P2POp {
+  bool is_send;
+  float* data;
+  int64_t n;
+  int peer;  // rank within this communicator
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place over n elements.
+  virtual void all_reduce(float* data, int64_t n, ReduceOp op = ReduceOp::Sum) = 0;
+  // in holds size() chunks of n_out elements; out gets the sum of every rank's chunk rank().
+  virtual void reduce_scatter(const float* in, float* out, int64_t n_out) = 0;
+  // out gets size() chunks of n_in elements, chunk r from rank r.
+  virtual void all_gather(const float* in, float* out, int64_t n_in) = 0;
+  virtual void broadcast(float* data, int64_t n, int root) = 0;
+  // All ops are posted, then all are waited for: no ordering deadlocks between pairs.
+  virtual void batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
+  virtual void barrier() = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+// A communicator of one rank: every collective is the identity (used when a group has size 1
+// and for single-process runs).
+std::unique_ptr<Communicator> make_self_communicator();
+
+}  // namespace mg

@@ -1,0 +1,129 @@
+#include "comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace mg {
+
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  MG_CHECK(rc == MPI_SUCCESS, "MPI call ", what, " failed with code ", rc);
+}
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce(float* data, int64_t n, ReduceOp op) override {
+    if (size_ == 1 || n == 0) return;
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT,
+                            op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_),
+              "MPI_Allreduce");
+    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
+  }
+  void reduce_scatter(const float* in, float* out, int64_t n_out) override {
+    if (size_ == 1) {
+      std::memcpy(out, in, n_out * sizeof(float));
+      return;
+    }
+    check_mpi(MPI_Reduce_scatter_block(in, out, int(n_out), MPI_FLOAT, MPI_SUM, comm_),
+              "MPI_Reduce_scatter_block");
+    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
+  }
+  void all_gather(const float* in, float* out, int64_t n_in) override {
+    if (size_ == 1) {
+      std::memcpy(out, in, n_in * sizeof(float));
+      return;
+    }
+    check_mpi(MPI_Allgather(in, int(n_in), MPI_FLOAT, out, int(n_in), MPI_FLOAT, comm_),
+              "MPI_Allgather");
+    stats_.all_gather_bytes += (size_ - 1) * n_in * 4;
+  }
+  void broadcast(float* data, int64_t n, int root) override {
+    if (size_ == 1) return;
+    check_mpi(MPI_Bcast(data, int(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
+    if (rank_ == root) stats_.broadcast_bytes += n * 4;
+  }
+  void batch_isend_irecv(const std::vector<P2POp>& ops) override {
+    std::vector<MPI_Request> reqs(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const P2POp& op = ops[i];
+      MG_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_, "bad p2p peer ", op.peer);
+      if (op.is_send) {
+        check_mpi(MPI_Isend(op.data, int(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
+                  "MPI_Isend");
+        stats_.p2p_bytes += op.n * 4;
+      } else {
+        check_mpi(MPI_Irecv(op.data, int(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
+                  "MPI_Irecv");
+      }
+    }
+    check_mpi(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();
+}
+
+std::unique_ptr<Communicator> mpi_world() {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+}
+
+std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  int color = MPI_UNDEFINED, key = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto it = std::find(groups[g].begin(), groups[g].end(), me);
+    if (it != groups[g].end()) {
+      color = int(g);
+      key = int(it - groups[g].begin());
+    }
+  }
+  MPI_Comm comm;
+  check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "MPI_Comm_split");
+  if (comm == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiCommunicator>(comm, true);
+}
+
+}  // namespace mg

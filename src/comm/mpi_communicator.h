@@ -1,0 +1,30 @@
+// MPI implementation of Communicator, and the process-wide MPI session (init/finalize/abort).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mg {
+
+// Initializes MPI (works under mpirun and as a single process without it).
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+  // Ends every rank of the job (a rank-local failure must not leave the others waiting).
+  [[noreturn]] static void abort(int code);
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+// The whole job.
+std::unique_ptr<Communicator> mpi_world();
+// Splits MPI_COMM_WORLD into the given disjoint groups (world ranks, in group order; every
+// rank must pass the same list). Returns this rank's group, or nullptr if it is in none.
+std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups);
+
+}  // namespace mg

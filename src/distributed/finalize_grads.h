@@ -1,0 +1,33 @@
+// After the last micro-batch's backward, in Megatron's finalize_model_grads order:
+//  1. data parallel: grads averaged over DP replicas (pre-scaled by 1/DP, then all-reduced in
+//     buckets of --ddp-bucket-size elements, last parameters first as backward produces them);
+//  2. sequence parallel: grads of TP-replicated params that saw only this rank's sequence
+//     chunk (LayerNorms, row-parallel biases) all-reduced over TP, coalesced into one call;
+//  3. tied embeddings with PP > 1: the first stage's word-embedding grad and the last stage's
+//     output-layer grad all-reduced over the embedding group.
+// Also the matching init-time sync of the tied copy, the global grad norm, and a gather of all
+// parameters into the single-rank layout.
+#pragma once
+#include <vector>
+
+#include "model/gpt.h"
+#include "parallel/process_groups.h"
+
+namespace mg {
+
+void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size);
+
+// Megatron's zero-init + all-reduce that gives the last stage's output layer the first
+// stage's word embedding (PP > 1).
+void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g);
+
+// L2 norm of the whole model's gradient, counting every parameter once: TP-replicated params
+// only on TP rank 0, the tied copy not at all. All-reduced over the model-parallel group (DP
+// replicas hold identical grads after finalize_grads).
+double global_grad_norm(GPTModel& model, ProcessGroups& g);
+
+// Every parameter in the single-rank layout (gpt_param_layout(cfg)), assembled over all ranks.
+// Collective; every rank gets the result.
+std::vector<float> gather_full_params(GPTModel& model, ProcessGroups& g);
+
+}  // namespace mg

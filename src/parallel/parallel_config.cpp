@@ -1,0 +1,76 @@
+#include "parallel/parallel_config.h"
+
+#include "core/error.h"
+
+namespace mg {
+
+std::pair<int64_t, int64_t> ParallelConfig::stage_layers(int64_t L, int stage) const {
+  const int P = pp();
+  const int64_t first = decoder_first_pipeline_num_layers, last = decoder_last_pipeline_num_layers;
+  if (first == 0 && last == 0) return {stage * L / P, (stage + 1) * L / P};
+  // Uneven: the given first/last stage counts, the rest split evenly over the other stages.
+  const int64_t middle_stages = P - (first > 0) - (last > 0);
+  const int64_t rest = L - first - last;
+  const int64_t per = middle_stages > 0 ? rest / middle_stages : 0;
+  int64_t begin = 0;
+  for (int s = 0; s < P; ++s) {
+    const int64_t n = (s == 0 && first > 0) ? first : (s == P - 1 && last > 0) ? last : per;
+    if (s == stage) return {begin, begin + n};
+    begin += n;
+  }
+  return {L, L};
+}
+
+std::string ParallelConfig::validate(int world, const GPTConfig& m, int64_t mbs, int64_t gbs) {
+  const int T = tp(), P = pp();
+  MG_USER_CHECK(T >= 1, "--tensor-model-parallel-size must be >= 1 (got ", T, ")");
+  MG_USER_CHECK(P >= 1, "--pipeline-model-parallel-size must be >= 1 (got ", P, ")");
+  MG_USER_CHECK(world % (T * P) == 0, "world size ", world,
+                " is not divisible by --tensor-model-parallel-size ", T,
+                " x --pipeline-model-parallel-size ", P, " (launch a multiple of ", T * P,
+                " ranks)");
+  const int DP = world / (T * P);
+  MG_USER_CHECK(m.num_attention_heads % T == 0, "--num-attention-heads ", m.num_attention_heads,
+                " must be divisible by --tensor-model-parallel-size ", T);
+  MG_USER_CHECK(m.ffn() % T == 0, "--ffn-hidden-size ", m.ffn(),
+                " must be divisible by --tensor-model-parallel-size ", T);
+  MG_USER_CHECK(m.padded_vocab_size(T) % T == 0, "padded vocabulary ", m.padded_vocab_size(T),
+                " is not divisible by --tensor-model-parallel-size ", T);
+  MG_USER_CHECK(decoder_first_pipeline_num_layers >= 0 && decoder_last_pipeline_num_layers >= 0,
+                "--decoder-first/last-pipeline-num-layers must be >= 0");
+  const int64_t L = m.num_layers, first = decoder_first_pipeline_num_layers,
+                last = decoder_last_pipeline_num_layers;
+  if (first == 0 && last == 0) {
+    MG_USER_CHECK(L % P == 0, "--num-layers ", L, " is not divisible by --pipeline-model-parallel-size ",
+                  P, "; use --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
+                  "for an uneven split");
+  } else {
+    MG_USER_CHECK(P > 1, "--decoder-first/last-pipeline-num-layers need "
+                  "--pipeline-model-parallel-size > 1");
+    const int64_t middle = P - (first > 0) - (last > 0);
+    const int64_t rest = L - first - last;
+    MG_USER_CHECK(rest >= 0 && (middle > 0 ? rest % middle == 0 && rest / middle > 0 : rest == 0),
+                  "--num-layers ", L, " cannot be split as --decoder-first-pipeline-num-layers ",
+                  first, ", --decoder-last-pipeline-num-layers ", last, " and ", middle,
+                  " equal middle stage(s) of --pipeline-model-parallel-size ", P);
+  }
+  MG_USER_CHECK(L >= P, "--num-layers ", L, " is smaller than --pipeline-model-parallel-size ", P);
+  MG_USER_CHECK(gbs % (mbs * DP) == 0, "--global-batch-size ", gbs,
+                " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
+                " (world ", world, " / (TP ", T, " x PP ", P, "))");
+  MG_USER_CHECK(ddp_bucket_size > 0, "--ddp-bucket-size must be positive (got ", ddp_bucket_size,
+                ")");
+  std::string warning;
+  if (sequence_parallel && T == 1) {
+    sequence_parallel = false;
+    warning = "WARNING: --sequence-parallel has no effect with --tensor-model-parallel-size 1; "
+              "ignoring it";
+  }
+  if (sequence_parallel)
+    MG_USER_CHECK(m.seq_length % T == 0, "--seq-length ", m.seq_length,
+                  " must be divisible by --tensor-model-parallel-size ", T,
+                  " with --sequence-parallel");
+  return warning;
+}
+
+}  // namespace mg

@@ -1,0 +1,32 @@
+// The parallel layout a run asks for: TP and PP from flags, DP derived as world / (TP * PP),
+// sequence parallelism, uneven first/last pipeline stages and the DDP bucket size. validate()
+// runs on every rank before anything is allocated.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "model/config.h"
+
+namespace mg {
+
+struct ParallelConfig {
+  int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size: TP
+  int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size: PP
+  bool sequence_parallel = false;        // --sequence-parallel (needs TP > 1)
+  int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
+  int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
+  int64_t ddp_bucket_size = 40000000;    // --ddp-bucket-size: elements per DP all-reduce
+
+  int tp() const { return tensor_model_parallel_size; }
+  int pp() const { return pipeline_model_parallel_size; }
+  // [first, last) global layer indices held by pipeline stage `stage`.
+  std::pair<int64_t, int64_t> stage_layers(int64_t num_layers, int stage) const;
+
+  // Checks the layout against the world size, model and batch; throws UsageError naming the
+  // flag. Returns a warning to print (empty if none), e.g. --sequence-parallel without TP.
+  std::string validate(int world_size, const GPTConfig& model, int64_t micro_batch_size,
+                       int64_t global_batch_size);
+};
+
+}  // namespace mg

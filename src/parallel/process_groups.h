@@ -1,0 +1,31 @@
+// This rank's place in the grid and its communicators, built once at start-up and passed
+// explicitly to whatever needs them (no global state).
+#pragma once
+#include <memory>
+
+#include "comm/communicator.h"
+#include "parallel/rank_grid.h"
+
+namespace mg {
+
+struct ProcessGroups {
+  RankGrid grid;
+  int world_rank = 0;
+  RankGrid::Coord coord{0, 0, 0};
+  std::unique_ptr<Communicator> world;
+  std::unique_ptr<Communicator> tp;              // tensor parallel
+  std::unique_ptr<Communicator> pp;              // pipeline stages of this model replica
+  std::unique_ptr<Communicator> dp;              // data-parallel replicas
+  std::unique_ptr<Communicator> model_parallel;  // tp x pp: one model replica (grad norm)
+  std::unique_ptr<Communicator> embedding;       // first + last stage; null on middle stages
+
+  bool first_stage() const { return coord.pp == 0; }
+  bool last_stage() const { return coord.pp == grid.pp - 1; }
+};
+
+// Over MPI_COMM_WORLD (which must have grid.world() ranks).
+ProcessGroups make_mpi_process_groups(const RankGrid& grid);
+// A single process: every group is this rank alone.
+ProcessGroups make_single_process_groups();
+
+}  // namespace mg

@@ -1,0 +1,111 @@
+#include "pipeline/schedule.h"
+
+#include <algorithm>
+
+namespace mg {
+
+int64_t pipeline_slots(int stage, int stages, int64_t M) {
+  return std::max<int64_t>(1, std::min<int64_t>(stages - stage, M));
+}
+
+namespace {
+
+// Point-to-point exchange with the neighbouring stages (ranks r-1 and r+1 of the PP group).
+class StageLinks {
+ public:
+  StageLinks(GPTModel& model, Communicator& pp)
+      : model_(model), pp_(pp), r_(pp.rank()), n_(model.activation_numel()),
+        d_output_({n_}) {}
+  bool first() const { return r_ == 0; }
+  bool last() const { return r_ == pp_.size() - 1; }
+  float* d_output() { return d_output_.data<float>(); }
+
+  void recv_forward(int64_t slot) {
+    if (!first()) pp_.batch_isend_irecv({{false, model_.input_activation(slot), n_, r_ - 1}});
+  }
+  void send_forward(int64_t slot) {
+    if (!last()) pp_.batch_isend_irecv({{true, out(slot), n_, r_ + 1}});
+  }
+  void send_forward_recv_backward(int64_t slot) {
+    if (!last())
+      pp_.batch_isend_irecv({{true, out(slot), n_, r_ + 1}, {false, d_output(), n_, r_ + 1}});
+  }
+  void send_backward_recv_forward(int64_t next_slot) {
+    if (!first())
+      pp_.batch_isend_irecv({{true, in_grad(), n_, r_ - 1},
+                             {false, model_.input_activation(next_slot), n_, r_ - 1}});
+  }
+  void recv_backward() {
+    if (!last()) pp_.batch_isend_irecv({{false, d_output(), n_, r_ + 1}});
+  }
+  void send_backward() {
+    if (!first()) pp_.batch_isend_irecv({{true, in_grad(), n_, r_ - 1}});
+  }
+
+ private:
+  float* out(int64_t slot) { return const_cast<float*>(model_.output_activation(slot)); }
+  float* in_grad() { return const_cast<float*>(model_.input_grad()); }
+  GPTModel& model_;
+  Communicator& pp_;
+  int r_;
+  int64_t n_;
+  Tensor d_output_;
+};
+
+}  // namespace
+
+double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch) {
+  const float scale = 1.0f / float(M);
+  double loss = 0;
+  if (pp.size() == 1) {
+    for (int64_t m = 0; m < M; ++m) {
+      loss += model.forward(0, batch(m));
+      model.backward(0, nullptr, scale);
+    }
+    return loss;
+  }
+  StageLinks link(model, pp);
+  const int64_t slots = model.spec().num_slots;
+  auto slot = [&](int64_t m) { return m % slots; };
+  auto d_out = [&] { return link.last() ? nullptr : link.d_output(); };
+  const int64_t warmup = std::min<int64_t>(pp.size() - pp.rank() - 1, M);
+  const int64_t remaining = M - warmup;
+  MG_CHECK(slots >= warmup + 1 || remaining == 0, "stage needs ", warmup + 1, " slots, has ",
+           slots);
+
+  for (int64_t i = 0; i < warmup; ++i) {
+    link.recv_forward(slot(i));
+    loss += model.forward(slot(i), batch(i));
+    link.send_forward(slot(i));
+  }
+  if (remaining > 0) link.recv_forward(slot(warmup));
+  for (int64_t i = 0; i < remaining; ++i) {
+    const int64_t m = warmup + i;
+    loss += model.forward(slot(m), batch(m));
+    link.send_forward_recv_backward(slot(m));
+    model.backward(slot(i), d_out(), scale);
+    if (i == remaining - 1)
+      link.send_backward();
+    else
+      link.send_backward_recv_forward(slot(m + 1));
+  }
+  for (int64_t i = remaining; i < M; ++i) {
+    link.recv_backward();
+    model.backward(slot(i), d_out(), scale);
+    link.send_backward();
+  }
+  return loss;
+}
+
+double forward_only(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch) {
+  StageLinks link(model, pp);
+  double loss = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    link.recv_forward(0);
+    loss += model.forward(0, batch(m));
+    link.send_forward(0);
+  }
+  return loss;
+}
+
+}  // namespace mg

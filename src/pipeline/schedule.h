@@ -1,0 +1,25 @@
+// Forward/backward schedules over the micro-batches of one iteration (Megatron's
+// pipeline_parallel/schedules.py): no pipelining when PP = 1, otherwise non-interleaved 1F1B
+// (warmup = min(PP - r - 1, M) forwards, steady one-forward-one-backward pairs with combined
+// send/recv, cooldown backwards). Each micro-batch's loss is scaled by 1/M, so grads accumulate
+// to the mean over micro-batches.
+#pragma once
+#include <functional>
+
+#include "comm/communicator.h"
+#include "model/gpt.h"
+
+namespace mg {
+
+// The micro-batch m of this iteration (pointers valid until the next call).
+using BatchFn = std::function<MicroBatch(int64_t m)>;
+
+// Activation slots stage `stage` of `stages` needs for M micro-batches under 1F1B.
+int64_t pipeline_slots(int stage, int stages, int64_t M);
+
+// Returns the sum over micro-batches of the per-micro-batch loss on the last stage (0 elsewhere).
+double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch);
+// Forward passes only (evaluation), one micro-batch at a time through the stages.
+double forward_only(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch);
+
+}  // namespace mg

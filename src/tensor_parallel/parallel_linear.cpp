@@ -1,0 +1,66 @@
+#include "tensor_parallel/parallel_linear.h"
+
+#include <cstring>
+
+#include "backend/ops.h"
+
+namespace mg::tp {
+
+namespace {
+int64_t local_rows(const TPGroup& g, int64_t rows) {
+  return g.sequence_parallel ? rows / g.size() : rows;
+}
+}  // namespace
+
+const float* column_parallel_forward(const TPGroup& g, float* y, const float* x_local,
+                                     float* x_full, const float* weight, const float* bias,
+                                     const LinearShape& s) {
+  const float* x = x_local;
+  if (g.sequence_parallel) {
+    gather_from_sp_region_forward(g, x_local, x_full, local_rows(g, s.rows) * s.in);
+    x = x_full;
+  }  // else copy_to_region: identity
+  cpu::linear_forward(y, x, weight, bias, s.rows, s.in, s.out);
+  return x;
+}
+
+void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
+                              float* dbias, const float* dy, const float* x_used,
+                              const float* weight, const LinearShape& s) {
+  std::memset(dx_full, 0, s.rows * s.in * sizeof(float));
+  cpu::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
+  if (g.sequence_parallel) {
+    gather_from_sp_region_backward(g, dx_full, dx_local, local_rows(g, s.rows) * s.in);
+  } else {
+    copy_to_region_backward(g, dx_full, s.rows * s.in);
+    if (dx_local != dx_full) std::memcpy(dx_local, dx_full, s.rows * s.in * sizeof(float));
+  }
+}
+
+void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, const float* x,
+                          const float* weight, const float* bias, const LinearShape& s) {
+  const int64_t R = local_rows(g, s.rows);
+  cpu::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
+  if (g.sequence_parallel) {
+    reduce_scatter_to_sp_forward(g, partial, y_local, R * s.out);
+  } else {
+    reduce_from_region_forward(g, partial, s.rows * s.out);
+    std::memcpy(y_local, partial, s.rows * s.out * sizeof(float));
+  }
+  if (bias) cpu::bias_add_forward(y_local, bias, R, s.out);
+}
+
+void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,
+                           const float* dy_local, float* dy_full, const float* x,
+                           const float* weight, const LinearShape& s) {
+  const int64_t R = local_rows(g, s.rows);
+  if (dbias) cpu::bias_backward(dbias, dy_local, R, s.out);
+  const float* dy = dy_local;  // reduce_from_region backward: identity
+  if (g.sequence_parallel) {
+    reduce_scatter_to_sp_backward(g, dy_local, dy_full, R * s.out);
+    dy = dy_full;
+  }
+  cpu::linear_backward(dx, dweight, nullptr, dy, x, weight, s.rows, s.in, s.out);
+}
+
+}  // namespace mg::tp

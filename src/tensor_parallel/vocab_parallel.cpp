@@ -1,0 +1,54 @@
+#include "tensor_parallel/vocab_parallel.h"
+
+#include <cmath>
+
+#include "backend/ops.h"
+
+namespace mg::tp {
+
+void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_t* tokens,
+                                      const int32_t* positions, const float* word_local,
+                                      const float* position, int64_t vocab_local, int64_t rows,
+                                      int64_t H) {
+  const int64_t v0 = g.rank() * vocab_local;
+  cpu::embedding_forward(out, tokens, word_local, v0, v0 + vocab_local, rows, H, false);
+  reduce_from_region_forward(g, out, rows * H);
+  cpu::embedding_forward(out, positions, position, 0, INT32_MAX, rows, H, true);
+}
+
+void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, float* dposition,
+                                       const float* dout, const int32_t* tokens,
+                                       const int32_t* positions, int64_t vocab_local,
+                                       int64_t rows, int64_t H) {
+  const int64_t v0 = g.rank() * vocab_local;
+  cpu::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
+  cpu::embedding_backward(dword_local, dout, tokens, v0, v0 + vocab_local, rows, H);
+}
+
+void vocab_parallel_cross_entropy_forward(const TPGroup& g, float* losses, float* lse,
+                                          float* scratch, const float* logits,
+                                          const int32_t* targets, int64_t rows,
+                                          int64_t vocab_local) {
+  float* row_max = lse;  // lse is built in place from the global row maximum
+  cpu::cross_entropy_row_max(row_max, logits, rows, vocab_local);
+  g.comm->all_reduce(row_max, rows, ReduceOp::Max);
+  cpu::cross_entropy_sum_exp(scratch, logits, row_max, rows, vocab_local);
+  g.comm->all_reduce(scratch, rows);
+  cpu::cross_entropy_target_logit(losses, logits, targets, g.rank() * vocab_local, rows,
+                                  vocab_local);
+  g.comm->all_reduce(losses, rows);
+  for (int64_t n = 0; n < rows; ++n) {
+    lse[n] = row_max[n] + std::log(scratch[n]);
+    losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
+  }
+}
+
+void vocab_parallel_cross_entropy_backward(const TPGroup& g, float* dlogits, const float* logits,
+                                           const float* lse, const int32_t* targets,
+                                           const float* dlosses, int64_t rows,
+                                           int64_t vocab_local) {
+  cpu::cross_entropy_backward(dlogits, logits, lse, targets, dlosses, g.rank() * vocab_local,
+                              rows, vocab_local);
+}
+
+}  // namespace mg::tp
