@@ -96,7 +96,8 @@ void write_params(const std::string& path, const std::vector<float>& flat, const
   MG_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "--dump-final-params: cannot write ",
                 path);
   nlohmann::json manifest = nlohmann::json::array();
-  for (const ParamSpec& p : gpt_param_layout(mc).params())
+  const ParamLayout layout = gpt_param_layout(mc);
+  for (const ParamSpec& p : layout.params())
     manifest.push_back({{"name", p.name}, {"shape", p.global_shape}, {"offset", p.offset}});
   std::ofstream(path + ".json") << manifest.dump(1) << "\n";
 }

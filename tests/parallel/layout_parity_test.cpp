@@ -1,0 +1,245 @@
+// Parallel layouts through the real binary under mpirun (label `parallel`): every layout
+// reproduces the single-rank run (per-step loss within 1e-5 relative, final parameters within
+// 1e-4 relative L2), counted communication equals the analytic volumes, a killed rank ends the
+// job with a message instead of a hang, and invalid layouts are refused with their message.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <dirent.h>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "testing/fd_check.h"
+#include "testing/mpirun.h"
+
+namespace mg {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Tiny GPT: 4 layers, hidden 32, 4 heads, seq 16, vocab 500 (padded to 512 for any TP <= 4),
+// micro-batch 2, global batch 8, 20 steps.
+const std::string kModel =
+    " train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16"
+    " --vocab-size 500 --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 2e-3"
+    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7";
+
+struct RunOut {
+  std::vector<double> losses;
+  std::vector<float> params;
+  std::string log;
+};
+
+RunOut train(int ranks, const std::string& layout) {
+  char tmpl[] = "/tmp/mg_layout_XXXXXX";
+  const fs::path dir = mkdtemp(tmpl);
+  const std::string dump = (dir / "params.bin").string();
+  auto r = testing::run_command(testing::mpirun_prefix(ranks) + MG_BINARY + kModel + " " + layout +
+                                " --dump-final-params " + dump);
+  RunOut out;
+  out.log = r.output;
+  EXPECT_EQ(r.exit_code, 0) << layout << "\n" << r.output;
+  out.losses = testing::log_values(r.output, "lm loss");
+  std::ifstream f(dump, std::ios::binary | std::ios::ate);
+  if (f) {
+    out.params.resize(size_t(f.tellg()) / 4);
+    f.seekg(0);
+    f.read(reinterpret_cast<char*>(out.params.data()), std::streamsize(out.params.size() * 4));
+  }
+  fs::remove_all(dir);
+  return out;
+}
+
+struct Layout {
+  int ranks;
+  std::string flags;
+};
+void PrintTo(const Layout& l, std::ostream* os) { *os << "np " << l.ranks << " " << l.flags; }
+
+class LayoutParity : public ::testing::TestWithParam<Layout> {};
+
+std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  static const char* names[] = {"tp2",     "tp4",       "pp2",       "pp4",    "dp2",
+                                "tp2_pp2", "tp2pp2dp2", "tp2dp2_sp", "pp2dp2", "pp3_uneven"};
+  return names[info.index];
+}
+
+TEST_P(LayoutParity, MatchesSingleRank) {
+  const RunOut base = train(1, "");
+  ASSERT_EQ(base.losses.size(), 20u) << base.log;
+  const RunOut run = train(GetParam().ranks, GetParam().flags);
+  ASSERT_EQ(run.losses.size(), base.losses.size()) << run.log;
+  for (size_t i = 0; i < base.losses.size(); ++i)
+    EXPECT_LT(std::fabs(run.losses[i] - base.losses[i]) / base.losses[i], 1e-5)
+        << "step " << i + 1 << ": " << run.losses[i] << " vs " << base.losses[i];
+  ASSERT_EQ(run.params.size(), base.params.size());
+  std::vector<double> a(run.params.begin(), run.params.end()),
+      b(base.params.begin(), base.params.end());
+  EXPECT_LT(testing::rel_l2(a, b), 1e-4);
+  EXPECT_LT(base.losses.back(), base.losses.front());  // it trained
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LayoutParity,
+    ::testing::Values(Layout{2, "--tensor-model-parallel-size 2"},
+                      Layout{4, "--tensor-model-parallel-size 4"},
+                      Layout{2, "--pipeline-model-parallel-size 2"},
+                      Layout{4, "--pipeline-model-parallel-size 4"},
+                      Layout{2, ""},  // DP 2
+                      Layout{4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
+                      Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
+                      Layout{4, "--tensor-model-parallel-size 2 --sequence-parallel"},
+                      Layout{4, "--pipeline-model-parallel-size 2"},
+                      Layout{3, "--pipeline-model-parallel-size 3 "
+                                "--decoder-first-pipeline-num-layers 2 "
+                                "--decoder-last-pipeline-num-layers 1"}),
+    layout_name);
+
+// ---- communication volume: rank 0's counted bytes per step vs closed forms ----
+
+int64_t field(const std::string& log, const std::string& name) {
+  auto v = testing::log_values(log, name);
+  EXPECT_FALSE(v.empty()) << name << "\n" << log;
+  return v.empty() ? -1 : int64_t(v.back());
+}
+
+// Parameters on one TP shard of one stage holding `layers` layers (ffn = 4h).
+int64_t local_params(int64_t h, int64_t t, int64_t layers, bool first, bool last, int64_t V,
+                     int64_t S) {
+  const int64_t per_layer = 12 * h * h / t + 7 * h / t + 6 * h;
+  return layers * per_layer + (first ? V * h / t + S * h : 0) + (last ? 2 * h : 0) +
+         (last && !first ? V * h / t : 0);
+}
+
+TEST(CommVolume, TensorAndDataParallelMatchFormulas) {
+  // (tp, pp, dp) = (2, 1, 2): rank 0 holds the whole depth; M = 8 / (2 x 2) = 2 micro-batches.
+  const RunOut r = train(4, "--tensor-model-parallel-size 2");
+  const int64_t b = 2, s = 16, h = 32, t = 2, L = 4, V = 512, M = 2, d = 2;
+  const int64_t bsh = b * s * h;
+  // formulas.md: 8 b s h (t-1)/t elements per layer per micro-batch (2 all-reduces forward, 2
+  // backward). Outside the layers: the vocab-parallel embedding's all-reduce, the output
+  // layer's input-grad all-reduce, and the cross-entropy's 3 all-reduces of b*s values.
+  const int64_t tp_elems = M * (L * 8 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t +
+                                2 * bsh * (t - 1) / t + 3 * 2 * b * s * (t - 1) / t);
+  EXPECT_EQ(field(r.log, "tp comm bytes"), 4 * tp_elems);
+  EXPECT_EQ(field(r.log, "pp comm bytes"), 0);
+  // DP: one all-reduce of all local grads, ring factor 2 (d-1)/d.
+  EXPECT_EQ(field(r.log, "dp comm bytes"),
+            4 * 2 * (d - 1) * local_params(h, t, L, true, true, V, s) / d);
+  EXPECT_EQ(field(r.log, "embedding comm bytes"), 0);
+}
+
+TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
+  // (tp, pp, dp) = (2, 2, 1) with SP: rank 0 is TP rank 0 of the first stage (2 layers);
+  // M = 8 / 2 = 4 micro-batches.
+  const RunOut r = train(4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                         "--sequence-parallel");
+  const int64_t b = 2, s = 16, h = 32, t = 2, L_stage = 2, V = 512, M = 4;
+  const int64_t bsh = b * s * h;
+  // Layers: all-gather + reduce-scatter pairs, the same 8 b s h (t-1)/t total as the
+  // all-reduces they replace. Embedding: all-reduce forward, all-gather of the scattered
+  // gradient backward. Finalize: SP-partial grads (2 LayerNorms = 4h, 2 row-parallel biases
+  // = 2h per layer) all-reduced over TP once per step.
+  const int64_t tp_elems = M * (L_stage * 8 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t +
+                                bsh * (t - 1) / t) +
+                           2 * (t - 1) * (6 * h * L_stage) / t;
+  EXPECT_EQ(field(r.log, "tp comm bytes"), 4 * tp_elems);
+  // formulas.md: b s h / t elements per micro-batch between adjacent stages with SP; the first
+  // stage sends activations only.
+  EXPECT_EQ(field(r.log, "pp comm bytes"), 4 * M * bsh / t);
+  EXPECT_EQ(field(r.log, "dp comm bytes"), 0);
+  // Tied embedding: all-reduce of the word-embedding shard (V/t x h) between first and last.
+  EXPECT_EQ(field(r.log, "embedding comm bytes"), 4 * 2 * 1 * (V * h / t) / 2);
+}
+
+// ---- a rank that dies ----
+
+std::vector<pid_t> pids_with_env(const std::string& needle) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  while (dirent* e = d ? readdir(d) : nullptr) {
+    const pid_t pid = pid_t(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream f("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::ifstream c("/proc/" + std::string(e->d_name) + "/cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(c)), std::istreambuf_iterator<char>());
+    if (env.find(needle) != std::string::npos && cmd.find("megatron") != std::string::npos &&
+        cmd.find("mpirun") == std::string::npos)
+      out.push_back(pid);
+  }
+  if (d) closedir(d);
+  return out;
+}
+
+TEST(RankFailure, KilledRankEndsTheJobWithAMessage) {
+  const std::string tag = "MG_KILL_TEST=" + std::to_string(getpid());
+  char tmpl[] = "/tmp/mg_kill_XXXXXX";
+  const fs::path dir = mkdtemp(tmpl);
+  const std::string log = (dir / "log").string();
+  const std::string cmd = "env " + tag + " " + testing::mpirun_prefix(2) + "-x MG_KILL_TEST " +
+                          MG_BINARY + kModel + " --train-iters 1000000 --pipeline-model-parallel-size 2 > " +
+                          log + " 2>&1; echo $? > " + log + ".rc";
+  std::thread job([&] { std::system(cmd.c_str()); });
+  // Wait for training to be under way, then SIGKILL the rank with OMPI_COMM_WORLD_RANK=1.
+  for (int i = 0; i < 600; ++i) {
+    std::ifstream f(log);
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (s.find(" iteration ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  pid_t victim = 0;
+  for (pid_t p : pids_with_env(tag)) {
+    std::ifstream f("/proc/" + std::to_string(p) + "/environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (env.find(std::string("OMPI_COMM_WORLD_RANK=1") + '\0') != std::string::npos) victim = p;
+  }
+  ASSERT_NE(victim, 0) << "rank 1 not found";
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  job.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ifstream rc_file(log + ".rc");
+  int rc = -1;
+  rc_file >> rc;
+  std::ifstream f(log);
+  std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_LT(secs, 60.0);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+// ---- invalid layouts through the binary ----
+
+void expect_refused(int ranks, const std::string& flags, const std::string& mention) {
+  auto r = testing::run_command(testing::mpirun_prefix(ranks) + MG_BINARY + kModel + " " + flags);
+  EXPECT_NE(r.exit_code, 0) << flags << "\n" << r.output;
+  EXPECT_NE(r.output.find(mention), std::string::npos) << flags << "\n" << r.output;
+  EXPECT_EQ(r.output.find(" iteration "), std::string::npos) << "must fail before training";
+}
+
+TEST(InvalidLayouts, RefusedWithTheirMessage) {
+  expect_refused(3, "--tensor-model-parallel-size 2", "world size 3 is not divisible");
+  expect_refused(2, "--tensor-model-parallel-size 2 --num-attention-heads 3 --hidden-size 33",
+                 "--num-attention-heads 3");
+  expect_refused(3, "--pipeline-model-parallel-size 3", "--num-layers 4 is not divisible");
+  expect_refused(4, "--global-batch-size 4", "--global-batch-size 4 must be a multiple");
+  expect_refused(2, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 4",
+                 "cannot be split");
+}
+
+TEST(InvalidLayouts, SequenceParallelWithoutTPWarns) {
+  auto r = testing::run_command(testing::mpirun_prefix(1) + MG_BINARY + kModel +
+                                " --train-iters 1 --lr-warmup-iters 0 --sequence-parallel");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("WARNING: --sequence-parallel has no effect"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mg

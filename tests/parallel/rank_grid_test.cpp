@@ -1,0 +1,91 @@
+// Megatron's rank grid against the worked 16-rank example of parallel_state's docstring
+// (TP = 2, PP = 4, DP = 2; megatron-reference.md §3), and the stage split.
+#include "parallel/rank_grid.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "parallel/parallel_config.h"
+
+namespace mg {
+namespace {
+
+using Groups = std::vector<std::vector<int>>;
+
+TEST(RankGrid, SixteenRankWorkedExample) {
+  RankGrid g{2, 4, 2};
+  EXPECT_EQ(g.groups("tp"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13},
+                                    {14, 15}}));
+  EXPECT_EQ(g.groups("dp"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14},
+                                    {13, 15}}));
+  EXPECT_EQ(g.groups("pp"), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14},
+                                    {3, 7, 11, 15}}));
+  EXPECT_EQ(g.embedding_groups(), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+  // Model-parallel groups (tp-pp): one model replica each.
+  EXPECT_EQ(g.groups("tp-pp"), (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
+  // rank = tp + TP * (dp + DP * pp)
+  for (int r = 0; r < 16; ++r) {
+    const auto c = g.coord(r);
+    EXPECT_EQ(r, c.tp + 2 * (c.dp + 2 * c.pp));
+    EXPECT_EQ(g.rank_of(c), r);
+  }
+}
+
+TEST(RankGrid, PipelineOfOneHasSingleEmbeddingRank) {
+  RankGrid g{2, 1, 2};
+  EXPECT_EQ(g.embedding_groups(), (Groups{{0}, {1}, {2}, {3}}));
+}
+
+using Range = std::pair<int64_t, int64_t>;
+
+TEST(ParallelConfig, StageSplits) {
+  ParallelConfig p;
+  p.pipeline_model_parallel_size = 4;
+  EXPECT_EQ(p.stage_layers(8, 0), Range(0, 2));
+  EXPECT_EQ(p.stage_layers(8, 3), Range(6, 8));
+  p.decoder_first_pipeline_num_layers = 1;
+  p.decoder_last_pipeline_num_layers = 3;
+  EXPECT_EQ(p.stage_layers(8, 0), Range(0, 1));
+  EXPECT_EQ(p.stage_layers(8, 1), Range(1, 3));
+  EXPECT_EQ(p.stage_layers(8, 2), Range(3, 5));
+  EXPECT_EQ(p.stage_layers(8, 3), Range(5, 8));
+}
+
+std::string layout_error(int world, int tp, int pp, int64_t layers, int64_t heads, int64_t gbs,
+                         int64_t first = 0) {
+  ParallelConfig p;
+  p.tensor_model_parallel_size = tp;
+  p.pipeline_model_parallel_size = pp;
+  p.decoder_first_pipeline_num_layers = first;
+  GPTConfig m;
+  m.num_layers = layers;
+  m.hidden_size = 64;
+  m.num_attention_heads = heads;
+  try {
+    p.validate(world, m, 2, gbs);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ParallelConfig, InvalidLayoutsNameTheFlag) {
+  EXPECT_NE(layout_error(3, 2, 1, 4, 4, 8).find("world size 3"), std::string::npos);
+  EXPECT_NE(layout_error(4, 4, 1, 4, 2, 8).find("--num-attention-heads"), std::string::npos);
+  EXPECT_NE(layout_error(2, 1, 2, 3, 4, 8).find("--num-layers 3"), std::string::npos);
+  EXPECT_NE(layout_error(4, 1, 1, 4, 4, 6).find("--global-batch-size 6"), std::string::npos);
+  EXPECT_NE(layout_error(3, 1, 3, 4, 4, 8, 3).find("--decoder-first-pipeline-num-layers"),
+            std::string::npos);
+  EXPECT_EQ(layout_error(8, 2, 2, 4, 4, 8), "");
+}
+
+TEST(ParallelConfig, SequenceParallelWithoutTPIsIgnoredWithAWarning) {
+  ParallelConfig p;
+  p.sequence_parallel = true;
+  GPTConfig m;
+  EXPECT_NE(p.validate(1, m, 1, 1).find("WARNING"), std::string::npos);
+  EXPECT_FALSE(p.sequence_parallel);
+}
+
+}  // namespace
+}  // namespace mg

@@ -1,0 +1,28 @@
+// Launching the real binary under mpirun from a test, and reading its Megatron-format log.
+#pragma once
+#include <unistd.h>
+
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "testing/subprocess.h"
+
+namespace mg::testing {
+
+inline std::string mpirun_prefix(int ranks) {
+  return std::string(MG_MPIEXEC) + (geteuid() == 0 ? " --allow-run-as-root" : "") +
+         " --oversubscribe -np " + std::to_string(ranks) + " ";
+}
+
+// Every value of `field` (e.g. "lm loss") in the log's iteration lines, in order.
+inline std::vector<double> log_values(const std::string& log, const std::string& field) {
+  std::vector<double> v;
+  const std::regex re("\\| " + field + ": ([0-9.E+-]+) \\|");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+       ++it)
+    v.push_back(std::stod((*it)[1]));
+  return v;
+}
+
+}  // namespace mg::testing
