@@ -51,8 +51,10 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n);
 // Causal multi-head self-attention core on Megatron's sequence-first layout and interleaved
 // QKV rows: qkv[S,B,NH,3,HD] (per head: q, k, v), out[S,B,NH*HD], probs[B,NH,S,S] saved
 // (softmax of q k^T / sqrt(HD) with the causal mask; zero above the diagonal).
+// seg_start (B, S) may be null; else position t of row b attends only to [seg_start, t]
+// (Megatron's --reset-attention-mask: no attention across an EOD).
 void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD);
+                       int64_t NH, int64_t HD, const int32_t* seg_start = nullptr);
 // dqkv += ...; scratch needs attention_backward_scratch(S) floats.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* probs, int64_t B, int64_t S, int64_t NH, int64_t HD);

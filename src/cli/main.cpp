@@ -1,12 +1,13 @@
-// The `megatron` binary: one program, subcommands (train now; preprocess, generate, serve,
-// convert and plan as they land). User errors print one line naming the flag and exit 2.
+// The `megatron` binary: one program, subcommands. User errors print one line naming the flag
+// or file and exit 2; a failure on one rank ends every rank of the job.
 #include <malloc.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "cli/options.h"
+#include "cli/commands.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -20,33 +21,66 @@ const char* kUsage =
     "Trains GPT-style transformer language models, the way Megatron-LM does, in one native "
     "program.\n\n"
     "commands:\n"
-    "  train     train a model (megatron train --help for its flags)\n\n"
+    "  train            train a model (megatron train --help for its flags)\n"
+    "  preprocess       JSON lines -> Megatron .bin/.idx token datasets\n"
+    "  merge-datasets   concatenate .bin/.idx datasets\n\n"
     "Threads: set OMP_NUM_THREADS (default: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
-int run(int argc, char** argv, const mg::MpiSession& mpi) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::fputs(kUsage, stdout);
-    return args.empty() ? 2 : 0;
-  }
-  const std::string command = args[0];
-  args.erase(args.begin());
-  if (command == "train") {
-    for (const std::string& a : args)
-      if (a == "--help" || a == "-h") {
-        std::fputs(mg::train_help().c_str(), stdout);
-        return 0;
-      }
-    mg::TrainConfig cfg = mg::parse_train_args(args);
-    const std::string warning = cfg.finalize_and_validate(mpi.world_size());
-    if (!warning.empty()) mg::log_line(warning);
-    mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
-    mg::ProcessGroups groups = mg::make_mpi_process_groups(grid);
-    mg::run_training(cfg, groups);
+bool wants_help(const std::vector<std::string>& args) {
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::train_options(), "usage: megatron train [flags]\n\nTrains a "
+               "GPT-2-style model. Flags follow Megatron-LM's names and meanings.").c_str(), stdout);
     return 0;
   }
-  throw mg::UsageError("unknown command '" + command + "' (see `megatron --help`)");
+  mg::TrainConfig cfg = mg::parse_train_args(args);
+  if (!cfg.tokenizer.tokenizer_type.empty()) {
+    // The tokenizer sizes the vocabulary (Megatron pads it afterwards).
+    if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
+    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
+  }
+  const std::string warning = cfg.finalize_and_validate(mpi.world_size());
+  if (!warning.empty()) mg::log_line(warning);
+  mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  mg::ProcessGroups groups = mg::make_mpi_process_groups(grid);
+  mg::run_training(cfg, groups);
+  return 0;
+}
+
+int preprocess(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::preprocess_options(), "usage: megatron preprocess [flags]\n\n"
+               "Tokenizes JSON lines into Megatron's indexed dataset format.").c_str(), stdout);
+    return 0;
+  }
+  const mg::PreprocessConfig cfg = mg::parse_args(mg::preprocess_options(), args, "preprocess");
+  const mg::PreprocessSummary s = mg::run_preprocess(cfg);
+  std::string outputs;
+  for (const std::string& k : cfg.json_keys) outputs += " " + cfg.output_prefix + "_" + k + "_document.{bin,idx}";
+  std::printf("preprocess: %lld documents, %lld tokens, %lld bad lines skipped, %.2f MB in %.2f s "
+              "(%.2f MB/s, %.0f docs/s, %d workers) ->%s\n",
+              (long long)s.documents, (long long)s.tokens, (long long)s.bad_lines,
+              double(s.bytes) / 1e6, s.seconds, double(s.bytes) / 1e6 / s.seconds,
+              double(s.documents) / s.seconds, cfg.workers, outputs.c_str());
+  return 0;
+}
+
+int merge(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::merge_options(), "usage: megatron merge-datasets [flags]").c_str(),
+               stdout);
+    return 0;
+  }
+  const mg::MergeConfig cfg = mg::parse_args(mg::merge_options(), args, "merge-datasets");
+  const int n = mg::run_merge_datasets(cfg);
+  std::printf("merge-datasets: %d datasets -> %s.{bin,idx}\n", n, cfg.output_prefix.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -57,10 +91,31 @@ int main(int argc, char** argv) {
   // several percent of a training step.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "preprocess") return preprocess(args);
+    if (command == "merge-datasets") return merge(args);
+  } catch (const mg::UsageError& e) {
+    mg::log_error(std::string("megatron ") + command + ": error: " + e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    mg::log_error(std::string("megatron ") + command + ": internal error: " + e.what());
+    return 1;
+  }
+  if (command != "train") {
+    mg::log_error("megatron: error: unknown command '" + command + "' (see `megatron --help`)");
+    return 2;
+  }
   mg::MpiSession mpi(&argc, &argv);
   mg::set_log_rank(mpi.world_rank());
   try {
-    return run(argc, argv, mpi);
+    return train(args, mpi);
   } catch (const mg::UsageError& e) {
     // Every rank validates the same flags, so every rank stops here; rank 0 says why.
     if (mpi.world_rank() == 0) mg::log_error(std::string("megatron: error: ") + e.what());

@@ -15,16 +15,20 @@ struct BatchOptions {
   int32_t eod = 0;                  // the tokenizer's end-of-document id
   bool eod_mask_loss = false;       // --eod-mask-loss
   bool reset_position_ids = false;  // --reset-position-ids
+  bool reset_attention_mask = false;  // --reset-attention-mask
 };
 
 struct Batch {
   int64_t B = 0, S = 0;
   std::vector<int32_t> tokens, labels, position_ids;  // (B, S)
   std::vector<float> loss_mask;                       // (B, S)
+  // With --reset-attention-mask: the first position each token may attend to (just after the
+  // last EOD before it); empty otherwise.
+  std::vector<int32_t> attention_start;               // (B, S)
 };
 
 // Samples [first, first + B) of the dataset (wrapping at its end, as a cyclic iterator does).
-Batch make_batch(const GPTDataset& ds, int64_t first, int64_t B, int64_t S,
+Batch make_batch(const SampleDataset& ds, int64_t first, int64_t B, int64_t S,
                  const BatchOptions& opt);
 
 // Global sample id of the first sample this DP rank reads in micro-step `micro` of the

@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <climits>
+#include <cstdio>
+#include <fstream>
 #include <regex>
 
 #include "core/error.h"
+#include "data/npy.h"
 #include "data/numpy_random.h"
+
+#include <filesystem>
 
 namespace mg {
 
@@ -68,6 +74,29 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
   const int64_t S = cfg.seq_length, X = kExtraToken;
   MG_CHECK(S > 0 && begin < end && end <= source.num_sequences(), "bad dataset range [", begin,
            ", ", end, ")");
+  std::string description;
+  if (!cfg.cache_dir.empty()) {
+    description = str_cat("{\"class\": \"GPTDataset\", \"dataset\": \"", cfg.cache_key,
+                          "\", \"split\": \"", cfg.split_name, "\", \"range\": [", begin, ", ", end,
+                          "], \"num_samples\": ", cfg.num_samples, ", \"sequence_length\": ", S,
+                          ", \"random_seed\": ", cfg.seed, "}");
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the description
+    for (unsigned char c : description) h = (h ^ c) * 1099511628211ull;
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
+    cache_prefix_ = (std::filesystem::path(cfg.cache_dir) /
+                     (std::string(hex) + "-GPTDataset-" + cfg.split_name + "-")).string();
+    if (std::filesystem::exists(cache_prefix_ + "shuffle_index.npy")) {
+      document_index_ = read_npy(cache_prefix_ + "document_index.npy").as<int32_t>();
+      sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int64_t>();
+      shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int64_t>();
+      MG_USER_CHECK(sample_index_.size() == 2 * (shuffle_index_.size() + 1), "index cache '",
+                    cache_prefix_, "*.npy' is inconsistent; delete it to rebuild");
+      loaded_ = true;
+      return;
+    }
+    MG_CHECK(cfg.write_cache, "index cache ", cache_prefix_, "* missing on a reading rank");
+  }
   int64_t tokens_per_epoch = 0;
   for (int64_t d = begin; d < end; ++d) tokens_per_epoch += source.sequence_length(d);
   MG_USER_CHECK(tokens_per_epoch > S + X, "the dataset split holds only ", tokens_per_epoch,
@@ -124,6 +153,29 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
   const int64_t first =
       separate_final_epoch ? ((num_epochs_ - 1) * tokens_per_epoch - X) / S : M;
   shuffle_index_ = build_shuffle_index(first, M, rng);
+
+  if (!cache_prefix_.empty()) {  // Megatron's dtypes: int32 indices, uint32 shuffle
+    std::filesystem::create_directories(cfg.cache_dir);
+    std::ofstream(cache_prefix_ + "description.txt") << description << "\n";
+    write_npy(cache_prefix_ + "document_index.npy", "<i4", {int64_t(document_index_.size())},
+              document_index_.data(), document_index_.size() * 4);
+    const bool small = sample_index_.empty() ||
+                       *std::max_element(sample_index_.begin(), sample_index_.end()) < INT32_MAX;
+    if (small) {
+      std::vector<int32_t> v(sample_index_.begin(), sample_index_.end());
+      write_npy(cache_prefix_ + "sample_index.npy", "<i4", {M + 1, 2}, v.data(), v.size() * 4);
+    } else {
+      write_npy(cache_prefix_ + "sample_index.npy", "<i8", {M + 1, 2}, sample_index_.data(),
+                sample_index_.size() * 8);
+    }
+    if (M < int64_t(UINT32_MAX) - 1) {
+      std::vector<uint32_t> v(shuffle_index_.begin(), shuffle_index_.end());
+      write_npy(cache_prefix_ + "shuffle_index.npy", "<u4", {M}, v.data(), v.size() * 4);
+    } else {
+      write_npy(cache_prefix_ + "shuffle_index.npy", "<i8", {M}, shuffle_index_.data(),
+                shuffle_index_.size() * 8);
+    }
+  }
 }
 
 int64_t GPTDataset::sample(int64_t i, int32_t* out) const {

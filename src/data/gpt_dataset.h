@@ -18,20 +18,36 @@ std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split
 
 struct GPTDatasetConfig {
   int64_t seq_length = 0;   // S
-  int64_t num_samples = 0;  // samples requested from this split
+  int64_t num_samples = 0;  // samples requested from this split (0: one epoch)
   uint32_t seed = 1234;     // --seed
+  std::string cache_dir;    // --data-cache-path (empty: no cache)
+  std::string cache_key;    // identifies the source and split in the cache description
+  std::string split_name = "train";
+  bool write_cache = true;  // false: only read (ranks other than 0)
 };
 
-class GPTDataset {
+// Anything that yields samples of S+1 tokens by index (a GPT dataset or a blend of them).
+class SampleDataset {
  public:
-  // Uses sequences [begin, end) of source.
-  GPTDataset(const TokenSource& source, int64_t begin, int64_t end, const GPTDatasetConfig& cfg);
-
-  int64_t size() const { return int64_t(shuffle_index_.size()); }
-  int64_t num_epochs() const { return num_epochs_; }
+  virtual ~SampleDataset() = default;
+  virtual int64_t size() const = 0;
   // Writes S+1 tokens of sample i into out; returns how many are real (the rest are padding,
   // which only the very last sample of a dataset can need).
-  int64_t sample(int64_t i, int32_t* out) const;
+  virtual int64_t sample(int64_t i, int32_t* out) const = 0;
+};
+
+class GPTDataset : public SampleDataset {
+ public:
+  // Uses sequences [begin, end) of source. With a cache directory, the three indices are read
+  // from <hash>-GPTDataset-<split>-*.npy when present, else built (and written).
+  GPTDataset(const TokenSource& source, int64_t begin, int64_t end, const GPTDatasetConfig& cfg);
+
+  int64_t size() const override { return int64_t(shuffle_index_.size()); }
+  int64_t num_epochs() const { return num_epochs_; }
+  int64_t sample(int64_t i, int32_t* out) const override;
+  bool loaded_from_cache() const { return loaded_; }
+  // Cache file prefix "<dir>/<hash>-GPTDataset-<split>-" (empty without a cache dir).
+  const std::string& cache_prefix() const { return cache_prefix_; }
 
   const std::vector<int32_t>& document_index() const { return document_index_; }
   const std::vector<int64_t>& sample_index() const { return sample_index_; }  // (M+1) x 2
@@ -44,6 +60,8 @@ class GPTDataset {
   std::vector<int32_t> document_index_;
   std::vector<int64_t> sample_index_;
   std::vector<int64_t> shuffle_index_;
+  std::string cache_prefix_;
+  bool loaded_ = false;
 };
 
 }  // namespace mg

@@ -20,7 +20,7 @@ LayerScratch::LayerScratch(const LayerDims& d)
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
-                               const LayerDims& d) {
+                               const LayerDims& d, const int32_t* seg_start) {
   const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH;
   float* full = s.full.data<float>();
   // Attention block.
@@ -30,7 +30,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                               d.sp ? c.ln1_full.data<float>() : nullptr, w.qkv_w, w.qkv_b,
                               {d.rows(), H, 3 * d.H_local()});
   cpu::attention_forward(c.attn.data<float>(), c.probs.data<float>(), c.qkv.data<float>(), d.B,
-                         d.S, d.NH_local(), HD);
+                         d.S, d.NH_local(), HD, seg_start);
   tp::row_parallel_forward(g, c.x_mid.data<float>(), full, c.attn.data<float>(), w.proj_w,
                            w.proj_b, {d.rows(), d.H_local(), H});
   cpu::residual_forward(c.x_mid.data<float>(), x, c.x_mid.data<float>(), R * H);

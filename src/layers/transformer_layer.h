@@ -61,10 +61,10 @@ struct LayerScratch {
   explicit LayerScratch(const LayerDims& d);
 };
 
-// y (R, H) from x (R, H).
+// y (R, H) from x (R, H). seg_start (B, S): optional per-position attention start.
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
-                               const LayerDims& d);
+                               const LayerDims& d, const int32_t* seg_start = nullptr);
 // On entry d_resid (R, H) holds dL/dy; on exit dL/dx. Param grads are added into gw.
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
                                 const LayerWeights& w, const LayerWeights& gw,

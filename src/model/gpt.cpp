@@ -44,6 +44,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     s.positions = Tensor({N}, DType::I32);
     s.labels = Tensor({N}, DType::I32);
     s.mask = Tensor({N});
+    s.attention_start = Tensor({N}, DType::I32);
     if (sh.last_stage) {
       s.lnf = Tensor({R, H});
       s.lnf_mean = Tensor({R});
@@ -103,6 +104,11 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
       }
     }
 
+  // Every stage runs attention, so every stage needs the (optional) attention starts.
+  s.has_attention_start = mb.attention_start != nullptr;
+  if (s.has_attention_start)
+    std::memcpy(s.attention_start.data<int32_t>(), mb.attention_start, N * sizeof(int32_t));
+  const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
   if (sh.first_stage) {
     float* x0 = s.resid.front().data<float>();
     float* emb = dims_.sp ? emb_full_.data<float>() : x0;
@@ -115,7 +121,7 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
   }
   for (int64_t l = 0; l < num_layers_; ++l)
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
-                              layer_params_[l], *s.caches[l], scratch_, dims_);
+                              layer_params_[l], *s.caches[l], scratch_, dims_, seg);
   if (!sh.last_stage) return 0.0;
 
   cpu::layernorm_forward(s.lnf.data<float>(), s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),

@@ -22,6 +22,7 @@ struct MicroBatch {
   const int32_t* position_ids;
   const int32_t* labels;
   const float* loss_mask;  // 0 excludes a token from the loss
+  const int32_t* attention_start = nullptr;  // optional: first position each token attends to
 };
 
 struct StageSpec {
@@ -69,6 +70,8 @@ class GPTModel {
     std::vector<Tensor> resid;  // layers+1 x (R, H): each layer's input, then the output
     std::vector<std::unique_ptr<LayerCache>> caches;
     Tensor tokens, positions, labels, mask;  // (S*B) in [S, B] order
+    Tensor attention_start;                  // (B, S), when the batch restricts attention
+    bool has_attention_start = false;
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
     double mask_sum = 0;
   };

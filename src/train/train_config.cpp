@@ -36,7 +36,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(lr_decay_iters >= 0, "--lr-decay-iters must be >= 0 (got ", lr_decay_iters, ")");
   MG_USER_CHECK(optimizer == "adam", "--optimizer '", optimizer,
                 "' is not available yet; use --optimizer adam");
-  MG_USER_CHECK(mock_data, "no training data: pass --mock-data (Megatron's synthetic dataset)");
+  const int sources = int(mock_data) + int(!data_path.empty()) + int(!train_data_path.empty());
+  MG_USER_CHECK(sources > 0, "no training data: pass --data-path PREFIX (a preprocessed "
+                "dataset), --train-data-path, or --mock-data");
+  MG_USER_CHECK(sources == 1, "pass only one of --mock-data, --data-path, --train-data-path");
+  MG_USER_CHECK(mock_data || !tokenizer.tokenizer_type.empty(),
+                "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)");
   lr_schedule().validate();
   return warning;
 }

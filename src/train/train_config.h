@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "data/tokenizer.h"
 #include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -34,9 +35,16 @@ struct TrainConfig {
   int64_t eval_iters = 100;       // --eval-iters: global batches per evaluation
 
   bool mock_data = false;         // --mock-data: Megatron's synthetic dataset
+  std::vector<std::string> data_path;        // --data-path [w1] p1 [w2 p2 ...]: blend, split by --split
+  std::vector<std::string> train_data_path;  // --train-data-path: per-split blends instead
+  std::vector<std::string> valid_data_path;  // --valid-data-path
+  std::vector<std::string> test_data_path;   // --test-data-path
+  std::string data_cache_path;    // --data-cache-path: where index caches go
   std::string split = "969,30,1"; // --split: train/valid/test weights
+  TokenizerConfig tokenizer;      // --tokenizer-type, --vocab-file, --merge-file
   bool eod_mask_loss = false;     // --eod-mask-loss
   bool reset_position_ids = false;  // --reset-position-ids
+  bool reset_attention_mask = false;  // --reset-attention-mask
   std::string dump_final_params;  // --dump-final-params PATH: write the gathered final params
 
   int data_parallel_size = 1;     // derived: world / (TP x PP)

@@ -10,7 +10,8 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/batch.h"
-#include "data/mock_dataset.h"
+#include "data/dataset_builder.h"
+#include "data/loader.h"
 #include "distributed/finalize_grads.h"
 #include "model/gpt.h"
 #include "pipeline/schedule.h"
@@ -20,60 +21,81 @@ namespace mg {
 
 namespace {
 
-// The datasets of one run: Megatron's mock corpus split by --split, each split sized as
-// Megatron sizes it. Only the first and last pipeline stages read data.
-struct RunData {
-  std::unique_ptr<MockTokenSource> source;
-  std::unique_ptr<GPTDataset> train, valid;
-  BatchOptions options;
-};
-
-RunData build_data(const TrainConfig& cfg, bool needed) {
-  RunData d;
-  const GPTConfig& mc = cfg.model;
-  const int32_t eod = int32_t(mc.vocab_size - 1);
-  d.options = {eod, cfg.eod_mask_loss, cfg.reset_position_ids};
-  if (!needed) return d;
-  d.source = std::make_unique<MockTokenSource>(mc.vocab_size, eod);
-  const auto ranges = split_ranges(cfg.split, d.source->num_sequences());
-  MG_USER_CHECK(ranges[0].second > ranges[0].first, "--split '", cfg.split,
-                "' leaves no training data");
-  d.train = std::make_unique<GPTDataset>(
-      *d.source, ranges[0].first, ranges[0].second,
-      GPTDatasetConfig{mc.seq_length, cfg.train_iters * cfg.global_batch_size, cfg.seed});
-  if (cfg.eval_interval > 0 && cfg.eval_iters > 0) {
-    MG_USER_CHECK(ranges[1].second > ranges[1].first, "--split '", cfg.split,
-                  "' leaves no validation data but --eval-interval is set");
-    const int64_t n = (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters *
-                      cfg.global_batch_size;
-    d.valid = std::make_unique<GPTDataset>(*d.source, ranges[1].first, ranges[1].second,
-                                           GPTDatasetConfig{mc.seq_length, n, cfg.seed});
-  }
+// Megatron's split sizes: train = iters x G; valid = (iters / eval_interval + 1) x eval_iters x G.
+DataSpec data_spec(const TrainConfig& cfg) {
+  DataSpec d;
+  d.mock = cfg.mock_data;
+  d.mock_vocab_size = cfg.model.vocab_size;
+  d.mock_eod = int32_t(cfg.model.vocab_size - 1);
+  d.data_path = cfg.data_path;
+  d.split_paths = {cfg.train_data_path, cfg.valid_data_path, cfg.test_data_path};
+  d.split = cfg.split;
+  d.seq_length = cfg.model.seq_length;
+  d.seed = cfg.seed;
+  d.num_samples[0] = cfg.train_iters * cfg.global_batch_size;
+  if (cfg.eval_interval > 0 && cfg.eval_iters > 0)
+    d.num_samples[1] =
+        (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters * cfg.global_batch_size;
+  d.cache_dir = cfg.data_cache_path;
   return d;
 }
 
-// Micro-batch m of the iteration starting at `consumed`, this DP rank's slice.
+// Only the first and last pipeline stages read data. With --data-cache-path, world rank 0
+// builds and writes the indices first; the other ranks then load them.
+BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod) {
+  const bool needed = g.first_stage() || g.last_stage();
+  DataSpec spec = data_spec(cfg);
+  eod = cfg.mock_data ? spec.mock_eod : make_tokenizer(cfg.tokenizer)->eod();
+  BuiltData data;
+  if (!spec.cache_dir.empty()) {
+    if (g.world_rank == 0) data = build_datasets(spec);
+    g.world->barrier();
+    spec.write_cache = false;
+    if (g.world_rank != 0 && needed) data = build_datasets(spec);
+  } else if (needed) {
+    data = build_datasets(spec);
+  }
+  return data;
+}
+
+// Micro-batch m of an iteration: the training loader's next batch, or a validation batch.
 class BatchSource {
  public:
-  BatchSource(const GPTDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
-              const BatchOptions& opt)
-      : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {}
+  BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
+              const BatchOptions& opt, bool prefetch)
+      : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {
+    if (ds && prefetch) {
+      LoaderSpec spec;
+      spec.micro_batch_size = cfg.micro_batch_size;
+      spec.seq_length = cfg.model.seq_length;
+      spec.global_batch_size = cfg.global_batch_size;
+      spec.dp_size = dp_size_;
+      spec.dp_rank = dp_rank_;
+      loader_ = std::make_unique<BatchLoader>(*ds, spec, opt);
+    }
+  }
   BatchFn at(int64_t consumed) {
     return [this, consumed](int64_t m) -> MicroBatch {
       if (!ds_) return {nullptr, nullptr, nullptr, nullptr};  // a middle pipeline stage
-      const int64_t start =
-          micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
-      batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
+      if (loader_) {
+        batch_ = loader_->next();
+      } else {
+        const int64_t start =
+            micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
+        batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
+      }
       return {batch_.tokens.data(), batch_.position_ids.data(), batch_.labels.data(),
-              batch_.loss_mask.data()};
+              batch_.loss_mask.data(),
+              batch_.attention_start.empty() ? nullptr : batch_.attention_start.data()};
     };
   }
 
  private:
-  const GPTDataset* ds_;
+  const SampleDataset* ds_;
   const TrainConfig& cfg_;
   int64_t dp_size_, dp_rank_;
   BatchOptions opt_;
+  std::unique_ptr<BatchLoader> loader_;
   Batch batch_;
 };
 
@@ -110,9 +132,12 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   const int P = g.grid.pp, stage = g.coord.pp;
   const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(mc.num_layers, stage);
 
-  RunData data = build_data(cfg, g.first_stage() || g.last_stage());
-  BatchSource train_batches(data.train.get(), cfg, g, data.options);
-  BatchSource valid_batches(data.valid.get(), cfg, g, data.options);
+  int32_t eod = 0;
+  const BuiltData data = load_data(cfg, g, eod);
+  const BatchOptions options{eod, cfg.eod_mask_loss, cfg.reset_position_ids,
+                             cfg.reset_attention_mask};
+  BatchSource train_batches(data.split[0], cfg, g, options, /*prefetch=*/true);
+  BatchSource valid_batches(data.split[1], cfg, g, options, /*prefetch=*/false);
   const bool do_valid = cfg.eval_interval > 0 && cfg.eval_iters > 0;
 
   StageSpec spec;

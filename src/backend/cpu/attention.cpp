@@ -14,7 +14,7 @@
 namespace mg::cpu {
 
 void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD) {
+                       int64_t NH, int64_t HD, const int32_t* seg_start) {
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel for schedule(dynamic, 1)
@@ -27,13 +27,15 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
     gemm(false, true, S, S, HD, scale, q, ld_qkv, k, ld_qkv, 0.0f, p, S);
     for (int64_t t = 0; t < S; ++t) {
       float* row = p + t * S;
-      float mx = row[0];
-      for (int64_t j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
-      exp_shifted(row, row, mx, t + 1);
+      const int64_t s0 = seg_start ? seg_start[b * S + t] : 0;  // masked columns get 0
+      for (int64_t j = 0; j < s0; ++j) row[j] = 0.f;
+      float mx = row[s0];
+      for (int64_t j = s0 + 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
+      exp_shifted(row + s0, row + s0, mx, t + 1 - s0);
       float sum = 0.f;
-      for (int64_t j = 0; j <= t; ++j) sum += row[j];
+      for (int64_t j = s0; j <= t; ++j) sum += row[j];
       const float inv = 1.0f / sum;
-      for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+      for (int64_t j = s0; j <= t; ++j) row[j] *= inv;
       for (int64_t j = t + 1; j < S; ++j) row[j] = 0.f;
     }
     gemm(false, false, S, HD, S, 1.0f, p, S, v, ld_qkv, 0.0f, out + b * H + h * HD, ld_out);

@@ -1,0 +1,20 @@
+// The option tables of the `megatron` subcommands.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cli/option_table.h"
+#include "data/preprocess.h"
+#include "train/train_config.h"
+
+namespace mg {
+
+const std::vector<Option<TrainConfig>>& train_options();
+const std::vector<Option<PreprocessConfig>>& preprocess_options();
+const std::vector<Option<MergeConfig>>& merge_options();
+
+inline TrainConfig parse_train_args(const std::vector<std::string>& args) {
+  return parse_args(train_options(), args, "train");
+}
+
+}  // namespace mg

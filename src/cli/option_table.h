@@ -1,0 +1,139 @@
+// One option table per subcommand: --help text, parsing and per-flag type checks are all
+// generated from it, so they cannot drift. Semantic validation lives next to each config.
+// A metavar ending in "..." takes every following argument up to the next --flag.
+#pragma once
+#include <charconv>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace mg {
+
+template <typename Config>
+struct Option {
+  std::string flag;     // "--hidden-size"
+  std::string metavar;  // "N"; empty for on/off switches
+  std::string help;
+  std::function<void(Config&, const std::vector<std::string>&)> set;
+  std::function<std::string(const Config&)> show;  // current value, for --help defaults
+};
+
+namespace cli_detail {
+
+template <typename T>
+T parse_value(const std::string& flag, const std::string& text) {
+  T v{};
+  if constexpr (std::is_same_v<T, std::string>) {
+    return text;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    char* end = nullptr;
+    const double d = std::strtod(text.c_str(), &end);
+    MG_USER_CHECK(!text.empty() && end && *end == '\0', flag, " expects a number, got '", text,
+                  "'");
+    v = T(d);
+  } else {
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    MG_USER_CHECK(ec == std::errc() && p == text.data() + text.size(), flag,
+                  " expects an integer, got '", text, "'");
+  }
+  return v;
+}
+
+template <typename T>
+std::string show_value(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "on" : "off";
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
+    return s;
+  } else {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
+}
+
+}  // namespace cli_detail
+
+// An option bound to the field `access(config)` returns; its type decides the parsing.
+template <typename Config, typename Access>
+Option<Config> valued(std::string flag, std::string metavar, std::string help, Access access) {
+  using T = std::remove_reference_t<decltype(access(std::declval<Config&>()))>;
+  return {flag, std::move(metavar), std::move(help),
+          [=](Config& c, const std::vector<std::string>& values) {
+            if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+              access(c) = values;
+            } else {
+              access(c) = cli_detail::parse_value<T>(flag, values.at(0));
+            }
+          },
+          [=](const Config& c) {
+            return cli_detail::show_value(access(const_cast<Config&>(c)));
+          }};
+}
+
+template <typename Config, typename Access>
+Option<Config> on_off(std::string flag, std::string help, Access access) {
+  return {flag, "", std::move(help),
+          [=](Config& c, const std::vector<std::string>&) { access(c) = true; },
+          [=](const Config& c) { return cli_detail::show_value(access(const_cast<Config&>(c))); }};
+}
+
+// Parses argv-style arguments (without the subcommand). Throws UsageError naming the flag.
+template <typename Config>
+Config parse_args(const std::vector<Option<Config>>& table, const std::vector<std::string>& args,
+                  const std::string& command) {
+  Config cfg;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i];
+    std::vector<std::string> values;
+    bool inline_value = false;
+    if (auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
+      values.push_back(flag.substr(eq + 1));
+      flag = flag.substr(0, eq);
+      inline_value = true;
+    }
+    const Option<Config>* opt = nullptr;
+    for (const auto& o : table)
+      if (o.flag == flag) opt = &o;
+    MG_USER_CHECK(opt != nullptr, flag.starts_with("--") ? "unknown flag " : "unexpected argument ",
+                  flag, " (see `megatron ", command, " --help`)");
+    if (opt->metavar.empty()) {
+      MG_USER_CHECK(!inline_value, flag, " takes no value");
+    } else if (!inline_value) {
+      const bool many = opt->metavar.ends_with("...");
+      while (i + 1 < args.size() && !args[i + 1].starts_with("--")) {
+        values.push_back(args[++i]);
+        if (!many) break;
+      }
+      MG_USER_CHECK(!values.empty(), flag, " needs a value (", opt->metavar, ")");
+    }
+    opt->set(cfg, values);
+  }
+  return cfg;
+}
+
+template <typename Config>
+std::string help_text(const std::vector<Option<Config>>& table, const std::string& header) {
+  std::ostringstream os;
+  os << header << "\n\n";
+  const Config defaults;
+  for (const auto& o : table) {
+    std::string left = "  " + o.flag + (o.metavar.empty() ? "" : " " + o.metavar);
+    if (left.size() < 34) left.resize(34, ' ');
+    else left += "  ";
+    os << left << o.help;
+    const std::string def = o.metavar.empty() ? "" : o.show(defaults);
+    if (!def.empty()) os << " [default: " << def << "]";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace mg

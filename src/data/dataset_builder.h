@@ -1,0 +1,37 @@
+// Builds the train / valid / test sample datasets of a run from Megatron's data flags:
+// --mock-data, --data-path (split per dataset by --split, blended), or
+// --train-data-path / --valid-data-path / --test-data-path (whole datasets per split).
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/blended_dataset.h"
+#include "data/token_source.h"
+
+namespace mg {
+
+struct DataSpec {
+  bool mock = false;
+  int64_t mock_vocab_size = 0;
+  int32_t mock_eod = 0;
+  std::vector<std::string> data_path;                 // blend split by `split`
+  std::array<std::vector<std::string>, 3> split_paths;  // per-split blends
+  std::string split = "969,30,1";
+  int64_t seq_length = 0;
+  uint32_t seed = 1234;
+  std::array<int64_t, 3> num_samples = {0, 0, 0};     // requested per split (0: not built)
+  std::string cache_dir;
+  bool write_cache = true;
+};
+
+struct BuiltData {
+  std::vector<std::unique_ptr<TokenSource>> sources;
+  std::vector<std::unique_ptr<SampleDataset>> owned;
+  std::array<const SampleDataset*, 3> split = {nullptr, nullptr, nullptr};  // train, valid, test
+};
+
+BuiltData build_datasets(const DataSpec& spec);
+
+}  // namespace mg

@@ -1,0 +1,39 @@
+// `megatron preprocess`: JSON lines -> Megatron's <prefix>_<key>_document.bin/.idx, tokenized by
+// --workers threads in input order, streaming (bounded memory), written under temporary names
+// and renamed only when complete. Megatron's document rules: a key's value is one text (or a
+// list of sentence texts); empty sentences are dropped; --append-eod adds EOD to the last
+// sentence of a non-empty document. Also `megatron merge-datasets` (Megatron's add_index).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace mg {
+
+struct PreprocessConfig {
+  std::string input;                         // --input: a .jsonl file
+  std::vector<std::string> json_keys = {"text"};  // --json-keys
+  std::string output_prefix;                 // --output-prefix
+  TokenizerConfig tokenizer;                 // --tokenizer-type, --vocab-file, --merge-file, --vocab-size
+  bool append_eod = false;                   // --append-eod
+  int workers = 1;                           // --workers: tokenizer threads
+  bool skip_bad_lines = false;               // --skip-bad-lines: skip malformed JSON (counted)
+  void validate() const;
+};
+
+struct PreprocessSummary {
+  int64_t documents = 0, bad_lines = 0, tokens = 0, bytes = 0;
+  double seconds = 0;
+};
+
+PreprocessSummary run_preprocess(const PreprocessConfig& cfg);
+
+struct MergeConfig {
+  std::string input;          // --input: directory of .bin/.idx pairs (merged in name order)
+  std::string output_prefix;  // --output-prefix
+};
+// Returns the number of datasets merged.
+int run_merge_datasets(const MergeConfig& cfg);
+
+}  // namespace mg
