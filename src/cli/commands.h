@@ -5,6 +5,7 @@
 
 #include "cli/option_table.h"
 #include "data/preprocess.h"
+#include "inference/generate.h"
 #include "train/train_config.h"
 
 namespace mg {
@@ -12,6 +13,7 @@ namespace mg {
 const std::vector<Option<TrainConfig>>& train_options();
 const std::vector<Option<PreprocessConfig>>& preprocess_options();
 const std::vector<Option<MergeConfig>>& merge_options();
+const std::vector<Option<GenerateConfig>>& generate_options();
 
 inline TrainConfig parse_train_args(const std::vector<std::string>& args) {
   return parse_args(train_options(), args, "train");

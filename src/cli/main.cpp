@@ -23,7 +23,8 @@ const char* kUsage =
     "commands:\n"
     "  train            train a model (megatron train --help for its flags)\n"
     "  preprocess       JSON lines -> Megatron .bin/.idx token datasets\n"
-    "  merge-datasets   concatenate .bin/.idx datasets\n\n"
+    "  merge-datasets   concatenate .bin/.idx datasets\n"
+    "  generate         continue prompts with a trained model\n\n"
     "Threads: set OMP_NUM_THREADS (default: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
@@ -83,6 +84,20 @@ int merge(const std::vector<std::string>& args) {
   return 0;
 }
 
+int generate(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::generate_options(), "usage: megatron generate [flags]").c_str(),
+               stdout);
+    return 0;
+  }
+  mg::GenerateConfig cfg = mg::parse_args(mg::generate_options(), args, "generate");
+  if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
+  if (!cfg.tokenizer.tokenizer_type.empty())
+    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
+  for (const std::string& text : mg::generate(cfg)) std::printf("%s\n----\n", text.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +116,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "preprocess") return preprocess(args);
     if (command == "merge-datasets") return merge(args);
+    if (command == "generate") return generate(args);
   } catch (const mg::UsageError& e) {
     mg::log_error(std::string("megatron ") + command + ": error: " + e.what());
     return 2;

@@ -3,6 +3,7 @@
 // far below ln(V) = 6.24; a broken gradient or optimizer stalls near it.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <regex>
 
 #include "testing/subprocess.h"
@@ -42,6 +43,31 @@ TEST(TrainE2E, SameSeedIsBitwiseReproducible) {
   EXPECT_EQ(losses(a.output), losses(b.output));
   auto c = testing::run_command(kRun + " --train-iters 20 --seed 99");
   EXPECT_NE(losses(a.output), losses(c.output));
+}
+
+TEST(TrainE2E, GenerateContinuesTheLearnedSequence) {
+  // Mock sequences count upwards; a trained model continues a count greedily.
+  char tmpl[] = "/tmp/mg_gen_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string model =
+      " --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 256";
+  auto t = testing::run_command(std::string(MG_BINARY) + " train --mock-data" + model +
+                                " --micro-batch-size 8 --global-batch-size 16 --train-iters 200"
+                                " --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine"
+                                " --lr-warmup-iters 10 --log-interval 50 --dump-final-params " +
+                                dir + "/p.bin");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto g = testing::run_command(std::string(MG_BINARY) + " generate" + model +
+                                " --tokenizer-type NullTokenizer --load-params " + dir +
+                                "/p.bin --prompt '10 11 12 13 14' --max-new-tokens 4");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_EQ(g.output.substr(0, g.output.find('\n')), "10 11 12 13 14 15 16 17 18") << g.output;
+  auto bad = testing::run_command(std::string(MG_BINARY) + " generate" + model +
+                                  " --num-layers 3 --tokenizer-type NullTokenizer"
+                                  " --load-params " + dir + "/p.bin --prompt 1");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--load-params"), std::string::npos) << bad.output;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,96 @@
+#include "inference/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "core/error.h"
+#include "model/gpt.h"
+
+namespace mg {
+
+void GenerateConfig::validate() const {
+  model.validate();
+  MG_USER_CHECK(!load_params.empty(), "--load-params is required (a --dump-final-params file)");
+  MG_USER_CHECK(!prompts.empty(), "--prompt is required");
+  MG_USER_CHECK(max_new_tokens >= 0, "--max-new-tokens must be >= 0");
+  MG_USER_CHECK(top_k >= 1, "--top-k must be >= 1 (1 is greedy)");
+  MG_USER_CHECK(temperature > 0, "--temperature must be positive");
+}
+
+namespace {
+
+void load(GPTModel& model, const std::string& path) {
+  std::ifstream mf(path + ".json");
+  MG_USER_CHECK(mf.good(), "--load-params: cannot read '", path, ".json' (written beside the "
+                "parameters by --dump-final-params)");
+  const nlohmann::json manifest = nlohmann::json::parse(mf);
+  for (const ParamSpec& p : model.layout().params()) {
+    bool found = false;
+    for (const auto& e : manifest)
+      if (e["name"] == p.name) {
+        MG_USER_CHECK(e["shape"].get<Shape>() == p.global_shape && e["offset"] == p.offset,
+                      "--load-params: '", p.name, "' has shape ", e["shape"].dump(),
+                      " in the file but ", shape_str(p.global_shape),
+                      " in this model; pass the model flags it was trained with");
+        found = true;
+      }
+    MG_USER_CHECK(found, "--load-params: the file has no parameter '", p.name, "'");
+  }
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  MG_USER_CHECK(f.good() && int64_t(f.tellg()) == model.num_params() * 4, "--load-params: '",
+                path, "' should hold ", model.num_params(), " fp32 values");
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(model.params()), std::streamsize(model.num_params() * 4));
+}
+
+}  // namespace
+
+std::vector<std::string> generate(const GenerateConfig& cfg) {
+  cfg.validate();
+  auto tok = make_tokenizer(cfg.tokenizer);
+  GPTModel model(cfg.model, 1);
+  load(model, cfg.load_params);
+  const int64_t S = cfg.model.seq_length, V = cfg.model.padded_vocab_size();
+  std::mt19937_64 rng(cfg.seed);
+  std::vector<int32_t> tokens(S), positions(S), labels(S, 0);
+  std::iota(positions.begin(), positions.end(), 0);
+  std::vector<float> mask(S, 0.f);
+  std::vector<std::string> out;
+  for (const std::string& prompt : cfg.prompts) {
+    std::vector<int32_t> ids = tok->encode(prompt);
+    MG_USER_CHECK(!ids.empty(), "--prompt '", prompt, "' encodes to no tokens");
+    const size_t prompt_len = ids.size();  // decode(all) == prompt + continuation
+    for (int64_t n = 0; n < cfg.max_new_tokens; ++n) {
+      // The last S tokens (causal attention: positions past the context do not matter).
+      const size_t start = ids.size() > size_t(S) ? ids.size() - size_t(S) : 0;
+      const int64_t len = int64_t(ids.size() - start);
+      std::fill(tokens.begin(), tokens.end(), 0);
+      std::copy(ids.begin() + std::ptrdiff_t(start), ids.end(), tokens.begin());
+      model.forward(0, {tokens.data(), positions.data(), labels.data(), mask.data()});
+      const float* logits = model.logits(0) + (len - 1) * V;  // (S, B=1, V)
+      std::vector<int32_t> order(size_t(tok->vocab_size()));
+      std::iota(order.begin(), order.end(), 0);
+      const size_t k = size_t(std::min<int64_t>(cfg.top_k, int64_t(order.size())));
+      std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(k), order.end(),
+                        [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+      int32_t next = order[0];
+      if (k > 1) {
+        std::vector<double> p(k);
+        for (size_t i = 0; i < k; ++i)
+          p[i] = std::exp((logits[order[i]] - logits[order[0]]) / cfg.temperature);
+        next = order[std::discrete_distribution<size_t>(p.begin(), p.end())(rng)];
+      }
+      if (next == tok->eod()) break;
+      ids.push_back(next);
+    }
+    (void)prompt_len;
+    out.push_back(tok->decode(ids));
+  }
+  return out;
+}
+
+}  // namespace mg

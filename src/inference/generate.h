@@ -1,0 +1,29 @@
+// Text generation from a trained model on one process (the first inference piece; the KV-cache
+// engine and the REST server come later): each new token re-runs the model over the last
+// seq_length tokens and samples from the last position's logits (greedy with top_k = 1,
+// otherwise top-k with temperature). Parameters come from --dump-final-params files.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "model/config.h"
+
+namespace mg {
+
+struct GenerateConfig {
+  GPTConfig model;
+  TokenizerConfig tokenizer;
+  std::string load_params;           // --load-params: a --dump-final-params file
+  std::vector<std::string> prompts;  // --prompt TEXT...
+  int64_t max_new_tokens = 32;       // --max-new-tokens
+  int64_t top_k = 1;                 // --top-k (1: greedy)
+  double temperature = 1.0;          // --temperature
+  uint32_t seed = 1234;              // --seed
+  void validate() const;
+};
+
+// Returns prompt + generated text for every prompt.
+std::vector<std::string> generate(const GenerateConfig& cfg);
+
+}  // namespace mg
