@@ -15,8 +15,9 @@ mkdir -p "$WORK"
 if [ ! -f "$WORK/fortunes_text_document.idx" ]; then
   # One JSON document per fortune (fortunes are separated by lines holding "%").
   find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z |
-    xargs -0 cat | awk 'BEGIN { RS = "\n%\n" } {
-      gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); gsub(/\r/, "\\r"); gsub(/\n/, "\\n")
+    xargs -0 cat | iconv -f utf-8 -t utf-8 -c | LC_ALL=C awk 'BEGIN { RS = "\n%\n" } {
+      gsub(/\\/, "\\\\\\\\"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); gsub(/\r/, "\\r"); gsub(/\n/, "\\n")
+      gsub(/[\001-\037]/, " ")
       if (length($0) > 0) printf "{\"text\": \"%s\\n\"}\n", $0 }' > "$WORK/fortunes.jsonl"
   ./build/megatron preprocess --input "$WORK/fortunes.jsonl" --output-prefix "$WORK/fortunes" \
     --tokenizer-type GPT2BPETokenizer --vocab-file $GPT2/encoder.json --merge-file $GPT2/vocab.bpe \
