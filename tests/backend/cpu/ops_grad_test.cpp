@@ -315,3 +315,25 @@ TEST(OpsThreads, TwoThreadsMatchOne) {
 
 }  // namespace
 }  // namespace mg
+
+namespace mg {
+namespace {
+
+// --reset-attention-mask: with segment starts, each segment attends as if it were alone.
+TEST(OpsGrad, AttentionSegmentsAreIndependent) {
+  const int64_t S = 6, NH = 2, HD = 3, H = NH * HD, cut = 2;  // segments [0, 2) and [2, 6)
+  auto qkv = testing::random_vec(S * 3 * H, 50);
+  std::vector<int32_t> seg = {0, 0, 2, 2, 2, 2};
+  std::vector<float> out(S * H), probs(NH * S * S), tail_out((S - cut) * H),
+      tail_probs(NH * (S - cut) * (S - cut));
+  cpu::attention_forward(out.data(), probs.data(), qkv.data(), 1, S, NH, HD, seg.data());
+  cpu::attention_forward(tail_out.data(), tail_probs.data(), qkv.data() + cut * 3 * H, 1, S - cut,
+                         NH, HD);
+  for (int64_t i = 0; i < (S - cut) * H; ++i) EXPECT_NEAR(out[cut * H + i], tail_out[i], 1e-6);
+  for (int64_t h = 0; h < NH; ++h)
+    for (int64_t t = cut; t < S; ++t)
+      for (int64_t j = 0; j < cut; ++j) EXPECT_EQ(probs[(h * S + t) * S + j], 0.f);
+}
+
+}  // namespace
+}  // namespace mg
