@@ -85,6 +85,11 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t t);
 
+// SGD with momentum (torch.optim.SGD, no dampening): g += wd p; buf = g (t = 1) or
+// momentum buf + g; p -= lr buf.
+void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, int64_t t);
+
 // Sum of squares in double (for the global grad norm), and in-place scaling.
 double sum_squares(const float* x, int64_t n);
 void scale_inplace(float* x, float s, int64_t n);

@@ -6,10 +6,10 @@
 
 namespace mg {
 
-void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size) {
+void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size, bool data_parallel) {
   float* G = model.grads();
   const int64_t P = model.num_params();
-  if (g.dp->size() > 1) {
+  if (data_parallel && g.dp->size() > 1) {
     cpu::scale_inplace(G, 1.0f / float(g.dp->size()), P);
     for (int64_t end = P; end > 0; end -= bucket_size) {
       const int64_t begin = std::max<int64_t>(0, end - bucket_size);

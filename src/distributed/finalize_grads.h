@@ -15,7 +15,9 @@
 
 namespace mg {
 
-void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size);
+// data_parallel = false skips step 1 (the distributed optimizer reduce-scatters instead).
+void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size,
+                    bool data_parallel = true);
 
 // Megatron's zero-init + all-reduce that gives the last stage's output layer the first
 // stage's word embedding (PP > 1).

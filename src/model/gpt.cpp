@@ -16,6 +16,11 @@ LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   d.sp = s.sequence_parallel && d.tp > 1;
   return d;
 }
+ParamLayout bucketed_layout(const GPTConfig& cfg, const StageSpec& spec) {
+  ParamLayout l = gpt_param_layout(cfg, spec.shard);
+  if (spec.bucket_dp > 0) l.assign_buckets(spec.bucket_size, spec.bucket_dp);
+  return l;
+}
 }  // namespace
 
 GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec,
@@ -23,7 +28,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
       tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp},
-      layout_(gpt_param_layout(cfg, spec.shard)), params_({layout_.total_numel()}),
+      layout_(bucketed_layout(cfg, spec)), params_({layout_.total_numel()}),
       grads_({layout_.total_numel()}), scratch_(dims_) {
   MG_CHECK(tp_.size() == spec.shard.tp_size, "TP group size ", tp_.size(), " != shard TP ",
            spec.shard.tp_size);

@@ -29,6 +29,8 @@ struct StageSpec {
   ShardSpec shard;                // TP shard and pipeline stage
   bool sequence_parallel = false;
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
+  int64_t bucket_dp = 0;          // > 0: distributed-optimizer buffer layout for this DP size
+  int64_t bucket_size = 40000000; // elements per bucket in that layout
 };
 
 class GPTModel {

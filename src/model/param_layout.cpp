@@ -1,6 +1,7 @@
 #include "model/param_layout.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 
 #include "core/rng.h"
@@ -26,6 +27,28 @@ size_t ParamLayout::add(std::string name, Shape global_shape, int tp_split_dim, 
   total_ += p.numel();
   params_.push_back(std::move(p));
   return params_.size() - 1;
+}
+
+void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp) {
+  const int64_t pad = std::lcm(dp, int64_t(128));
+  auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  buckets_.clear();
+  int64_t bucket_start = 0, next = 0;
+  auto close = [&](int64_t end) {
+    const int64_t padded = round_up(end, pad);
+    buckets_.push_back({bucket_start, padded});
+    bucket_start = next = padded;
+  };
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    const bool shared = it->name == "embedding.word_embeddings.weight" ||
+                        it->name == "output_layer.weight";
+    if (shared && next > bucket_start) close(next);
+    it->offset = round_up(next, 64);
+    next = it->offset + it->numel();
+    if (shared || next - bucket_start >= bucket_size) close(next);
+  }
+  if (next > bucket_start) close(next);
+  total_ = bucket_start;
 }
 
 const ParamSpec& ParamLayout::get(const std::string& name) const {

@@ -44,9 +44,19 @@ class ParamLayout {
   bool has(const std::string& name) const;
   int64_t total_numel() const { return total_; }
 
+  // Megatron's distributed-optimizer buffer layout: parameters placed in reverse order (the
+  // order backward finishes them), each start aligned to 64 elements, a bucket closed once it
+  // reaches bucket_size elements (the word embedding always alone), every bucket end padded to
+  // a multiple of lcm(dp, 128) so buckets split evenly into DP shards. Offsets are rewritten;
+  // padding elements belong to no parameter.
+  void assign_buckets(int64_t bucket_size, int64_t dp);
+  // [begin, end) element ranges of the buckets (one bucket covering everything by default).
+  const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }
+
  private:
   std::vector<ParamSpec> params_;
   int64_t total_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> buckets_;
 };
 
 // The GPT-2 parameter list (Megatron-Core registration order) held by one shard.

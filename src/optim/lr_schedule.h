@@ -1,6 +1,8 @@
-// Megatron's learning-rate schedule (OptimizerParamScheduler), counted in samples: linear warmup
-// from lr_warmup_init to lr over warmup_steps, then decay to min_lr by decay_steps with
-// ratio = (step - warmup) / (decay - warmup); min_lr afterwards.
+// Megatron's OptimizerParamScheduler, counted in samples: linear warmup from lr_warmup_init to
+// lr over warmup_steps; then constant, linear, cosine, inverse-square-root or WSD (constant,
+// then a final anneal over wsd_decay_steps in linear / cosine / exponential / minus_sqrt shape)
+// down to min_lr by decay_steps; min_lr afterwards. Weight decay follows its own schedule from
+// start_wd to end_wd (constant, linear or cosine) over wd_incr_steps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,12 +13,19 @@ struct LRSchedule {
   double lr = 0.0;              // --lr: peak learning rate
   double min_lr = 0.0;          // --min-lr: floor
   double lr_warmup_init = 0.0;  // --lr-warmup-init: first warmup value
-  int64_t warmup_steps = 0;     // in samples (--lr-warmup-iters x global batch)
-  int64_t decay_steps = 0;      // in samples (--lr-decay-iters x global batch)
-  std::string style = "linear"; // --lr-decay-style: constant, linear, cosine, inverse-square-root
+  int64_t warmup_steps = 0;     // in samples (--lr-warmup-iters|-samples|-fraction)
+  int64_t decay_steps = 0;      // in samples (--lr-decay-iters|-samples)
+  std::string style = "linear"; // --lr-decay-style: constant, linear, cosine, inverse-square-root, WSD
+  int64_t wsd_decay_steps = 0;  // --lr-wsd-decay-iters|-samples, in samples
+  std::string wsd_style = "exponential";  // --lr-wsd-decay-style
 
-  // The learning rate after `samples` samples have been consumed.
+  double start_wd = 0.0, end_wd = 0.0;  // --start-weight-decay / --end-weight-decay
+  int64_t wd_incr_steps = 0;            // in samples (the whole run)
+  std::string wd_style = "constant";    // --weight-decay-incr-style
+
+  // The learning rate / weight decay after `samples` samples have been consumed.
   double at(int64_t samples) const;
+  double weight_decay_at(int64_t samples) const;
   void validate() const;
 };
 

@@ -1,5 +1,6 @@
 #include "tensor/tensor.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,14 +29,27 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-void Tensor::Free::operator()(void* p) const { std::free(p); }
+namespace {
+std::atomic<int64_t> g_live{0}, g_peak{0};
+}  // namespace
+
+int64_t tensor_bytes_live() { return g_live.load(); }
+int64_t tensor_bytes_peak() { return g_peak.load(); }
+
+void TensorFree::operator()(void* p) const {
+  g_live -= int64_t(bytes);
+  std::free(p);
+}
 
 Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
   for (int64_t d : shape_) MG_CHECK(d >= 0, "negative dimension in ", shape_str(shape_));
   size_t bytes = (nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
   MG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for ", shape_str(shape_));
-  buf_.reset(p);
+  buf_ = std::unique_ptr<void, TensorFree>(p, TensorFree{bytes});
+  const int64_t live = g_live += int64_t(bytes);
+  for (int64_t peak = g_peak.load(); live > peak && !g_peak.compare_exchange_weak(peak, live);) {
+  }
   zero();
 }
 

@@ -13,6 +13,10 @@ namespace mg {
 
 using Shape = std::vector<int64_t>;
 
+// Bytes held by live Tensors now, and the most ever held at once (the allocator's own count).
+int64_t tensor_bytes_live();
+int64_t tensor_bytes_peak();
+
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
 
@@ -45,6 +49,12 @@ class TensorView {
   Device device_ = Device::CPU;
 };
 
+// Frees a Tensor's buffer and keeps the live-bytes count.
+struct TensorFree {
+  size_t bytes = 0;
+  void operator()(void* p) const;
+};
+
 class Tensor {
  public:
   Tensor() = default;
@@ -66,10 +76,7 @@ class Tensor {
   void zero();
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<void, Free> buf_;
+  std::unique_ptr<void, TensorFree> buf_;
   Shape shape_;
   DType dtype_ = DType::F32;
 };

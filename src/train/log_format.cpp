@@ -43,13 +43,14 @@ std::string format_validation(int64_t iteration, double lm_loss) {
 }
 
 std::string memory_report(int64_t param_bytes, int64_t grad_bytes, size_t optimizer_bytes,
-                          size_t activation_bytes) {
+                          size_t activation_bytes, double optimizer_formula_bytes) {
   constexpr double kMiB = 1024.0 * 1024.0;
   return fmt(
-      " > memory (MiB, rank 0): params %.1f | grads %.1f | optimizer state %.1f | "
-      "activations + scratch %.1f | total %.1f",
-      param_bytes / kMiB, grad_bytes / kMiB, optimizer_bytes / kMiB, activation_bytes / kMiB,
-      (param_bytes + grad_bytes + optimizer_bytes + activation_bytes) / kMiB);
+      " > memory (MiB, rank 0): params %.3f | grads %.3f | optimizer state %.3f (formula %.3f) | "
+      "activations + scratch %.3f | total %.3f | optimizer state bytes: %zu",
+      param_bytes / kMiB, grad_bytes / kMiB, optimizer_bytes / kMiB, optimizer_formula_bytes / kMiB,
+      activation_bytes / kMiB,
+      (param_bytes + grad_bytes + optimizer_bytes + activation_bytes) / kMiB, optimizer_bytes);
 }
 
 }  // namespace mg

@@ -1,26 +1,46 @@
 #include "train/train_config.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace mg {
 
+// Megatron's step counts in samples: decay = --lr-decay-iters x G, or --lr-decay-samples, or
+// the whole run; warmup = --lr-warmup-fraction x decay, or --lr-warmup-iters x G, or
+// --lr-warmup-samples.
 LRSchedule TrainConfig::lr_schedule() const {
   LRSchedule s;
   s.lr = lr;
   s.min_lr = min_lr;
   s.lr_warmup_init = lr_warmup_init;
-  s.warmup_steps = lr_warmup_iters * global_batch_size;
-  s.decay_steps = (lr_decay_iters > 0 ? lr_decay_iters : train_iters) * global_batch_size;
+  s.decay_steps = lr_decay_iters > 0     ? lr_decay_iters * global_batch_size
+                  : lr_decay_samples > 0 ? lr_decay_samples
+                                         : train_iters * global_batch_size;
+  s.warmup_steps = lr_warmup_fraction >= 0 ? int64_t(lr_warmup_fraction * double(s.decay_steps))
+                   : lr_warmup_iters > 0   ? lr_warmup_iters * global_batch_size
+                                           : lr_warmup_samples;
   s.style = lr_decay_style;
+  s.wsd_style = lr_wsd_decay_style;
+  s.wsd_decay_steps = lr_wsd_decay_iters > 0 ? lr_wsd_decay_iters * global_batch_size
+                                             : lr_wsd_decay_samples;
+  s.start_wd = start_weight_decay >= 0 ? start_weight_decay : adam.weight_decay;
+  s.end_wd = end_weight_decay >= 0 ? end_weight_decay : adam.weight_decay;
+  s.wd_style = weight_decay_incr_style;
+  s.wd_incr_steps = train_iters * global_batch_size;
   return s;
 }
 
 std::string TrainConfig::finalize_and_validate(int world_size) {
   model.validate();
+  adam.kind = optimizer;
+  adam.sgd_momentum = sgd_momentum;
   adam.validate();
   MG_USER_CHECK(micro_batch_size > 0, "--micro-batch-size must be positive (got ",
                 micro_batch_size, ")");
-  if (global_batch_size == 0) global_batch_size = micro_batch_size;
+  const int model_parallel = std::max(1, parallel.tp() * parallel.pp());
+  if (global_batch_size == 0)  // Megatron's default: one micro-batch per DP rank
+    global_batch_size = micro_batch_size * std::max(1, world_size / model_parallel);
   MG_USER_CHECK(global_batch_size > 0, "--global-batch-size must be positive (got ",
                 global_batch_size, ")");
   const std::string warning =
@@ -34,8 +54,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0 (got ", lr_warmup_iters,
                 ")");
   MG_USER_CHECK(lr_decay_iters >= 0, "--lr-decay-iters must be >= 0 (got ", lr_decay_iters, ")");
-  MG_USER_CHECK(optimizer == "adam", "--optimizer '", optimizer,
-                "' is not available yet; use --optimizer adam");
+  MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
+                "' is not available; use adam or sgd");
+  MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +
+                        int(lr_warmup_fraction >= 0) <= 1,
+                "use only one of --lr-warmup-iters, --lr-warmup-samples, --lr-warmup-fraction");
+  MG_USER_CHECK(lr_warmup_fraction <= 1.0, "--lr-warmup-fraction must be in [0, 1]");
   const int sources = int(mock_data) + int(!data_path.empty()) + int(!train_data_path.empty());
   MG_USER_CHECK(sources > 0, "no training data: pass --data-path PREFIX (a preprocessed "
                 "dataset), --train-data-path, or --mock-data");

@@ -6,7 +6,7 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_config.h"
 
@@ -14,7 +14,7 @@ namespace mg {
 
 struct TrainConfig {
   GPTConfig model;
-  AdamWConfig adam;
+  OptimizerConfig adam;
   ParallelConfig parallel;
 
   int64_t micro_batch_size = 1;   // --micro-batch-size: samples per micro-batch
@@ -25,9 +25,21 @@ struct TrainConfig {
   double min_lr = 0.0;               // --min-lr
   std::string lr_decay_style = "linear";  // --lr-decay-style
   int64_t lr_warmup_iters = 0;       // --lr-warmup-iters
+  int64_t lr_warmup_samples = 0;     // --lr-warmup-samples
+  double lr_warmup_fraction = -1.0;  // --lr-warmup-fraction of the decay horizon (< 0: unset)
   int64_t lr_decay_iters = 0;        // --lr-decay-iters; 0 means --train-iters
+  int64_t lr_decay_samples = 0;      // --lr-decay-samples
   double lr_warmup_init = 0.0;       // --lr-warmup-init
-  std::string optimizer = "adam";    // --optimizer (adam = AdamW)
+  std::string lr_wsd_decay_style = "exponential";  // --lr-wsd-decay-style
+  int64_t lr_wsd_decay_iters = 0;    // --lr-wsd-decay-iters
+  int64_t lr_wsd_decay_samples = 0;  // --lr-wsd-decay-samples
+  double start_weight_decay = -1.0;  // --start-weight-decay (< 0: --weight-decay)
+  double end_weight_decay = -1.0;    // --end-weight-decay (< 0: --weight-decay)
+  std::string weight_decay_incr_style = "constant";  // --weight-decay-incr-style
+  std::string optimizer = "adam";    // --optimizer: adam (AdamW) | sgd
+  float sgd_momentum = 0.9f;         // --sgd-momentum
+  bool use_distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1 over DP)
+  bool check_for_nan_in_loss_and_grad = true;  // off with --no-check-for-nan-in-loss-and-grad
 
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line

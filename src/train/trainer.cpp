@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <sys/resource.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include "data/batch.h"
 #include "data/dataset_builder.h"
 #include "data/loader.h"
+#include "distributed/distributed_optimizer.h"
 #include "distributed/finalize_grads.h"
 #include "model/gpt.h"
 #include "pipeline/schedule.h"
@@ -144,10 +147,20 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   spec.shard = {g.grid.tp, g.coord.tp, layer_begin, layer_end, g.first_stage(), g.last_stage()};
   spec.sequence_parallel = cfg.parallel.sequence_parallel;
   spec.num_slots = pipeline_slots(stage, P, M);
+  if (cfg.use_distributed_optimizer) {
+    spec.bucket_dp = g.grid.dp;
+    spec.bucket_size = cfg.parallel.ddp_bucket_size;
+  }
   GPTModel model(mc, cfg.micro_batch_size, spec, g.tp.get());
   model.init(cfg.seed);
   sync_tied_embedding_params(model, g);
-  AdamW optim(model.layout(), cfg.adam);
+  std::unique_ptr<Optimizer> optim;
+  std::unique_ptr<DistributedOptimizer> dist_optim;
+  if (cfg.use_distributed_optimizer)
+    dist_optim = std::make_unique<DistributedOptimizer>(model, g, cfg.adam);
+  else
+    optim = std::make_unique<Optimizer>(model.layout(), cfg.adam);
+  const size_t state_bytes = optim ? optim->state_bytes() : dist_optim->state_bytes();
   const LRSchedule sched = cfg.lr_schedule();
   log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
                    " x DP ", g.grid.dp, cfg.parallel.sequence_parallel ? " (sequence parallel)" : "",
@@ -155,8 +168,14 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   log_line(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (",
                    g.coord.tp, ", ", stage, "): ", model.num_params(),
                    " (whole model: ", mc.num_parameters(), ")"));
-  log_line(memory_report(model.num_params() * 4, model.num_params() * 4, optim.state_bytes(),
-                         model.activation_bytes()));
+  // formulas.md, fp32 params and grads: Adam state is 8 bytes per parameter, over d ranks with
+  // the distributed optimizer (SGD: 4).
+  int64_t local_params = 0;
+  for (const ParamSpec& p : model.layout().params()) local_params += p.numel();
+  const double per_param_state = (cfg.optimizer == "adam" ? 8.0 : 4.0) /
+                                 (cfg.use_distributed_optimizer ? double(g.grid.dp) : 1.0);
+  log_line(memory_report(model.num_params() * 4, model.num_params() * 4, state_bytes,
+                         model.activation_bytes(), per_param_state * double(local_params)));
 
   TrainResult result;
   int64_t consumed = 0, valid_consumed = 0;
@@ -171,12 +190,29 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
       if (c) c->reset_stats();
     const double lr = sched.at(consumed);
     model.zero_grads();
+    const double wd = sched.weight_decay_at(consumed);
     const double local_loss = forward_backward(model, *g.pp, M, train_batches.at(consumed));
-    finalize_grads(model, g, cfg.parallel.ddp_bucket_size);
-    const double grad_norm = global_grad_norm(model, g);
-    optim.step(model.params(), model.grads(), float(lr), grad_norm);
-    consumed += cfg.global_batch_size;
+    double grad_norm;
+    if (dist_optim) {
+      finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/false);
+      dist_optim->reduce_scatter_grads();
+      grad_norm = dist_optim->grad_norm();
+    } else {
+      finalize_grads(model, g, cfg.parallel.ddp_bucket_size);
+      grad_norm = global_grad_norm(model, g);
+    }
     const double loss = report_loss(local_loss / double(M), g);
+    // Every rank holds the same loss and norm, so every rank stops here together.
+    MG_USER_CHECK(!cfg.check_for_nan_in_loss_and_grad ||
+                      (std::isfinite(loss) && std::isfinite(grad_norm)),
+                  "NaN/Inf at iteration ", iter, " on rank ", g.world_rank, ": lm loss ", loss,
+                  ", grad norm ", grad_norm, " (lower --lr, check the data, or pass "
+                  "--no-check-for-nan-in-loss-and-grad to continue)");
+    if (dist_optim)
+      dist_optim->step(float(lr), float(wd), grad_norm);
+    else
+      optim->step(model.params(), model.grads(), float(lr), float(wd), grad_norm);
+    consumed += cfg.global_batch_size;
     const double secs = timer.seconds();
     for (int k = 0; k < 4; ++k)
       if (groups[k]) {
@@ -226,6 +262,14 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   }
   result.mean_iteration_seconds =
       cfg.train_iters > 1 ? total_seconds / double(cfg.train_iters - 1) : interval_seconds;
+  {
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    log_line(str_cat(" > peak memory of rank ", g.world_rank, " (MiB): resident ",
+                     double(ru.ru_maxrss) / 1024.0, " | tensors ",
+                     double(tensor_bytes_peak()) / (1024.0 * 1024.0)),
+             /*all_ranks=*/true);
+  }
   if (!cfg.dump_final_params.empty()) {
     const std::vector<float> full = gather_full_params(model, g);
     if (g.world_rank == 0) write_params(cfg.dump_final_params, full, mc);

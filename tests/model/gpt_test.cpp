@@ -124,3 +124,39 @@ TEST(GPTModel, GradientsAccumulateAcrossMicroBatches) {
 
 }  // namespace
 }  // namespace mg
+
+namespace mg {
+namespace {
+
+TEST(GPTParams, DistributedOptimizerBucketLayout) {
+  GPTConfig c = tiny();  // V = 12 padded, H = 8
+  ParamLayout l = gpt_param_layout(c);
+  const int64_t dp = 3;
+  l.assign_buckets(/*bucket_size=*/600, dp);
+  const int64_t pad = 384;  // lcm(3, 128)
+  // Reverse registration order: the final LayerNorm bias comes first, at 0.
+  EXPECT_EQ(l.get("decoder.final_layernorm.bias").offset, 0);
+  EXPECT_EQ(l.get("decoder.final_layernorm.weight").offset, 64);  // starts aligned to 64
+  int64_t prev_end = 0;
+  for (const auto& [b, e] : l.buckets()) {
+    EXPECT_EQ(b, prev_end);
+    EXPECT_EQ(b % pad, 0);
+    EXPECT_EQ(e % pad, 0);
+    prev_end = e;
+  }
+  EXPECT_EQ(prev_end, l.total_numel());
+  for (const ParamSpec& p : l.params()) EXPECT_EQ(p.offset % 64, 0) << p.name;
+  // The word embedding (tied to the output layer) sits in a bucket of its own.
+  const ParamSpec& wte = l.get("embedding.word_embeddings.weight");
+  int owners = 0;
+  for (const auto& [b, e] : l.buckets())
+    if (wte.offset >= b && wte.offset < e) {
+      ++owners;
+      for (const ParamSpec& p : l.params())
+        if (p.name != wte.name) EXPECT_FALSE(p.offset >= b && p.offset < e) << p.name;
+    }
+  EXPECT_EQ(owners, 1);
+}
+
+}  // namespace
+}  // namespace mg

@@ -243,3 +243,56 @@ TEST(InvalidLayouts, SequenceParallelWithoutTPWarns) {
 
 }  // namespace
 }  // namespace mg
+
+namespace mg {
+namespace {
+
+// ---- distributed optimizer ----
+
+class DistributedOptimizer : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(DistributedOptimizer, EqualsThePlainOptimizer) {
+  const RunOut plain = train(GetParam().ranks, GetParam().flags);
+  const RunOut dist = train(GetParam().ranks, GetParam().flags + " --use-distributed-optimizer");
+  ASSERT_EQ(dist.losses.size(), plain.losses.size()) << dist.log;
+  for (size_t i = 0; i < plain.losses.size(); ++i)
+    EXPECT_LT(std::fabs(dist.losses[i] - plain.losses[i]) / plain.losses[i], 1e-6)
+        << "step " << i + 1;
+  ASSERT_EQ(dist.params.size(), plain.params.size());
+  std::vector<double> a(dist.params.begin(), dist.params.end()),
+      b(plain.params.begin(), plain.params.end());
+  EXPECT_LT(testing::rel_l2(a, b), 1e-6);
+  // Optimizer state: Adam's 8 bytes per local parameter over d ranks (fp32 row of the table:
+  // 8 + 8/d bytes per parameter in all), within the shard imbalance that bucket padding causes.
+  const auto bytes = testing::log_values(dist.log, "optimizer state bytes");
+  const std::regex re("optimizer state [0-9.]+ \\(formula ([0-9.]+)\\)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(dist.log, m, re)) << dist.log;
+  const double formula_mib = std::stod(m[1]);
+  std::smatch got;
+  ASSERT_TRUE(std::regex_search(dist.log, got, std::regex("optimizer state bytes: ([0-9]+)")));
+  EXPECT_NEAR(std::stod(got[1]) / (1024.0 * 1024.0), formula_mib, 0.02 * formula_mib + 0.01);
+}
+
+std::string dist_name(const ::testing::TestParamInfo<Layout>& info) {
+  static const char* names[] = {"dp2", "dp4", "tp2dp2", "pp2dp2", "dp4_buckets"};
+  return names[info.index];
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DistributedOptimizer,
+                         ::testing::Values(Layout{2, ""}, Layout{4, ""},
+                                           Layout{4, "--tensor-model-parallel-size 2"},
+                                           Layout{4, "--pipeline-model-parallel-size 2"},
+                                           Layout{4, "--ddp-bucket-size 3000"}),
+                         dist_name);
+
+TEST(NumericsGuard, NaNStopsTheRunNamingIterationAndRank) {
+  auto r = testing::run_command(testing::mpirun_prefix(2) + MG_BINARY + kModel +
+                                " --lr 1e25 --lr-warmup-iters 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("NaN/Inf at iteration"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("on rank 0"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mg

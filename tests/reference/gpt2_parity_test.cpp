@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "model/gpt.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "testing/fd_check.h"
 #include "testing/subprocess.h"
 
@@ -47,7 +47,7 @@ TEST(GPT2Parity, MatchesPyTorch) {
   c.seq_length = 32;
   c.vocab_size = 500;  // padded to 512: the padded rows take part in the softmax, as in Megatron
   const int64_t B = 2, S = c.seq_length, N = B * S, V = c.padded_vocab_size(), steps = 10;
-  AdamWConfig ac;
+  OptimizerConfig ac;
   ac.weight_decay = 0.1f;
   ac.beta1 = 0.9f;
   ac.beta2 = 0.95f;
@@ -117,7 +117,7 @@ TEST(GPT2Parity, MatchesPyTorch) {
 
   // 10 AdamW steps with the same hyper-parameters.
   model.init(1234);
-  AdamW opt(model.layout(), ac);
+  Optimizer opt(model.layout(), ac);
   const auto ref_steps = read_lines(dir / "step_losses.txt");
   ASSERT_EQ(ref_steps.size(), size_t(steps));
   for (int64_t s = 0; s < steps; ++s) {

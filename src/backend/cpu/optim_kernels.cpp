@@ -23,6 +23,17 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   }
 }
 
+void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, int64_t t) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] + weight_decay * param[i];
+    const float b = t == 1 ? g : momentum * buf[i] + g;
+    buf[i] = b;
+    param[i] -= lr * b;
+  }
+}
+
 double sum_squares(const float* x, int64_t n) {
   double s = 0.0;
 #pragma omp parallel for simd reduction(+ : s) schedule(static)

@@ -337,3 +337,23 @@ TEST(OpsGrad, AttentionSegmentsAreIndependent) {
 
 }  // namespace
 }  // namespace mg
+
+namespace mg {
+namespace {
+
+TEST(OpsGrad, SgdMatchesTorchFormula) {
+  float p = 1.0f, buf = 0.f;
+  const float g1 = 0.5f, g2 = -0.25f, lr = 0.1f, mom = 0.9f, wd = 0.01f;
+  cpu::sgd_update(&p, &g1, &buf, 1, lr, mom, wd, 1);
+  double P = 1.0, B = 0.5 + 0.01 * 1.0;  // first step: buf = g + wd p
+  P -= 0.1 * B;
+  EXPECT_NEAR(p, P, 1e-7);
+  cpu::sgd_update(&p, &g2, &buf, 1, lr, mom, wd, 2);
+  B = 0.9 * B + (-0.25 + 0.01 * P);
+  P -= 0.1 * B;
+  EXPECT_NEAR(p, P, 1e-7);
+  EXPECT_NEAR(buf, B, 1e-7);
+}
+
+}  // namespace
+}  // namespace mg

@@ -1,0 +1,65 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+
+#include "backend/ops.h"
+
+namespace mg {
+
+void OptimizerConfig::validate() const {
+  MG_USER_CHECK(kind == "adam" || kind == "sgd", "--optimizer '", kind,
+                "' is not available; use adam or sgd");
+  MG_USER_CHECK(weight_decay >= 0.f, "--weight-decay must be >= 0 (got ", weight_decay, ")");
+  MG_USER_CHECK(beta1 >= 0.f && beta1 < 1.f, "--adam-beta1 must be in [0, 1) (got ", beta1, ")");
+  MG_USER_CHECK(beta2 >= 0.f && beta2 < 1.f, "--adam-beta2 must be in [0, 1) (got ", beta2, ")");
+  MG_USER_CHECK(eps > 0.f, "--adam-eps must be positive (got ", eps, ")");
+  MG_USER_CHECK(sgd_momentum >= 0.f && sgd_momentum < 1.f, "--sgd-momentum must be in [0, 1)");
+  MG_USER_CHECK(clip_grad >= 0.f, "--clip-grad must be >= 0 (got ", clip_grad, ")");
+}
+
+std::vector<ParamRun> param_runs(const ParamLayout& layout) {
+  std::vector<ParamRun> runs;
+  for (const ParamSpec& p : layout.params()) {
+    if (!runs.empty() && runs.back().decay == p.weight_decay &&
+        runs.back().offset + runs.back().numel == p.offset)
+      runs.back().numel += p.numel();
+    else
+      runs.push_back({p.offset, p.numel(), p.weight_decay});
+  }
+  return runs;
+}
+
+Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg)
+    : cfg_(cfg), runs_(std::move(runs)) {
+  for (const ParamRun& r : runs_) numel_ += r.numel;
+  state_ = Tensor({(cfg_.kind == "adam" ? 2 : 1) * numel_});
+}
+
+double Optimizer::step(float* params, float* grads, float lr) {
+  double ss = 0;
+  for (const ParamRun& r : runs_) ss += cpu::sum_squares(grads + r.offset, r.numel);
+  const double norm = std::sqrt(ss);
+  step(params, grads, lr, cfg_.weight_decay, norm);
+  return norm;
+}
+
+void Optimizer::step(float* params, float* grads, float lr, float wd, double norm) {
+  // Megatron / torch clip_grad_norm_: scale by clip / (norm + 1e-6) only when that is < 1.
+  const double coeff = cfg_.clip_grad > 0.f ? cfg_.clip_grad / (norm + 1e-6) : 1.0;
+  ++t_;
+  float* state = state_.data<float>();
+  int64_t s = 0;  // state offset of the current run
+  for (const ParamRun& r : runs_) {
+    float* g = grads + r.offset;
+    if (coeff < 1.0) cpu::scale_inplace(g, float(coeff), r.numel);
+    const float decay = r.decay ? wd : 0.f;
+    if (cfg_.kind == "adam")
+      cpu::adamw_update(params + r.offset, g, state + s, state + numel_ + s, r.numel, lr,
+                        cfg_.beta1, cfg_.beta2, cfg_.eps, decay, t_);
+    else
+      cpu::sgd_update(params + r.offset, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_);
+    s += r.numel;
+  }
+}
+
+}  // namespace mg

@@ -1,0 +1,57 @@
+// The optimizer over runs of a flat parameter buffer: AdamW (decoupled weight decay,
+// torch.optim.AdamW's formula) or SGD with momentum (torch.optim.SGD), with global-norm
+// gradient clipping. Weight decay is skipped for biases and 1-D parameters (Megatron's rule),
+// so the buffer is walked as runs sharing one decay setting. The runs may cover the whole
+// buffer or, with the distributed optimizer, only this rank's shard of it; state (Adam moments
+// or momentum) exists only for the runs.
+#pragma once
+#include <vector>
+
+#include "model/param_layout.h"
+#include "tensor/tensor.h"
+
+namespace mg {
+
+struct OptimizerConfig {
+  std::string kind = "adam";   // --optimizer: adam | sgd
+  float weight_decay = 0.01f;  // --weight-decay (the schedule's value when one is set)
+  float beta1 = 0.9f;          // --adam-beta1
+  float beta2 = 0.999f;        // --adam-beta2
+  float eps = 1e-8f;           // --adam-eps
+  float sgd_momentum = 0.9f;   // --sgd-momentum
+  float clip_grad = 1.0f;      // --clip-grad: max global L2 norm; 0 disables clipping
+  void validate() const;
+};
+
+// A contiguous range of the flat buffers sharing one weight-decay setting.
+struct ParamRun {
+  int64_t offset, numel;
+  bool decay;
+};
+// Runs covering every parameter of the layout (adjacent params with equal decay merged).
+std::vector<ParamRun> param_runs(const ParamLayout& layout);
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg);
+  Optimizer(const ParamLayout& layout, const OptimizerConfig& cfg)
+      : Optimizer(param_runs(layout), cfg) {}
+
+  // Clips the runs' grads given the global grad norm (computed over all ranks by the caller),
+  // then updates the runs' params with learning rate lr and weight decay wd.
+  void step(float* params, float* grads, float lr, float wd, double grad_norm);
+  // Single-rank convenience (AdamW with the configured weight decay): computes the norm of all
+  // runs' grads, then steps. Returns the norm.
+  double step(float* params, float* grads, float lr);
+  int64_t steps_taken() const { return t_; }
+  size_t state_bytes() const { return state_.nbytes(); }
+
+ private:
+  OptimizerConfig cfg_;
+  std::vector<ParamRun> runs_;
+  int64_t numel_ = 0;
+  Tensor state_;  // Adam: exp_avg then exp_avg_sq; SGD: momentum
+  int64_t t_ = 0;
+};
+
+}  // namespace mg
