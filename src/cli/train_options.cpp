@@ -86,6 +86,9 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(parallel.decoder_last_pipeline_num_layers)),
       valued<C>("--ddp-bucket-size", "N", "gradient elements per data-parallel all-reduce",
                 MG_FIELD(parallel.ddp_bucket_size)),
+      on_off<C>("--overlap-grad-reduce",
+                "start each bucket's DP all-reduce during the last backward, once its grads are final",
+                MG_FIELD(parallel.overlap_grad_reduce)),
       // data
       on_off<C>("--mock-data", "train on Megatron's synthetic mock dataset", MG_FIELD(mock_data)),
       valued<C>("--data-path", "[W] PREFIX...",

@@ -30,6 +30,15 @@ struct P2POp {
   int peer;  // rank within this communicator
 };
 
+// A non-blocking collective in flight.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  virtual void wait() = 0;
+  // Lets the transfer progress; true once it is complete.
+  virtual bool test() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -38,6 +47,8 @@ class Communicator {
 
   // In place over n elements.
   virtual void all_reduce(float* data, int64_t n, ReduceOp op = ReduceOp::Sum) = 0;
+  // Non-blocking in-place sum; the buffer must stay untouched until wait() returns.
+  virtual std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) = 0;
   // in holds size() chunks of n_out elements; out gets the sum of every rank's chunk rank().
   virtual void reduce_scatter(const float* in, float* out, int64_t n_out) = 0;
   // out gets size() chunks of n_in elements, chunk r from rank r.

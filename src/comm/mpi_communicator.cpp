@@ -15,6 +15,27 @@ void check_mpi(int rc, const char* what) {
   MG_CHECK(rc == MPI_SUCCESS, "MPI call ", what, " failed with code ", rc);
 }
 
+class MpiRequest : public CommRequest {
+ public:
+  MpiRequest() = default;
+  ~MpiRequest() override {
+    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+  }
+  void wait() override { check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  bool test() override {
+    int done = 0;
+    check_mpi(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+  MPI_Request req_ = MPI_REQUEST_NULL;
+};
+
+class DoneRequest : public CommRequest {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
 class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
@@ -33,6 +54,14 @@ class MpiCommunicator : public Communicator {
                             op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_),
               "MPI_Allreduce");
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
+  }
+  std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
+    if (size_ == 1 || n == 0) return std::make_unique<DoneRequest>();
+    auto r = std::make_unique<MpiRequest>();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
+              "MPI_Iallreduce");
+    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
+    return r;
   }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
     if (size_ == 1) {

@@ -7,8 +7,17 @@ namespace mg {
 
 namespace {
 
+class Done : public CommRequest {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
 class SelfCommunicator : public Communicator {
  public:
+  std::unique_ptr<CommRequest> iall_reduce(float*, int64_t) override {
+    return std::make_unique<Done>();
+  }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce(float*, int64_t, ReduceOp) override {}

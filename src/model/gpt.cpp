@@ -18,7 +18,7 @@ LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
 }
 ParamLayout bucketed_layout(const GPTConfig& cfg, const StageSpec& spec) {
   ParamLayout l = gpt_param_layout(cfg, spec.shard);
-  if (spec.bucket_dp > 0) l.assign_buckets(spec.bucket_size, spec.bucket_dp);
+  if (spec.bucket_dp >= 0) l.assign_buckets(spec.bucket_size, spec.bucket_dp);
   return l;
 }
 }  // namespace
@@ -40,6 +40,18 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   for (int64_t l = 0; l < num_layers_; ++l) {
     layer_params_.push_back(layer_view(params(), sh.layer_begin + l));
     layer_grads_.push_back(layer_view(grads(), sh.layer_begin + l));
+  }
+  layer_param_ids_.resize(size_t(num_layers_));
+  for (int i = 0; i < int(layout_.params().size()); ++i) {
+    const std::string& n = layout_.params()[size_t(i)].name;
+    if (n.starts_with("decoder.layers.")) {
+      const int64_t layer = std::stoll(n.substr(15));
+      layer_param_ids_[size_t(layer - sh.layer_begin)].push_back(i);
+    } else if (n.starts_with("embedding.")) {
+      embedding_params_.push_back(i);
+    } else {  // final LayerNorm, tied output-layer copy
+      head_params_.push_back(i);
+    }
   }
   slots_.resize(size_t(spec.num_slots));
   for (Slot& s : slots_) {
@@ -169,12 +181,16 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                             grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(),
                             s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
                             s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(), R, H);
+    notify(head_params_);
   } else {
     std::memcpy(d_resid_.data<float>(), d_output, R * H * sizeof(float));
   }
   for (int64_t l = num_layers_ - 1; l >= 0; --l)
+  {
     transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
                                layer_params_[l], layer_grads_[l], *s.caches[l], scratch_, dims_);
+    notify(layer_param_ids_[size_t(l)]);
+  }
   if (sh.first_stage) {
     const float* d_emb = d_resid_.data<float>();
     if (dims_.sp) {
@@ -185,6 +201,7 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                                           grad("embedding.position_embeddings.weight"), d_emb,
                                           s.tokens.data<int32_t>(), s.positions.data<int32_t>(),
                                           V_local, N, H);
+    notify(embedding_params_);
   }
 }
 

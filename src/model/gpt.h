@@ -5,6 +5,7 @@
 // backward ADDS into grads (micro-batch accumulation). Each in-flight micro-batch of a pipeline
 // schedule uses its own activation slot.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct StageSpec {
   ShardSpec shard;                // TP shard and pipeline stage
   bool sequence_parallel = false;
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
-  int64_t bucket_dp = 0;          // > 0: distributed-optimizer buffer layout for this DP size
+  int64_t bucket_dp = -1;         // >= 0: bucketed buffer layout (> 0: padded for DP shards)
   int64_t bucket_size = 40000000; // elements per bucket in that layout
 };
 
@@ -67,6 +68,12 @@ class GPTModel {
 
   size_t activation_bytes() const;
 
+  // Called during backward with the indices (into layout().params()) of parameters whose
+  // gradients this backward has just finished: the final LayerNorm (and the tied output-layer
+  // copy) after the head, each layer's parameters after that layer, the embeddings last.
+  using GradReadyHook = std::function<void(const std::vector<int>& params)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
  private:
   struct Slot {
     std::vector<Tensor> resid;  // layers+1 x (R, H): each layer's input, then the output
@@ -97,6 +104,12 @@ class GPTModel {
   Tensor d_resid_, d_lnf_;           // (R, H)
   Tensor d_full_;                    // (S*B, H)
   Tensor dlosses_, ce_scratch_;      // (S*B)
+  GradReadyHook grad_ready_;
+  std::vector<int> head_params_, embedding_params_;
+  std::vector<std::vector<int>> layer_param_ids_;
+  void notify(const std::vector<int>& ids) {
+    if (grad_ready_ && !ids.empty()) grad_ready_(ids);
+  }
 };
 
 }  // namespace mg

@@ -30,7 +30,8 @@ size_t ParamLayout::add(std::string name, Shape global_shape, int tp_split_dim, 
 }
 
 void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp) {
-  const int64_t pad = std::lcm(dp, int64_t(128));
+  const int64_t pad = dp > 0 ? std::lcm(dp, int64_t(128)) : 1;
+  const int64_t align = dp > 0 ? 64 : 1;
   auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   buckets_.clear();
   int64_t bucket_start = 0, next = 0;
@@ -43,7 +44,7 @@ void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp) {
     const bool shared = it->name == "embedding.word_embeddings.weight" ||
                         it->name == "output_layer.weight";
     if (shared && next > bucket_start) close(next);
-    it->offset = round_up(next, 64);
+    it->offset = round_up(next, align);
     next = it->offset + it->numel();
     if (shared || next - bucket_start >= bucket_size) close(next);
   }

@@ -49,6 +49,7 @@ class ParamLayout {
   // reaches bucket_size elements (the word embedding always alone), every bucket end padded to
   // a multiple of lcm(dp, 128) so buckets split evenly into DP shards. Offsets are rewritten;
   // padding elements belong to no parameter.
+  // dp = 0: plain data parallelism, the same order and buckets with no alignment or padding.
   void assign_buckets(int64_t bucket_size, int64_t dp);
   // [begin, end) element ranges of the buckets (one bucket covering everything by default).
   const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }

@@ -17,6 +17,7 @@ struct ParallelConfig {
   int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
   int64_t ddp_bucket_size = 40000000;    // --ddp-bucket-size: elements per DP all-reduce
+  bool overlap_grad_reduce = false;      // --overlap-grad-reduce
 
   int tp() const { return tensor_model_parallel_size; }
   int pp() const { return pipeline_model_parallel_size; }

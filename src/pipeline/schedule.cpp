@@ -54,13 +54,18 @@ class StageLinks {
 
 }  // namespace
 
-double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch) {
+double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch,
+                        const std::function<void()>& before_last_backward) {
   const float scale = 1.0f / float(M);
+  auto backward = [&](int64_t m, int64_t slot, const float* d_output) {
+    if (m == M - 1 && before_last_backward) before_last_backward();
+    model.backward(slot, d_output, scale);
+  };
   double loss = 0;
   if (pp.size() == 1) {
     for (int64_t m = 0; m < M; ++m) {
       loss += model.forward(0, batch(m));
-      model.backward(0, nullptr, scale);
+      backward(m, 0, nullptr);
     }
     return loss;
   }
@@ -83,7 +88,7 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
     const int64_t m = warmup + i;
     loss += model.forward(slot(m), batch(m));
     link.send_forward_recv_backward(slot(m));
-    model.backward(slot(i), d_out(), scale);
+    backward(i, slot(i), d_out());
     if (i == remaining - 1)
       link.send_backward();
     else
@@ -91,7 +96,7 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
   }
   for (int64_t i = remaining; i < M; ++i) {
     link.recv_backward();
-    model.backward(slot(i), d_out(), scale);
+    backward(i, slot(i), d_out());
     link.send_backward();
   }
   return loss;

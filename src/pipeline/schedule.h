@@ -18,7 +18,9 @@ using BatchFn = std::function<MicroBatch(int64_t m)>;
 int64_t pipeline_slots(int stage, int stages, int64_t M);
 
 // Returns the sum over micro-batches of the per-micro-batch loss on the last stage (0 elsewhere).
-double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch);
+// before_last_backward (optional) runs right before the last micro-batch's backward.
+double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch,
+                        const std::function<void()>& before_last_backward = nullptr);
 // Forward passes only (evaluation), one micro-batch at a time through the stages.
 double forward_only(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch);
 

@@ -16,6 +16,7 @@
 #include "data/loader.h"
 #include "distributed/distributed_optimizer.h"
 #include "distributed/finalize_grads.h"
+#include "distributed/grad_reducer.h"
 #include "model/gpt.h"
 #include "pipeline/schedule.h"
 #include "train/log_format.h"
@@ -147,8 +148,10 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   spec.shard = {g.grid.tp, g.coord.tp, layer_begin, layer_end, g.first_stage(), g.last_stage()};
   spec.sequence_parallel = cfg.parallel.sequence_parallel;
   spec.num_slots = pipeline_slots(stage, P, M);
-  if (cfg.use_distributed_optimizer) {
-    spec.bucket_dp = g.grid.dp;
+  // DP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of the
+  // distributed optimizer).
+  if (g.grid.dp > 1 || cfg.use_distributed_optimizer) {
+    spec.bucket_dp = cfg.use_distributed_optimizer ? g.grid.dp : 0;
     spec.bucket_size = cfg.parallel.ddp_bucket_size;
   }
   GPTModel model(mc, cfg.micro_batch_size, spec, g.tp.get());
@@ -161,6 +164,12 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   else
     optim = std::make_unique<Optimizer>(model.layout(), cfg.adam);
   const size_t state_bytes = optim ? optim->state_bytes() : dist_optim->state_bytes();
+  std::unique_ptr<GradReducer> reducer;
+  if (g.grid.dp > 1 && !cfg.use_distributed_optimizer)
+    reducer = std::make_unique<GradReducer>(model, g, cfg.parallel.overlap_grad_reduce);
+  if (cfg.parallel.overlap_grad_reduce && cfg.use_distributed_optimizer)
+    log_line("WARNING: --overlap-grad-reduce: with --use-distributed-optimizer the "
+             "reduce-scatters run after the backward (not overlapped yet)");
   const LRSchedule sched = cfg.lr_schedule();
   log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
                    " x DP ", g.grid.dp, cfg.parallel.sequence_parallel ? " (sequence parallel)" : "",
@@ -191,14 +200,18 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     const double lr = sched.at(consumed);
     model.zero_grads();
     const double wd = sched.weight_decay_at(consumed);
-    const double local_loss = forward_backward(model, *g.pp, M, train_batches.at(consumed));
+    const double local_loss =
+        forward_backward(model, *g.pp, M, train_batches.at(consumed), [&] {
+          if (reducer) reducer->arm();
+        });
     double grad_norm;
     if (dist_optim) {
       finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/false);
       dist_optim->reduce_scatter_grads();
       grad_norm = dist_optim->grad_norm();
     } else {
-      finalize_grads(model, g, cfg.parallel.ddp_bucket_size);
+      if (reducer) reducer->finish();
+      finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/!reducer);
       grad_norm = global_grad_norm(model, g);
     }
     const double loss = report_loss(local_loss / double(M), g);
@@ -262,6 +275,10 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   }
   result.mean_iteration_seconds =
       cfg.train_iters > 1 ? total_seconds / double(cfg.train_iters - 1) : interval_seconds;
+  if (reducer && cfg.parallel.overlap_grad_reduce)
+    log_line(str_cat(" > overlap-grad-reduce: ", reducer->buckets_launched_early(), " of ",
+                     int64_t(model.layout().buckets().size()) * cfg.train_iters,
+                     " DP buckets started during the backward"));
   {
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);

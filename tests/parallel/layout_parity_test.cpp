@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <dirent.h>
 #include <filesystem>
 #include <fstream>
@@ -292,6 +293,31 @@ TEST(NumericsGuard, NaNStopsTheRunNamingIterationAndRank) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("NaN/Inf at iteration"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("on rank 0"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mg
+
+namespace mg {
+namespace {
+
+// ---- overlapped gradient reduction ----
+
+TEST(OverlapGradReduce, BitwiseEqualToTheNonOverlappedRun) {
+  for (const std::string& layout : {std::string(""), std::string("--pipeline-model-parallel-size 2")}) {
+    const std::string flags = layout + " --ddp-bucket-size 4000";
+    const RunOut plain = train(4, flags);
+    const RunOut overlap = train(4, flags + " --overlap-grad-reduce");
+    EXPECT_EQ(overlap.losses, plain.losses) << layout;
+    ASSERT_EQ(overlap.params.size(), plain.params.size());
+    EXPECT_EQ(std::memcmp(overlap.params.data(), plain.params.data(), plain.params.size() * 4), 0)
+        << layout;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(overlap.log, m,
+                                  std::regex("overlap-grad-reduce: ([0-9]+) of ([0-9]+)")))
+        << overlap.log;
+    EXPECT_GT(std::stoll(m[1]), 0) << "no bucket started during the backward";
+  }
 }
 
 }  // namespace
