@@ -89,6 +89,10 @@ const std::vector<Option<TrainConfig>>& train_options() {
       on_off<C>("--overlap-grad-reduce",
                 "start each bucket's DP all-reduce during the last backward, once its grads are final",
                 MG_FIELD(parallel.overlap_grad_reduce)),
+      on_off<C>("--overlap-param-gather",
+                "with the distributed optimizer, wait for each bucket's parameter all-gather only "
+                "when the next forward reaches it",
+                MG_FIELD(parallel.overlap_param_gather)),
       // data
       on_off<C>("--mock-data", "train on Megatron's synthetic mock dataset", MG_FIELD(mock_data)),
       valued<C>("--data-path", "[W] PREFIX...",

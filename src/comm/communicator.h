@@ -49,6 +49,10 @@ class Communicator {
   virtual void all_reduce(float* data, int64_t n, ReduceOp op = ReduceOp::Sum) = 0;
   // Non-blocking in-place sum; the buffer must stay untouched until wait() returns.
   virtual std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) = 0;
+  // Non-blocking reduce-scatter / all-gather; buffers stay untouched until wait() returns.
+  virtual std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
+                                                       int64_t n_out) = 0;
+  virtual std::unique_ptr<CommRequest> iall_gather(const float* in, float* out, int64_t n_in) = 0;
   // in holds size() chunks of n_out elements; out gets the sum of every rank's chunk rank().
   virtual void reduce_scatter(const float* in, float* out, int64_t n_out) = 0;
   // out gets size() chunks of n_in elements, chunk r from rank r.

@@ -63,6 +63,29 @@ class MpiCommunicator : public Communicator {
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
     return r;
   }
+  std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
+                                               int64_t n_out) override {
+    if (size_ == 1) {
+      std::memcpy(out, in, n_out * sizeof(float));
+      return std::make_unique<DoneRequest>();
+    }
+    auto r = std::make_unique<MpiRequest>();
+    check_mpi(MPI_Ireduce_scatter_block(in, out, int(n_out), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
+              "MPI_Ireduce_scatter_block");
+    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
+    return r;
+  }
+  std::unique_ptr<CommRequest> iall_gather(const float* in, float* out, int64_t n_in) override {
+    if (size_ == 1) {
+      std::memcpy(out, in, n_in * sizeof(float));
+      return std::make_unique<DoneRequest>();
+    }
+    auto r = std::make_unique<MpiRequest>();
+    check_mpi(MPI_Iallgather(in, int(n_in), MPI_FLOAT, out, int(n_in), MPI_FLOAT, comm_, &r->req_),
+              "MPI_Iallgather");
+    stats_.all_gather_bytes += (size_ - 1) * n_in * 4;
+    return r;
+  }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
     if (size_ == 1) {
       std::memcpy(out, in, n_out * sizeof(float));

@@ -18,6 +18,14 @@ class SelfCommunicator : public Communicator {
   std::unique_ptr<CommRequest> iall_reduce(float*, int64_t) override {
     return std::make_unique<Done>();
   }
+  std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out, int64_t n) override {
+    std::memmove(out, in, n * sizeof(float));
+    return std::make_unique<Done>();
+  }
+  std::unique_ptr<CommRequest> iall_gather(const float* in, float* out, int64_t n) override {
+    std::memmove(out, in, n * sizeof(float));
+    return std::make_unique<Done>();
+  }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce(float*, int64_t, ReduceOp) override {}

@@ -9,8 +9,10 @@
 namespace mg {
 
 DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
-                                           const OptimizerConfig& cfg)
-    : model_(model), g_(g) {
+                                           const OptimizerConfig& cfg, bool overlap_grad_reduce,
+                                           bool overlap_param_gather)
+    : model_(model), g_(g), tracker_(model.layout()), overlap_grad_(overlap_grad_reduce),
+      overlap_params_(overlap_param_gather) {
   const ParamLayout& layout = model.layout();
   const int64_t dp = g.dp->size(), d = g.dp->rank();
   for (const auto& [begin, end] : layout.buckets()) {
@@ -28,19 +30,69 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
   std::sort(owned_runs_.begin(), owned_runs_.end(),
             [](const ParamRun& x, const ParamRun& y) { return x.offset < y.offset; });
   optim_ = std::make_unique<Optimizer>(owned_runs_, cfg);
+  const auto& buckets = layout.buckets();
+  grad_shard_.resize(buckets.size());
+  param_shard_.resize(buckets.size());
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    grad_shard_[b].resize(size_t((buckets[b].second - buckets[b].first) / dp));
+    param_shard_[b].resize(grad_shard_[b].size());
+  }
+  grad_req_.resize(buckets.size());
+  param_req_.resize(buckets.size());
+  if (overlap_grad_)
+    model_.set_grad_ready_hook([this](const std::vector<int>& params) {
+      for (size_t b : tracker_.ready(params)) {
+        launch_reduce_scatter(b);
+        ++early_;
+      }
+      for (auto& r : grad_req_)
+        if (r) r->test();
+    });
+  if (overlap_params_)
+    model_.set_params_needed_hook([this](const std::vector<int>& params) {
+      for (size_t b : tracker_.buckets_of(params))
+        if (param_req_[b]) {
+          param_req_[b]->wait();
+          param_req_[b].reset();
+        }
+    });
 }
 
+DistributedOptimizer::~DistributedOptimizer() {
+  model_.set_grad_ready_hook(nullptr);
+  model_.set_params_needed_hook(nullptr);
+}
+
+void DistributedOptimizer::launch_reduce_scatter(size_t b) {
+  const auto [begin, end] = model_.layout().buckets()[b];
+  float* G = model_.grads() + begin;
+  cpu::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
+  grad_req_[b] = g_.dp->ireduce_scatter(G, grad_shard_[b].data(), int64_t(grad_shard_[b].size()));
+}
+
+// Every bucket goes through the same non-blocking collective whether or not it started early,
+// so overlapping does not change a bit of the result.
 void DistributedOptimizer::reduce_scatter_grads() {
   float* G = model_.grads();
-  const int64_t dp = g_.dp->size(), d = g_.dp->rank();
-  for (const auto& [begin, end] : model_.layout().buckets()) {
-    const int64_t n = (end - begin) / dp;
-    if (dp == 1) continue;
-    cpu::scale_inplace(G + begin, 1.0f / float(dp), end - begin);
-    shard_.resize(size_t(n));
-    g_.dp->reduce_scatter(G + begin, shard_.data(), n);
-    std::memcpy(G + begin + d * n, shard_.data(), size_t(n) * sizeof(float));
+  const int64_t d = g_.dp->rank();
+  const auto& buckets = model_.layout().buckets();
+  for (size_t b = 0; b < buckets.size(); ++b)
+    if (!grad_req_[b]) launch_reduce_scatter(b);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    grad_req_[b]->wait();
+    grad_req_[b].reset();
+    const int64_t n = int64_t(grad_shard_[b].size());
+    std::memcpy(G + buckets[b].first + d * n, grad_shard_[b].data(), size_t(n) * sizeof(float));
   }
+  tracker_.disarm();
+}
+
+void DistributedOptimizer::wait_params() {
+  for (auto& r : param_req_)
+    if (r) {
+      r->wait();
+      r.reset();
+    }
 }
 
 double DistributedOptimizer::grad_norm() {
@@ -54,13 +106,14 @@ double DistributedOptimizer::grad_norm() {
 void DistributedOptimizer::step(float lr, float wd, double grad_norm) {
   optim_->step(model_.params(), model_.grads(), lr, wd, grad_norm);
   float* P = model_.params();
-  const int64_t dp = g_.dp->size(), d = g_.dp->rank();
-  if (dp == 1) return;
-  for (const auto& [begin, end] : model_.layout().buckets()) {
-    const int64_t n = (end - begin) / dp;
-    shard_.assign(P + begin + d * n, P + begin + (d + 1) * n);
-    g_.dp->all_gather(shard_.data(), P + begin, n);
+  const int64_t d = g_.dp->rank();
+  const auto& buckets = model_.layout().buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const int64_t n = int64_t(param_shard_[b].size());
+    std::memcpy(param_shard_[b].data(), P + buckets[b].first + d * n, size_t(n) * sizeof(float));
+    param_req_[b] = g_.dp->iall_gather(param_shard_[b].data(), P + buckets[b].first, n);
   }
+  if (!overlap_params_) wait_params();
 }
 
 }  // namespace mg

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "distributed/grad_reducer.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
 #include "parallel/process_groups.h"
@@ -16,11 +17,21 @@ namespace mg {
 
 class DistributedOptimizer {
  public:
-  DistributedOptimizer(GPTModel& model, ProcessGroups& g, const OptimizerConfig& cfg);
+  // overlap_grad_reduce: each bucket's reduce-scatter starts during the last backward once its
+  // grads are final. overlap_param_gather: the all-gathers started after the step are waited
+  // for only when the next forward reaches each bucket's parameters.
+  DistributedOptimizer(GPTModel& model, ProcessGroups& g, const OptimizerConfig& cfg,
+                       bool overlap_grad_reduce = false, bool overlap_param_gather = false);
+  ~DistributedOptimizer();
 
-  // After finalize_grads (without its DP step): this rank's shard of each bucket holds the
-  // DP-averaged grads.
+  // Right before the last micro-batch's backward.
+  void arm() { tracker_.arm(); }
+  // After the backward: this rank's shard of each bucket holds the DP-averaged grads. Call
+  // before the TP (sequence-parallel) and tied-embedding grad reductions.
   void reduce_scatter_grads();
+  // Waits for every pending parameter all-gather (before reading parameters outside forward).
+  void wait_params();
+  int64_t buckets_launched_early() const { return early_; }
   // L2 norm over all ranks' shards, each parameter counted once (collective over the world).
   double grad_norm();
   // Clip + update the owned shard, then all-gather every bucket's params.
@@ -34,8 +45,12 @@ class DistributedOptimizer {
   std::vector<ParamRun> owned_runs_;    // parameter elements of this rank's shards
   std::vector<ParamRun> counted_runs_;  // the subset counted by the grad norm
   std::unique_ptr<Optimizer> optim_;
-  std::vector<float> shard_;            // staging for one bucket's shard
-  int64_t owned_ = 0;
+  BucketTracker tracker_;
+  bool overlap_grad_, overlap_params_;
+  std::vector<std::vector<float>> grad_shard_, param_shard_;  // per bucket, n / DP each
+  std::vector<std::unique_ptr<CommRequest>> grad_req_, param_req_;
+  int64_t owned_ = 0, early_ = 0;
+  void launch_reduce_scatter(size_t b);
 };
 
 }  // namespace mg

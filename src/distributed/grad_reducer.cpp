@@ -1,39 +1,56 @@
 #include "distributed/grad_reducer.h"
 
+#include <algorithm>
+
 #include "backend/ops.h"
 
 namespace mg {
 
-GradReducer::GradReducer(GPTModel& model, ProcessGroups& g, bool overlap)
-    : model_(model), g_(g), overlap_(overlap) {
-  const auto& buckets = model.layout().buckets();
-  MG_CHECK(!buckets.empty(), "the grad reducer needs the bucketed buffer layout");
+BucketTracker::BucketTracker(const ParamLayout& layout) {
+  const auto& buckets = layout.buckets();
+  MG_CHECK(!buckets.empty(), "bucket tracking needs the bucketed buffer layout");
   total_.assign(buckets.size(), 0);
-  for (const ParamSpec& p : model.layout().params()) {
+  for (const ParamSpec& p : layout.params()) {
     int b = 0;
     while (!(p.offset >= buckets[size_t(b)].first && p.offset < buckets[size_t(b)].second)) ++b;
     bucket_of_param_.push_back(b);
     ++total_[size_t(b)];
   }
-  requests_.resize(buckets.size());
+}
+
+std::vector<size_t> BucketTracker::ready(const std::vector<int>& params) {
+  std::vector<size_t> done;
+  if (!armed_) return done;
+  for (int p : params) {
+    const size_t b = size_t(bucket_of_param_[size_t(p)]);
+    if (--remaining_[b] == 0) done.push_back(b);
+  }
+  return done;
+}
+
+std::vector<size_t> BucketTracker::buckets_of(const std::vector<int>& params) const {
+  std::vector<size_t> out;
+  for (int p : params) {
+    const size_t b = size_t(bucket_of_param_[size_t(p)]);
+    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+  }
+  return out;
+}
+
+GradReducer::GradReducer(GPTModel& model, ProcessGroups& g, bool overlap)
+    : model_(model), g_(g), overlap_(overlap), tracker_(model.layout()) {
+  requests_.resize(model.layout().buckets().size());
   if (overlap_) model_.set_grad_ready_hook([this](const std::vector<int>& p) { ready(p); });
 }
 
 GradReducer::~GradReducer() { model_.set_grad_ready_hook(nullptr); }
 
-void GradReducer::arm() {
-  armed_ = true;
-  remaining_ = total_;
-}
+void GradReducer::arm() { tracker_.arm(); }
 
 void GradReducer::ready(const std::vector<int>& params) {
-  if (!armed_) return;
-  for (int p : params) {
-    const size_t b = size_t(bucket_of_param_[size_t(p)]);
-    if (--remaining_[b] == 0) {
-      launch(b);
-      ++early_;
-    }
+  for (size_t b : tracker_.ready(params)) {
+    launch(b);
+    ++early_;
   }
   for (auto& r : requests_)  // let launched transfers progress while backward goes on
     if (r) r->test();
@@ -53,7 +70,7 @@ void GradReducer::finish() {
     r->wait();
     r.reset();
   }
-  armed_ = false;
+  tracker_.disarm();
 }
 
 }  // namespace mg

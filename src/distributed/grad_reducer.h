@@ -14,6 +14,23 @@
 
 namespace mg {
 
+// Which buckets of a bucketed layout have all their parameters' grads final, as the model's
+// grad-ready hook reports parameters during the last micro-batch's backward.
+class BucketTracker {
+ public:
+  explicit BucketTracker(const ParamLayout& layout);
+  void arm() { armed_ = true, remaining_ = total_; }
+  void disarm() { armed_ = false; }
+  // Buckets completed by these parameters (none unless armed).
+  std::vector<size_t> ready(const std::vector<int>& params);
+  // Buckets holding any of these parameters.
+  std::vector<size_t> buckets_of(const std::vector<int>& params) const;
+
+ private:
+  bool armed_ = false;
+  std::vector<int> bucket_of_param_, remaining_, total_;
+};
+
 class GradReducer {
  public:
   GradReducer(GPTModel& model, ProcessGroups& g, bool overlap);
@@ -30,9 +47,8 @@ class GradReducer {
 
   GPTModel& model_;
   ProcessGroups& g_;
-  bool overlap_, armed_ = false;
-  std::vector<int> bucket_of_param_;
-  std::vector<int> remaining_, total_;  // per bucket: params whose grads are not final yet
+  bool overlap_;
+  BucketTracker tracker_;
   std::vector<std::unique_ptr<CommRequest>> requests_;
   int64_t early_ = 0;
 };

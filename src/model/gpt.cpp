@@ -127,6 +127,7 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
     std::memcpy(s.attention_start.data<int32_t>(), mb.attention_start, N * sizeof(int32_t));
   const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
   if (sh.first_stage) {
+    need(embedding_params_);
     float* x0 = s.resid.front().data<float>();
     float* emb = dims_.sp ? emb_full_.data<float>() : x0;
     tp::vocab_parallel_embedding_forward(tp_, emb, s.tokens.data<int32_t>(),
@@ -136,10 +137,13 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
                                          N, H);
     if (dims_.sp) tp::scatter_to_sp_region_forward(tp_, emb, x0, R * H);
   }
-  for (int64_t l = 0; l < num_layers_; ++l)
+  for (int64_t l = 0; l < num_layers_; ++l) {
+    need(layer_param_ids_[size_t(l)]);
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
                               layer_params_[l], *s.caches[l], scratch_, dims_, seg);
+  }
   if (!sh.last_stage) return 0.0;
+  need(head_params_);
 
   cpu::layernorm_forward(s.lnf.data<float>(), s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
                          s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),

@@ -73,6 +73,9 @@ class GPTModel {
   // copy) after the head, each layer's parameters after that layer, the embeddings last.
   using GradReadyHook = std::function<void(const std::vector<int>& params)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+  // Called during forward with the parameters about to be read: the embeddings, each layer's,
+  // then the head's (the distributed optimizer's lazy parameter all-gather waits there).
+  void set_params_needed_hook(GradReadyHook hook) { params_needed_ = std::move(hook); }
 
  private:
   struct Slot {
@@ -104,11 +107,14 @@ class GPTModel {
   Tensor d_resid_, d_lnf_;           // (R, H)
   Tensor d_full_;                    // (S*B, H)
   Tensor dlosses_, ce_scratch_;      // (S*B)
-  GradReadyHook grad_ready_;
+  GradReadyHook grad_ready_, params_needed_;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;
   void notify(const std::vector<int>& ids) {
     if (grad_ready_ && !ids.empty()) grad_ready_(ids);
+  }
+  void need(const std::vector<int>& ids) {
+    if (params_needed_ && !ids.empty()) params_needed_(ids);
   }
 };
 

@@ -18,6 +18,7 @@ struct ParallelConfig {
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
   int64_t ddp_bucket_size = 40000000;    // --ddp-bucket-size: elements per DP all-reduce
   bool overlap_grad_reduce = false;      // --overlap-grad-reduce
+  bool overlap_param_gather = false;     // --overlap-param-gather (distributed optimizer)
 
   int tp() const { return tensor_model_parallel_size; }
   int pp() const { return pipeline_model_parallel_size; }

@@ -66,6 +66,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(sources == 1, "pass only one of --mock-data, --data-path, --train-data-path");
   MG_USER_CHECK(mock_data || !tokenizer.tokenizer_type.empty(),
                 "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)");
+  MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,
+                "--overlap-param-gather needs --use-distributed-optimizer");
   lr_schedule().validate();
   return warning;
 }

@@ -160,16 +160,16 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   std::unique_ptr<Optimizer> optim;
   std::unique_ptr<DistributedOptimizer> dist_optim;
   if (cfg.use_distributed_optimizer)
-    dist_optim = std::make_unique<DistributedOptimizer>(model, g, cfg.adam);
+    dist_optim = std::make_unique<DistributedOptimizer>(model, g, cfg.adam,
+                                                        cfg.parallel.overlap_grad_reduce,
+                                                        cfg.parallel.overlap_param_gather);
   else
     optim = std::make_unique<Optimizer>(model.layout(), cfg.adam);
   const size_t state_bytes = optim ? optim->state_bytes() : dist_optim->state_bytes();
   std::unique_ptr<GradReducer> reducer;
   if (g.grid.dp > 1 && !cfg.use_distributed_optimizer)
     reducer = std::make_unique<GradReducer>(model, g, cfg.parallel.overlap_grad_reduce);
-  if (cfg.parallel.overlap_grad_reduce && cfg.use_distributed_optimizer)
-    log_line("WARNING: --overlap-grad-reduce: with --use-distributed-optimizer the "
-             "reduce-scatters run after the backward (not overlapped yet)");
+
   const LRSchedule sched = cfg.lr_schedule();
   log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
                    " x DP ", g.grid.dp, cfg.parallel.sequence_parallel ? " (sequence parallel)" : "",
@@ -203,11 +203,12 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     const double local_loss =
         forward_backward(model, *g.pp, M, train_batches.at(consumed), [&] {
           if (reducer) reducer->arm();
+          if (dist_optim) dist_optim->arm();
         });
     double grad_norm;
-    if (dist_optim) {
-      finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/false);
+    if (dist_optim) {  // Megatron's order: DP reduce-scatter, then the TP / embedding sums
       dist_optim->reduce_scatter_grads();
+      finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/false);
       grad_norm = dist_optim->grad_norm();
     } else {
       if (reducer) reducer->finish();
@@ -275,8 +276,11 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   }
   result.mean_iteration_seconds =
       cfg.train_iters > 1 ? total_seconds / double(cfg.train_iters - 1) : interval_seconds;
-  if (reducer && cfg.parallel.overlap_grad_reduce)
-    log_line(str_cat(" > overlap-grad-reduce: ", reducer->buckets_launched_early(), " of ",
+  if (dist_optim) dist_optim->wait_params();
+  if ((reducer || dist_optim) && cfg.parallel.overlap_grad_reduce)
+    log_line(str_cat(" > overlap-grad-reduce: ",
+                     reducer ? reducer->buckets_launched_early() : dist_optim->buckets_launched_early(),
+                     " of ",
                      int64_t(model.layout().buckets().size()) * cfg.train_iters,
                      " DP buckets started during the backward"));
   {

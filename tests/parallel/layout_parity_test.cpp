@@ -304,10 +304,15 @@ namespace {
 // ---- overlapped gradient reduction ----
 
 TEST(OverlapGradReduce, BitwiseEqualToTheNonOverlappedRun) {
-  for (const std::string& layout : {std::string(""), std::string("--pipeline-model-parallel-size 2")}) {
+  for (const std::string& layout :
+       {std::string(""), std::string("--pipeline-model-parallel-size 2"),
+        std::string("--use-distributed-optimizer"),
+        std::string("--use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel")}) {
     const std::string flags = layout + " --ddp-bucket-size 4000";
+    const bool dist = layout.find("distributed") != std::string::npos;
     const RunOut plain = train(4, flags);
-    const RunOut overlap = train(4, flags + " --overlap-grad-reduce");
+    const RunOut overlap =
+        train(4, flags + " --overlap-grad-reduce" + (dist ? " --overlap-param-gather" : ""));
     EXPECT_EQ(overlap.losses, plain.losses) << layout;
     ASSERT_EQ(overlap.params.size(), plain.params.size());
     EXPECT_EQ(std::memcmp(overlap.params.data(), plain.params.data(), plain.params.size() * 4), 0)
