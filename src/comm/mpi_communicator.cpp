@@ -3,6 +3,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -13,6 +15,12 @@ namespace {
 
 void check_mpi(int rc, const char* what) {
   MG_CHECK(rc == MPI_SUCCESS, "MPI call ", what, " failed with code ", rc);
+}
+
+// MPI counts are ints: larger transfers would silently wrap.
+int count(int64_t n) {
+  MG_CHECK(n >= 0 && n <= INT_MAX, "MPI transfer of ", n, " elements exceeds INT_MAX");
+  return int(n);
 }
 
 class MpiRequest : public CommRequest {
@@ -50,7 +58,7 @@ class MpiCommunicator : public Communicator {
 
   void all_reduce(float* data, int64_t n, ReduceOp op) override {
     if (size_ == 1 || n == 0) return;
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT,
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT,
                             op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_),
               "MPI_Allreduce");
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
@@ -58,7 +66,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
     if (size_ == 1 || n == 0) return std::make_unique<DoneRequest>();
     auto r = std::make_unique<MpiRequest>();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
               "MPI_Iallreduce");
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
     return r;
@@ -70,7 +78,7 @@ class MpiCommunicator : public Communicator {
       return std::make_unique<DoneRequest>();
     }
     auto r = std::make_unique<MpiRequest>();
-    check_mpi(MPI_Ireduce_scatter_block(in, out, int(n_out), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
+    check_mpi(MPI_Ireduce_scatter_block(in, out, count(n_out), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
               "MPI_Ireduce_scatter_block");
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
     return r;
@@ -81,7 +89,7 @@ class MpiCommunicator : public Communicator {
       return std::make_unique<DoneRequest>();
     }
     auto r = std::make_unique<MpiRequest>();
-    check_mpi(MPI_Iallgather(in, int(n_in), MPI_FLOAT, out, int(n_in), MPI_FLOAT, comm_, &r->req_),
+    check_mpi(MPI_Iallgather(in, count(n_in), MPI_FLOAT, out, count(n_in), MPI_FLOAT, comm_, &r->req_),
               "MPI_Iallgather");
     stats_.all_gather_bytes += (size_ - 1) * n_in * 4;
     return r;
@@ -91,7 +99,7 @@ class MpiCommunicator : public Communicator {
       std::memcpy(out, in, n_out * sizeof(float));
       return;
     }
-    check_mpi(MPI_Reduce_scatter_block(in, out, int(n_out), MPI_FLOAT, MPI_SUM, comm_),
+    check_mpi(MPI_Reduce_scatter_block(in, out, count(n_out), MPI_FLOAT, MPI_SUM, comm_),
               "MPI_Reduce_scatter_block");
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
   }
@@ -100,13 +108,13 @@ class MpiCommunicator : public Communicator {
       std::memcpy(out, in, n_in * sizeof(float));
       return;
     }
-    check_mpi(MPI_Allgather(in, int(n_in), MPI_FLOAT, out, int(n_in), MPI_FLOAT, comm_),
+    check_mpi(MPI_Allgather(in, count(n_in), MPI_FLOAT, out, count(n_in), MPI_FLOAT, comm_),
               "MPI_Allgather");
     stats_.all_gather_bytes += (size_ - 1) * n_in * 4;
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size_ == 1) return;
-    check_mpi(MPI_Bcast(data, int(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
+    check_mpi(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
@@ -115,11 +123,11 @@ class MpiCommunicator : public Communicator {
       const P2POp& op = ops[i];
       MG_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_, "bad p2p peer ", op.peer);
       if (op.is_send) {
-        check_mpi(MPI_Isend(op.data, int(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
+        check_mpi(MPI_Isend(op.data, count(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
                   "MPI_Isend");
         stats_.p2p_bytes += op.n * 4;
       } else {
-        check_mpi(MPI_Irecv(op.data, int(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
+        check_mpi(MPI_Irecv(op.data, count(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
                   "MPI_Irecv");
       }
     }
@@ -136,25 +144,35 @@ class MpiCommunicator : public Communicator {
 }  // namespace
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                        std::getenv("PMIX_RANK") || std::getenv("MPI_LOCALNRANKS");
+  if (!launched) return;
+  active_ = true;
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    // Only the main thread calls MPI (the data loader's thread never does).
+    MG_CHECK(provided >= MPI_THREAD_FUNNELED, "MPI provides thread level ", provided,
+             " < MPI_THREAD_FUNNELED");
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
 MpiSession::~MpiSession() {
+  if (!active_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
 }
 
 void MpiSession::abort(int code) {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::abort();
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
 }
 
 std::unique_ptr<Communicator> mpi_world() {

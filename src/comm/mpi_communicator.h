@@ -7,18 +7,21 @@
 
 namespace mg {
 
-// Initializes MPI (works under mpirun and as a single process without it).
+// Initializes MPI when the process was started by an MPI launcher (mpirun / mpiexec / a PMI
+// launcher); a plain single process runs without MPI at all (no singleton start-up).
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
   ~MpiSession();
   int world_rank() const { return rank_; }
   int world_size() const { return size_; }
+  bool active() const { return active_; }
   // Ends every rank of the job (a rank-local failure must not leave the others waiting).
   [[noreturn]] static void abort(int code);
 
  private:
   int rank_ = 0, size_ = 1;
+  bool active_ = false;
 };
 
 // The whole job.

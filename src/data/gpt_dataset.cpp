@@ -6,7 +6,8 @@
 #include <climits>
 #include <cstdio>
 #include <fstream>
-#include <regex>
+#include <cstdlib>
+#include <sstream>
 
 #include "core/error.h"
 #include "data/npy.h"
@@ -47,10 +48,14 @@ std::vector<int64_t> build_shuffle_index(int64_t first, int64_t total, LegacyRan
 std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
                                                         int64_t num_sequences) {
   std::vector<double> w;
-  const std::regex number("[.0-9]+");
-  for (auto it = std::sregex_iterator(split.begin(), split.end(), number);
-       it != std::sregex_iterator(); ++it)
-    w.push_back(std::stod(it->str()));
+  std::stringstream ss(split);
+  for (std::string field; std::getline(ss, field, ',');) {
+    char* end = nullptr;
+    const double v = std::strtod(field.c_str(), &end);
+    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0, "--split '", split,
+                  "': '", field, "' is not a non-negative number");
+    w.push_back(v);
+  }
   MG_USER_CHECK(!w.empty() && w.size() <= 3, "--split '", split,
                 "' must hold 1 to 3 comma-separated weights, e.g. 969,30,1");
   w.resize(3, 0.0);
@@ -90,8 +95,13 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
       document_index_ = read_npy(cache_prefix_ + "document_index.npy").as<int32_t>();
       sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int64_t>();
       shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int64_t>();
-      MG_USER_CHECK(sample_index_.size() == 2 * (shuffle_index_.size() + 1), "index cache '",
-                    cache_prefix_, "*.npy' is inconsistent; delete it to rebuild");
+      const int64_t M = int64_t(shuffle_index_.size()), D = int64_t(document_index_.size());
+      bool ok = sample_index_.size() == size_t(2 * (M + 1));
+      for (int32_t doc : document_index_) ok = ok && doc >= begin && doc < end;
+      for (int64_t k = 0; ok && k <= M; ++k) ok = sample_index_[2 * k] >= 0 && sample_index_[2 * k] < D;
+      for (int64_t j : shuffle_index_) ok = ok && j >= 0 && j < M;
+      MG_USER_CHECK(ok, "index cache '", cache_prefix_, "*.npy' does not match the dataset; "
+                    "delete it to rebuild");
       loaded_ = true;
       return;
     }

@@ -24,8 +24,26 @@ struct Doc {
   std::vector<std::vector<int32_t>> ids, lengths;  // per json key
 };
 
+Doc encode_line_unchecked(const std::string& line, int64_t line_no, const PreprocessConfig& cfg,
+                          Tokenizer& tok);
+
+// Runs on worker threads: nothing may escape (a thread's exception would terminate the
+// process), so any failure becomes a bad line with its message.
 Doc encode_line(const std::string& line, int64_t line_no, const PreprocessConfig& cfg,
                 Tokenizer& tok) {
+  try {
+    return encode_line_unchecked(line, line_no, cfg, tok);
+  } catch (const std::exception& e) {
+    Doc d;
+    d.line = line_no;
+    d.bad = true;
+    d.error = e.what();
+    return d;
+  }
+}
+
+Doc encode_line_unchecked(const std::string& line, int64_t line_no, const PreprocessConfig& cfg,
+                          Tokenizer& tok) {
   Doc d;
   d.line = line_no;
   nlohmann::json j;

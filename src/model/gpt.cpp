@@ -107,15 +107,18 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
     for (int64_t t = 0; t < S; ++t) {
       const int64_t i = b * S + t, row = t * B + b;
       if (sh.first_stage) {
-        MG_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < V, "token id ", mb.tokens[i],
-                 " outside vocab ", V);
+        MG_USER_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < V, "the data holds token id ",
+                      mb.tokens[i], " but the model's vocabulary has ", V,
+                      " entries; preprocess with the tokenizer given to train (--tokenizer-type)");
         MG_CHECK(mb.position_ids[i] >= 0 && mb.position_ids[i] < cfg_.max_positions(),
                  "position id ", mb.position_ids[i], " outside the position table");
         s.tokens.data<int32_t>()[row] = mb.tokens[i];
         s.positions.data<int32_t>()[row] = mb.position_ids[i];
       }
       if (sh.last_stage) {
-        MG_CHECK(mb.labels[i] < V, "label ", mb.labels[i], " outside vocab ", V);
+        MG_USER_CHECK(mb.labels[i] < V && (mb.labels[i] >= 0 || mb.loss_mask[i] == 0.f),
+                      "the data holds token id ", mb.labels[i], " but the model's vocabulary has ",
+                      V, " entries; preprocess with the tokenizer given to train");
         s.labels.data<int32_t>()[row] = mb.labels[i];
         s.mask.data<float>()[row] = mb.loss_mask[i];
       }

@@ -44,10 +44,11 @@ DataSpec data_spec(const TrainConfig& cfg) {
   return d;
 }
 
-// Only the first and last pipeline stages read data. With --data-cache-path, world rank 0
-// builds and writes the indices first; the other ranks then load them.
+// Only the first and last pipeline stages read data (every stage with --reset-attention-mask,
+// whose per-token attention starts every stage's attention needs). With --data-cache-path,
+// world rank 0 builds and writes the indices first; the other ranks then load them.
 BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod) {
-  const bool needed = g.first_stage() || g.last_stage();
+  const bool needed = g.first_stage() || g.last_stage() || cfg.reset_attention_mask;
   DataSpec spec = data_spec(cfg);
   eod = cfg.mock_data ? spec.mock_eod : make_tokenizer(cfg.tokenizer)->eod();
   BuiltData data;
@@ -117,15 +118,22 @@ double report_loss(double local_mean, const ProcessGroups& g) {
 
 void write_params(const std::string& path, const std::vector<float>& flat, const GPTConfig& mc) {
   const std::string tmp = path + ".tmp";
-  std::ofstream(tmp, std::ios::binary)
-      .write(reinterpret_cast<const char*>(flat.data()), std::streamsize(flat.size() * 4));
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(flat.data()), std::streamsize(flat.size() * 4));
+    f.close();
+    MG_USER_CHECK(f.good(), "--dump-final-params: cannot write '", tmp, "' (disk full?)");
+  }
   MG_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "--dump-final-params: cannot write ",
                 path);
   nlohmann::json manifest = nlohmann::json::array();
   const ParamLayout layout = gpt_param_layout(mc);
   for (const ParamSpec& p : layout.params())
     manifest.push_back({{"name", p.name}, {"shape", p.global_shape}, {"offset", p.offset}});
-  std::ofstream(path + ".json") << manifest.dump(1) << "\n";
+  std::ofstream mf(path + ".json");
+  mf << manifest.dump(1) << "\n";
+  mf.close();
+  MG_USER_CHECK(mf.good(), "--dump-final-params: cannot write '", path, ".json'");
 }
 
 }  // namespace
