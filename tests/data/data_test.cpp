@@ -6,6 +6,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "core/error.h"
 #include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "data/mock_dataset.h"
@@ -71,6 +72,8 @@ TEST(Split, MatchesMegatronRounding) {
   EXPECT_EQ(r[0], Range(0, 96900));
   EXPECT_EQ(r[1], Range(96900, 99900));
   EXPECT_EQ(r[2], Range(99900, 100000));
+  EXPECT_THROW(split_ranges("90,-5,5", 10), UsageError);
+  EXPECT_THROW(split_ranges(".", 10), UsageError);
   auto two = split_ranges("99,1", 7);  // padded with a zero test weight
   EXPECT_EQ(two[0].second, 7);
   EXPECT_EQ(two[2].first, two[2].second);
