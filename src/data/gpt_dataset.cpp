@@ -31,9 +31,9 @@ std::vector<int32_t> build_document_index(int64_t begin, int64_t end, int64_t ep
   return idx;
 }
 
-std::vector<int64_t> build_shuffle_index(int64_t first, int64_t total, LegacyRandomState& rng) {
-  std::vector<int64_t> head(static_cast<size_t>(first));
-  std::vector<int64_t> tail(static_cast<size_t>(total - first));
+std::vector<int32_t> build_shuffle_index(int64_t first, int64_t total, LegacyRandomState& rng) {
+  std::vector<int32_t> head(static_cast<size_t>(first));
+  std::vector<int32_t> tail(static_cast<size_t>(total - first));
   std::iota(head.begin(), head.end(), 0);
   std::iota(tail.begin(), tail.end(), first);
   rng.shuffle(head);
@@ -93,8 +93,8 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
                      (std::string(hex) + "-GPTDataset-" + cfg.split_name + "-")).string();
     if (std::filesystem::exists(cache_prefix_ + "shuffle_index.npy")) {
       document_index_ = read_npy(cache_prefix_ + "document_index.npy").as<int32_t>();
-      sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int64_t>();
-      shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int64_t>();
+      sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int32_t>();
+      shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int32_t>();
       const int64_t M = int64_t(shuffle_index_.size()), D = int64_t(document_index_.size());
       bool ok = sample_index_.size() == size_t(2 * (M + 1));
       for (int32_t doc : document_index_) ok = ok && doc >= begin && doc < end;
@@ -136,6 +136,8 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
 
   // Sample index (helpers.cpp build_sample_idx).
   const int64_t M = (num_epochs_ * tokens_per_epoch - X) / S;
+  MG_USER_CHECK(M < INT32_MAX && int64_t(document_index_.size()) < INT32_MAX,
+                "the dataset split yields ", M, " samples; more than 2^31 is not supported");
   sample_index_.assign(size_t(2 * (M + 1)), 0);
   int64_t doc_pos = 0, offset = 0;
   const int64_t num_docs = int64_t(document_index_.size());
@@ -156,8 +158,8 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
         offset = 0;
       }
     }
-    sample_index_[2 * k] = doc_pos;
-    sample_index_[2 * k + 1] = offset;
+    sample_index_[2 * k] = int32_t(doc_pos);
+    sample_index_[2 * k + 1] = int32_t(offset);
   }
 
   const int64_t first =
@@ -169,22 +171,11 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
     std::ofstream(cache_prefix_ + "description.txt") << description << "\n";
     write_npy(cache_prefix_ + "document_index.npy", "<i4", {int64_t(document_index_.size())},
               document_index_.data(), document_index_.size() * 4);
-    const bool small = sample_index_.empty() ||
-                       *std::max_element(sample_index_.begin(), sample_index_.end()) < INT32_MAX;
-    if (small) {
-      std::vector<int32_t> v(sample_index_.begin(), sample_index_.end());
-      write_npy(cache_prefix_ + "sample_index.npy", "<i4", {M + 1, 2}, v.data(), v.size() * 4);
-    } else {
-      write_npy(cache_prefix_ + "sample_index.npy", "<i8", {M + 1, 2}, sample_index_.data(),
-                sample_index_.size() * 8);
-    }
-    if (M < int64_t(UINT32_MAX) - 1) {
-      std::vector<uint32_t> v(shuffle_index_.begin(), shuffle_index_.end());
-      write_npy(cache_prefix_ + "shuffle_index.npy", "<u4", {M}, v.data(), v.size() * 4);
-    } else {
-      write_npy(cache_prefix_ + "shuffle_index.npy", "<i8", {M}, shuffle_index_.data(),
-                shuffle_index_.size() * 8);
-    }
+    write_npy(cache_prefix_ + "sample_index.npy", "<i4", {M + 1, 2}, sample_index_.data(),
+              sample_index_.size() * 4);
+    // Non-negative int32 values are their own uint32 bytes: Megatron's uint32 shuffle file.
+    write_npy(cache_prefix_ + "shuffle_index.npy", "<u4", {M}, shuffle_index_.data(),
+              shuffle_index_.size() * 4);
   }
 }
 

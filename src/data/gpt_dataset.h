@@ -50,16 +50,17 @@ class GPTDataset : public SampleDataset {
   const std::string& cache_prefix() const { return cache_prefix_; }
 
   const std::vector<int32_t>& document_index() const { return document_index_; }
-  const std::vector<int64_t>& sample_index() const { return sample_index_; }  // (M+1) x 2
-  const std::vector<int64_t>& shuffle_index() const { return shuffle_index_; }
+  const std::vector<int32_t>& sample_index() const { return sample_index_; }  // (M+1) x 2
+  const std::vector<int32_t>& shuffle_index() const { return shuffle_index_; }
 
  private:
   const TokenSource& source_;
   GPTDatasetConfig cfg_;
   int64_t num_epochs_ = 1;
   std::vector<int32_t> document_index_;
-  std::vector<int64_t> sample_index_;
-  std::vector<int64_t> shuffle_index_;
+  // int32 as Megatron stores them (a split of more than 2^31 samples or sequences is refused).
+  std::vector<int32_t> sample_index_;
+  std::vector<int32_t> shuffle_index_;
   std::string cache_prefix_;
   bool loaded_ = false;
 };
