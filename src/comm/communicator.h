@@ -69,6 +69,10 @@ class Communicator {
   CommStats stats_;
 };
 
+// Sum of one double over the group, carried as two floats (the value and its rounding
+// remainder) so the reduction stays in MPI_FLOAT without losing the double's precision.
+double all_reduce_sum(Communicator& comm, double value);
+
 // A communicator of one rank: every collective is the identity (used when a group has size 1
 // and for single-process runs).
 std::unique_ptr<Communicator> make_self_communicator();

@@ -44,6 +44,12 @@ class SelfCommunicator : public Communicator {
 
 }  // namespace
 
+double all_reduce_sum(Communicator& comm, double value) {
+  float parts[2] = {float(value), float(value - double(float(value)))};
+  comm.all_reduce(parts, 2);
+  return double(parts[0]) + double(parts[1]);
+}
+
 std::unique_ptr<Communicator> make_self_communicator() {
   return std::make_unique<SelfCommunicator>();
 }

@@ -23,7 +23,7 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
       if (a >= b) continue;
       owned_runs_.push_back({a, b - a, p.weight_decay});
       owned_ += b - a;
-      if (!p.tied_copy && (p.tp_split_dim >= 0 || g.coord.tp == 0))
+      if (counted_once(p, g.coord.tp))
         counted_runs_.push_back({a, b - a, p.weight_decay});
     }
   }
@@ -98,9 +98,7 @@ void DistributedOptimizer::wait_params() {
 double DistributedOptimizer::grad_norm() {
   double local = 0;
   for (const ParamRun& r : counted_runs_) local += cpu::sum_squares(model_.grads() + r.offset, r.numel);
-  float parts[2] = {float(local), float(local - double(float(local)))};
-  g_.world->all_reduce(parts, 2);
-  return std::sqrt(double(parts[0]) + double(parts[1]));
+  return std::sqrt(all_reduce_sum(*g_.world, local));
 }
 
 void DistributedOptimizer::step(float lr, float wd, double grad_norm) {

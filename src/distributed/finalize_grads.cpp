@@ -6,16 +6,8 @@
 
 namespace mg {
 
-void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size, bool data_parallel) {
+void finalize_grads(GPTModel& model, ProcessGroups& g) {
   float* G = model.grads();
-  const int64_t P = model.num_params();
-  if (data_parallel && g.dp->size() > 1) {
-    cpu::scale_inplace(G, 1.0f / float(g.dp->size()), P);
-    for (int64_t end = P; end > 0; end -= bucket_size) {
-      const int64_t begin = std::max<int64_t>(0, end - bucket_size);
-      g.dp->all_reduce(G + begin, end - begin);
-    }
-  }
   if (model.spec().sequence_parallel && g.tp->size() > 1) {
     std::vector<float> packed;
     for (const ParamSpec& p : model.layout().params())
@@ -42,15 +34,9 @@ void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g) {
 
 double global_grad_norm(GPTModel& model, ProcessGroups& g) {
   double local = 0;
-  for (const ParamSpec& p : model.layout().params()) {
-    if (p.tied_copy || (p.tp_split_dim < 0 && g.coord.tp != 0)) continue;
-    local += cpu::sum_squares(model.grads() + p.offset, p.numel());
-  }
-  // Reduce in fp32 pairs (hi, lo) would be exact-er; a double over MPI_FLOAT would round, so
-  // the sum travels as two floats: the value and its rounding remainder.
-  float parts[2] = {float(local), float(local - double(float(local)))};
-  g.model_parallel->all_reduce(parts, 2);
-  return std::sqrt(double(parts[0]) + double(parts[1]));
+  for (const ParamSpec& p : model.layout().params())
+    if (counted_once(p, g.coord.tp)) local += cpu::sum_squares(model.grads() + p.offset, p.numel());
+  return std::sqrt(all_reduce_sum(*g.model_parallel, local));
 }
 
 std::vector<float> gather_full_params(GPTModel& model, ProcessGroups& g) {
@@ -58,7 +44,7 @@ std::vector<float> gather_full_params(GPTModel& model, ProcessGroups& g) {
   std::vector<float> out(size_t(full.total_numel()), 0.f);
   if (g.coord.dp == 0) {
     for (const ParamSpec& p : model.layout().params()) {
-      if (p.tied_copy || (p.tp_split_dim < 0 && g.coord.tp != 0)) continue;
+      if (!counted_once(p, g.coord.tp)) continue;
       const int64_t base = full.get(p.name).offset;
       for (int64_t i = 0; i < p.numel(); ++i)
         out[size_t(base + global_index(p, i, g.grid.tp, g.coord.tp))] = model.params()[p.offset + i];

@@ -1,6 +1,5 @@
-// After the last micro-batch's backward, in Megatron's finalize_model_grads order:
-//  1. data parallel: grads averaged over DP replicas (pre-scaled by 1/DP, then all-reduced in
-//     buckets of --ddp-bucket-size elements, last parameters first as backward produces them);
+// After the last micro-batch's backward and the data-parallel reduction (GradReducer or the
+// DistributedOptimizer's reduce-scatter: step 1 of Megatron's finalize_model_grads), steps 2-3:
 //  2. sequence parallel: grads of TP-replicated params that saw only this rank's sequence
 //     chunk (LayerNorms, row-parallel biases) all-reduced over TP, coalesced into one call;
 //  3. tied embeddings with PP > 1: the first stage's word-embedding grad and the last stage's
@@ -15,9 +14,7 @@
 
 namespace mg {
 
-// data_parallel = false skips step 1 (the distributed optimizer reduce-scatters instead).
-void finalize_grads(GPTModel& model, ProcessGroups& g, int64_t bucket_size,
-                    bool data_parallel = true);
+void finalize_grads(GPTModel& model, ProcessGroups& g);
 
 // Megatron's zero-init + all-reduce that gives the last stage's output layer the first
 // stage's word embedding (PP > 1).

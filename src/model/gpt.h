@@ -52,9 +52,7 @@ class GPTModel {
   // Elements of the activation passed between stages: (R, H), R = S*B (/TP under SP).
   int64_t activation_numel() const { return dims_.local_rows() * dims_.H; }
   float* input_activation(int64_t slot) { return slots_[slot].resid.front().data<float>(); }
-  const float* output_activation(int64_t slot) const {
-    return slots_[slot].resid.back().data<float>();
-  }
+  float* output_activation(int64_t slot) { return slots_[slot].resid.back().data<float>(); }
 
   // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
   // labels/mask by the last). Returns the last stage's sum(loss * mask) / sum(mask), else 0.
@@ -62,7 +60,7 @@ class GPTModel {
   // Backpropagates loss_scale * loss (last stage) or d_output (R, H) (other stages); grads +=.
   void backward(int64_t slot, const float* d_output, float loss_scale);
   // dL/d(input activation) (R, H) after backward, on stages other than the first.
-  const float* input_grad() const { return d_resid_.data<float>(); }
+  float* input_grad() { return d_resid_.data<float>(); }
   // Logits (S, B, V/TP) of the last forward in slot; overwritten by backward.
   const float* logits(int64_t slot) const { return slots_[slot].logits.data<float>(); }
 

@@ -73,7 +73,7 @@ ParamLayout gpt_param_layout(const GPTConfig& cfg, const ShardSpec& shard) {
   auto add = [&](const std::string& name, Shape shape, int split, InitKind init, float s = 0.f) {
     return l.add(name, std::move(shape), split, init, s, shard);
   };
-  auto sp = [&](size_t idx) { const_cast<ParamSpec&>(l.params()[idx]).sequence_parallel = true; };
+  auto sp = [&](size_t idx) { l.param(idx).sequence_parallel = true; };
   if (shard.first_stage) {
     add("embedding.word_embeddings.weight", {V, H}, 0, InitKind::Normal, std);
     add("embedding.position_embeddings.weight", {cfg.max_positions(), H}, -1, InitKind::Normal,
@@ -100,8 +100,7 @@ ParamLayout gpt_param_layout(const GPTConfig& cfg, const ShardSpec& shard) {
     if (!shard.first_stage) {
       // Tied output layer on the last stage: zero-initialized, then summed with the first
       // stage's word embedding over the embedding group (Megatron's scheme).
-      size_t i = add("output_layer.weight", {V, H}, 0, InitKind::Zeros);
-      const_cast<ParamSpec&>(l.params()[i]).tied_copy = true;
+      l.param(add("output_layer.weight", {V, H}, 0, InitKind::Zeros)).tied_copy = true;
     }
   }
   return l;

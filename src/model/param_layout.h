@@ -34,12 +34,19 @@ struct ShardSpec {
   bool first_stage = true, last_stage = true;
 };
 
+// Whether this rank's copy of p counts toward whole-model sums (grad norm, gathers): each
+// parameter exactly once, so TP-replicated params only on TP rank 0 and never the tied copy.
+inline bool counted_once(const ParamSpec& p, int64_t tp_rank) {
+  return !p.tied_copy && (p.tp_split_dim >= 0 || tp_rank == 0);
+}
+
 class ParamLayout {
  public:
   // Appends a parameter given its global shape; the local shape follows from tp_split_dim.
   size_t add(std::string name, Shape global_shape, int tp_split_dim, InitKind init,
              float init_std, const ShardSpec& shard);
   const std::vector<ParamSpec>& params() const { return params_; }
+  ParamSpec& param(size_t i) { return params_[i]; }
   const ParamSpec& get(const std::string& name) const;
   bool has(const std::string& name) const;
   int64_t total_numel() const { return total_; }

@@ -43,8 +43,8 @@ class StageLinks {
   }
 
  private:
-  float* out(int64_t slot) { return const_cast<float*>(model_.output_activation(slot)); }
-  float* in_grad() { return const_cast<float*>(model_.input_grad()); }
+  float* out(int64_t slot) { return model_.output_activation(slot); }
+  float* in_grad() { return model_.input_grad(); }
   GPTModel& model_;
   Communicator& pp_;
   int r_;

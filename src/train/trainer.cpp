@@ -107,13 +107,8 @@ class BatchSource {
 // The last stage's mean loss, averaged over DP, delivered to every rank (a world reduction
 // that is not part of the reported TP/PP/DP volumes).
 double report_loss(double local_mean, const ProcessGroups& g) {
-  float v[2] = {0.f, 0.f};
-  if (g.last_stage() && g.coord.tp == 0) {
-    v[0] = float(local_mean);
-    v[1] = float(local_mean - double(v[0]));
-  }
-  g.world->all_reduce(v, 2);
-  return (double(v[0]) + double(v[1])) / double(g.grid.dp);
+  const bool reporter = g.last_stage() && g.coord.tp == 0;
+  return all_reduce_sum(*g.world, reporter ? local_mean : 0.0) / double(g.grid.dp);
 }
 
 void write_params(const std::string& path, const std::vector<float>& flat, const GPTConfig& mc) {
@@ -213,16 +208,11 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
           if (reducer) reducer->arm();
           if (dist_optim) dist_optim->arm();
         });
-    double grad_norm;
-    if (dist_optim) {  // Megatron's order: DP reduce-scatter, then the TP / embedding sums
-      dist_optim->reduce_scatter_grads();
-      finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/false);
-      grad_norm = dist_optim->grad_norm();
-    } else {
-      if (reducer) reducer->finish();
-      finalize_grads(model, g, cfg.parallel.ddp_bucket_size, /*data_parallel=*/!reducer);
-      grad_norm = global_grad_norm(model, g);
-    }
+    // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
+    if (dist_optim) dist_optim->reduce_scatter_grads();
+    if (reducer) reducer->finish();
+    finalize_grads(model, g);
+    const double grad_norm = dist_optim ? dist_optim->grad_norm() : global_grad_norm(model, g);
     const double loss = report_loss(local_loss / double(M), g);
     // Every rank holds the same loss and norm, so every rank stops here together.
     MG_USER_CHECK(!cfg.check_for_nan_in_loss_and_grad ||

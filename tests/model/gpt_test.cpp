@@ -153,7 +153,9 @@ TEST(GPTParams, DistributedOptimizerBucketLayout) {
     if (wte.offset >= b && wte.offset < e) {
       ++owners;
       for (const ParamSpec& p : l.params())
-        if (p.name != wte.name) EXPECT_FALSE(p.offset >= b && p.offset < e) << p.name;
+        if (p.name != wte.name) {
+          EXPECT_FALSE(p.offset >= b && p.offset < e) << p.name;
+        }
     }
   EXPECT_EQ(owners, 1);
 }
