@@ -1,4 +1,6 @@
 // The op set a GPT needs, as forward/backward pairs on contiguous f32 buffers (CPU backend).
+// Mixed precision (--bf16/--fp16): linear layers and embeddings also read 16-bit weights and
+// inputs (Mat), accumulating in fp32; everything else computes in fp32 on staged copies.
 // Conventions (llm.c style): dimensions come last; row-major; a backward ADDS (+=) into every
 // input and parameter gradient it produces, so callers zero scratch gradients and micro-batches
 // accumulate. Exceptions are marked. Shapes use B (batch), S (sequence), H (hidden), NH (heads),
@@ -6,7 +8,35 @@
 #pragma once
 #include <cstdint>
 
+#include "tensor/dtype.h"
+
 namespace mg::cpu {
+
+// A read-only matrix operand in f32, bf16 or f16 (a plain float* converts implicitly).
+struct Mat {
+  const void* data;
+  DType dtype;
+  Mat(const float* p) : data(p), dtype(DType::F32) {}  // NOLINT: implicit on purpose
+  Mat(const void* p, DType t) : data(p), dtype(t) {}
+};
+
+// Conversions between f32 and 16-bit storage, round-to-nearest-even (bf16: NaN kept quiet;
+// f16: values beyond 65504 become +-inf, as a GPU's cast does).
+void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
+void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
+// Stores x in dst's dtype and replaces x by the stored (rounded) value, so an op that goes on
+// with x computes on exactly what a 16-bit pipeline would have kept. No-op copy for f32.
+void store_rounded(void* dst, DType dst_dtype, float* x, int64_t n);
+// True when any element is inf or NaN.
+bool has_inf_or_nan(const float* x, int64_t n);
+
+// C[M,N] (= or +=) op(A) op(B) with 16-bit A and B of the same dtype and fp32 accumulation
+// (oneDNN matmul; where the CPU has no such kernel, e.g. f16 without AVX512_FP16, the
+// operands are widened to f32 and go through sgemm).
+void gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Mat A, int64_t lda,
+               Mat B, int64_t ldb, bool accumulate, float* C, int64_t ldc);
+// Whether gemm_lowp runs natively in dtype on this CPU (reported by benchmarks and logs).
+bool native_lowp_gemm(DType dtype);
 
 // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is [M,K] (A^T stored [K,M] when trans_a).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -14,16 +44,19 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           int64_t ldc);
 
 // out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias[OUT] (bias may be null). Megatron's weight layout.
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int64_t IN, int64_t OUT);
+// inp and weight share one dtype; out and bias are f32.
+void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT);
 // dinp += dout W; dweight += dout^T inp; dbias += colsum(dout). dinp/dbias may be null.
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT);
+// With 16-bit inp/weight, dout is rounded to that dtype for the GEMMs (as a 16-bit backward
+// would hold it); dbias sums the f32 dout; dinp and dweight (the main grad) stay f32.
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT);
 
 // out[n,:] (= or +=) table[ids[n] - row_begin,:] for ids in [row_begin, row_end); rows whose id
 // falls outside get 0 (or nothing when accumulating). The table holds rows [row_begin, row_end)
 // of a (possibly vocab-parallel) embedding.
-void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t row_begin,
+void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
                        int64_t row_end, int64_t N, int64_t H, bool accumulate);
 // dtable[ids[n] - row_begin,:] += dout[n,:] for ids in range.
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t row_begin,

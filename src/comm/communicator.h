@@ -1,4 +1,5 @@
-// The Communicator API: collectives and point-to-point transfers on fp32 buffers within one
+// The Communicator API: collectives and point-to-point transfers on fp32 buffers (gathers: any
+// dtype) within one
 // process group, with byte counters. Counters record what this rank sends under ring
 // algorithms, the convention of formulas.md and nccl-tests' bus bandwidth: all-reduce of n
 // elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements in total = (p-1)/p n,
@@ -8,6 +9,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "tensor/dtype.h"
 
 namespace mg {
 
@@ -52,11 +55,13 @@ class Communicator {
   // Non-blocking reduce-scatter / all-gather; buffers stay untouched until wait() returns.
   virtual std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
                                                        int64_t n_out) = 0;
-  virtual std::unique_ptr<CommRequest> iall_gather(const float* in, float* out, int64_t n_in) = 0;
+  // Gathers move elements of any dtype (16-bit params and activations under --bf16/--fp16).
+  virtual std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
+                                                   DType dtype = DType::F32) = 0;
   // in holds size() chunks of n_out elements; out gets the sum of every rank's chunk rank().
   virtual void reduce_scatter(const float* in, float* out, int64_t n_out) = 0;
   // out gets size() chunks of n_in elements, chunk r from rank r.
-  virtual void all_gather(const float* in, float* out, int64_t n_in) = 0;
+  virtual void all_gather(const void* in, void* out, int64_t n_in, DType dtype = DType::F32) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;
   // All ops are posted, then all are waited for: no ordering deadlocks between pairs.
   virtual void batch_isend_irecv(const std::vector<P2POp>& ops) = 0;

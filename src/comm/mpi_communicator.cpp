@@ -23,6 +23,17 @@ int count(int64_t n) {
   return int(n);
 }
 
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;  // gathers only move bits
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
 class MpiRequest : public CommRequest {
  public:
   MpiRequest() = default;
@@ -83,15 +94,17 @@ class MpiCommunicator : public Communicator {
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
     return r;
   }
-  std::unique_ptr<CommRequest> iall_gather(const float* in, float* out, int64_t n_in) override {
+  std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
+                                           DType t) override {
     if (size_ == 1) {
-      std::memcpy(out, in, n_in * sizeof(float));
+      std::memcpy(out, in, size_t(n_in) * dtype_size(t));
       return std::make_unique<DoneRequest>();
     }
     auto r = std::make_unique<MpiRequest>();
-    check_mpi(MPI_Iallgather(in, count(n_in), MPI_FLOAT, out, count(n_in), MPI_FLOAT, comm_, &r->req_),
+    check_mpi(MPI_Iallgather(in, count(n_in), mpi_type(t), out, count(n_in), mpi_type(t), comm_,
+                             &r->req_),
               "MPI_Iallgather");
-    stats_.all_gather_bytes += (size_ - 1) * n_in * 4;
+    stats_.all_gather_bytes += (size_ - 1) * n_in * int64_t(dtype_size(t));
     return r;
   }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
@@ -103,14 +116,14 @@ class MpiCommunicator : public Communicator {
               "MPI_Reduce_scatter_block");
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
   }
-  void all_gather(const float* in, float* out, int64_t n_in) override {
+  void all_gather(const void* in, void* out, int64_t n_in, DType t) override {
     if (size_ == 1) {
-      std::memcpy(out, in, n_in * sizeof(float));
+      std::memcpy(out, in, size_t(n_in) * dtype_size(t));
       return;
     }
-    check_mpi(MPI_Allgather(in, count(n_in), MPI_FLOAT, out, count(n_in), MPI_FLOAT, comm_),
+    check_mpi(MPI_Allgather(in, count(n_in), mpi_type(t), out, count(n_in), mpi_type(t), comm_),
               "MPI_Allgather");
-    stats_.all_gather_bytes += (size_ - 1) * n_in * 4;
+    stats_.all_gather_bytes += (size_ - 1) * n_in * int64_t(dtype_size(t));
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size_ == 1) return;

@@ -22,8 +22,9 @@ class SelfCommunicator : public Communicator {
     std::memmove(out, in, n * sizeof(float));
     return std::make_unique<Done>();
   }
-  std::unique_ptr<CommRequest> iall_gather(const float* in, float* out, int64_t n) override {
-    std::memmove(out, in, n * sizeof(float));
+  std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n,
+                                           DType t) override {
+    std::memmove(out, in, size_t(n) * dtype_size(t));
     return std::make_unique<Done>();
   }
   int rank() const override { return 0; }
@@ -32,8 +33,8 @@ class SelfCommunicator : public Communicator {
   void reduce_scatter(const float* in, float* out, int64_t n) override {
     std::memmove(out, in, n * sizeof(float));
   }
-  void all_gather(const float* in, float* out, int64_t n) override {
-    std::memmove(out, in, n * sizeof(float));
+  void all_gather(const void* in, void* out, int64_t n, DType t) override {
+    std::memmove(out, in, size_t(n) * dtype_size(t));
   }
   void broadcast(float*, int64_t, int) override {}
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {

@@ -29,13 +29,13 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
   }
   std::sort(owned_runs_.begin(), owned_runs_.end(),
             [](const ParamRun& x, const ParamRun& y) { return x.offset < y.offset; });
-  optim_ = std::make_unique<Optimizer>(owned_runs_, cfg);
+  optim_ = std::make_unique<Optimizer>(owned_runs_, cfg, model.dtype(), model.param_data());
   const auto& buckets = layout.buckets();
   grad_shard_.resize(buckets.size());
   param_shard_.resize(buckets.size());
   for (size_t b = 0; b < buckets.size(); ++b) {
     grad_shard_[b].resize(size_t((buckets[b].second - buckets[b].first) / dp));
-    param_shard_[b].resize(grad_shard_[b].size());
+    param_shard_[b].resize(grad_shard_[b].size() * dtype_size(model.dtype()));
   }
   grad_req_.resize(buckets.size());
   param_req_.resize(buckets.size());
@@ -102,14 +102,16 @@ double DistributedOptimizer::grad_norm() {
 }
 
 void DistributedOptimizer::step(float lr, float wd, double grad_norm) {
-  optim_->step(model_.params(), model_.grads(), lr, wd, grad_norm);
-  float* P = model_.params();
-  const int64_t d = g_.dp->rank();
+  optim_->step(model_.param_data(), model_.grads(), lr, wd, grad_norm);
+  char* P = static_cast<char*>(model_.param_data());
+  const DType t = model_.dtype();
+  const int64_t esize = int64_t(dtype_size(t)), d = g_.dp->rank();
   const auto& buckets = model_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
-    const int64_t n = int64_t(param_shard_[b].size());
-    std::memcpy(param_shard_[b].data(), P + buckets[b].first + d * n, size_t(n) * sizeof(float));
-    param_req_[b] = g_.dp->iall_gather(param_shard_[b].data(), P + buckets[b].first, n);
+    const int64_t n = int64_t(grad_shard_[b].size());
+    char* bucket = P + buckets[b].first * esize;
+    std::memcpy(param_shard_[b].data(), bucket + d * n * esize, size_t(n * esize));
+    param_req_[b] = g_.dp->iall_gather(param_shard_[b].data(), bucket, n, t);
   }
   if (!overlap_params_) wait_params();
 }

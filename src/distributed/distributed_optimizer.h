@@ -1,7 +1,8 @@
 // Megatron's distributed optimizer (ZeRO-1 over DP, megatron-reference.md §5). The model's
 // buffers use the bucketed layout (ParamLayout::assign_buckets); DP rank d owns the d-th
 // contiguous 1/DP of every bucket and keeps optimizer state only for the parameter elements in
-// it (fp32 models: the model params are the main params, so 8 + 8/d bytes per parameter).
+// it (fp32 models: the model params are the main params, so 8 + 8/d bytes per parameter;
+// bf16/f16 models: fp32 main params of the shard too, 6 + 12/d; the all-gather moves 16 bits).
 // Step: reduce-scatter each bucket's grads (pre-scaled by 1/DP) -> global grad norm over the
 // owned shards of all ranks -> clip + update the shard -> all-gather each bucket's params.
 #pragma once
@@ -47,7 +48,8 @@ class DistributedOptimizer {
   std::unique_ptr<Optimizer> optim_;
   BucketTracker tracker_;
   bool overlap_grad_, overlap_params_;
-  std::vector<std::vector<float>> grad_shard_, param_shard_;  // per bucket, n / DP each
+  std::vector<std::vector<float>> grad_shard_;  // per bucket, n / DP each
+  std::vector<std::vector<char>> param_shard_;  // per bucket, n / DP params in the model dtype
   std::vector<std::unique_ptr<CommRequest>> grad_req_, param_req_;
   int64_t owned_ = 0, early_ = 0;
   void launch_reduce_scatter(size_t b);

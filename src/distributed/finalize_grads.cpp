@@ -29,7 +29,10 @@ void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g) {
   if (g.grid.pp == 1 || !(g.first_stage() || g.last_stage())) return;
   const ParamSpec& p = model.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
                                                           : "output_layer.weight");
-  g.embedding->all_reduce(model.params() + p.offset, p.numel());
+  std::vector<float> w(size_t(p.numel()));  // f32 even for 16-bit models: one side is zero
+  model.read_param(p, w.data());
+  g.embedding->all_reduce(w.data(), p.numel());
+  model.write_param(p, w.data());
 }
 
 double global_grad_norm(GPTModel& model, ProcessGroups& g) {
@@ -43,11 +46,14 @@ std::vector<float> gather_full_params(GPTModel& model, ProcessGroups& g) {
   const ParamLayout full = gpt_param_layout(model.config());
   std::vector<float> out(size_t(full.total_numel()), 0.f);
   if (g.coord.dp == 0) {
+    std::vector<float> local;
     for (const ParamSpec& p : model.layout().params()) {
       if (!counted_once(p, g.coord.tp)) continue;
       const int64_t base = full.get(p.name).offset;
+      local.resize(size_t(p.numel()));
+      model.read_param(p, local.data());
       for (int64_t i = 0; i < p.numel(); ++i)
-        out[size_t(base + global_index(p, i, g.grid.tp, g.coord.tp))] = model.params()[p.offset + i];
+        out[size_t(base + global_index(p, i, g.grid.tp, g.coord.tp))] = local[size_t(i)];
     }
   }
   g.world->all_reduce(out.data(), int64_t(out.size()));  // disjoint pieces: a sum is a gather

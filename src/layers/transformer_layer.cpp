@@ -1,48 +1,78 @@
 #include "layers/transformer_layer.h"
 
+#include <algorithm>
+
 #include "backend/ops.h"
 #include "tensor_parallel/parallel_linear.h"
 
 namespace mg {
 
+namespace {
+cpu::Mat act(const Tensor& t) { return {t.raw(), t.dtype()}; }
+cpu::Mat weight(void* w, const LayerDims& d) { return {w, d.dtype}; }
+float* f32(void* grad) { return static_cast<float*>(grad); }
+// Staging rows for the widest activations a layer holds in f32 at once (empty in f32 mode).
+int64_t stage_width(const LayerDims& d, bool a) {
+  if (!d.low_precision()) return 0;
+  return a ? std::max(3 * d.H_local(), d.F_local()) : std::max(d.H, d.F_local());
+}
+}  // namespace
+
 LayerCache::LayerCache(const LayerDims& d)
-    : ln1({d.local_rows(), d.H}), ln1_mean({d.local_rows()}), ln1_rstd({d.local_rows()}),
-      ln1_full({d.sp ? d.rows() : 0, d.H}), qkv({d.rows(), 3 * d.H_local()}),
-      probs({d.B, d.NH_local(), d.S, d.S}), attn({d.rows(), d.H_local()}),
-      x_mid({d.local_rows(), d.H}), ln2({d.local_rows(), d.H}), ln2_mean({d.local_rows()}),
-      ln2_rstd({d.local_rows()}), ln2_full({d.sp ? d.rows() : 0, d.H}),
-      fc1({d.rows(), d.F_local()}), gelu({d.rows(), d.F_local()}) {}
+    : ln1({d.local_rows(), d.H}, d.dtype), ln1_mean({d.local_rows()}), ln1_rstd({d.local_rows()}),
+      ln1_full({d.sp ? d.rows() : 0, d.H}, d.dtype), qkv({d.rows(), 3 * d.H_local()}, d.dtype),
+      probs({d.B, d.NH_local(), d.S, d.S}), attn({d.rows(), d.H_local()}, d.dtype),
+      x_mid({d.local_rows(), d.H}), ln2({d.local_rows(), d.H}, d.dtype),
+      ln2_mean({d.local_rows()}), ln2_rstd({d.local_rows()}),
+      ln2_full({d.sp ? d.rows() : 0, d.H}, d.dtype), fc1({d.rows(), d.F_local()}, d.dtype),
+      gelu({d.rows(), d.F_local()}, d.dtype) {}
 
 LayerScratch::LayerScratch(const LayerDims& d)
     : full({d.rows(), d.H}), d_ln({d.local_rows(), d.H}), d_qkv({d.rows(), 3 * d.H_local()}),
       d_attn({d.rows(), d.H_local()}), d_fc1({d.rows(), d.F_local()}),
-      d_gelu({d.rows(), d.F_local()}), d_probs({cpu::attention_backward_scratch(d.S)}) {}
+      d_gelu({d.rows(), d.F_local()}), d_probs({cpu::attention_backward_scratch(d.S)}),
+      stage_a({d.rows(), stage_width(d, true)}), stage_b({d.rows(), stage_width(d, false)}) {}
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
                                const LayerDims& d, const int32_t* seg_start) {
-  const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH;
+  const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH, N = d.rows();
+  const bool lp = d.low_precision();
   float* full = s.full.data<float>();
+  // Where an op writes an activation: the cache itself in f32 mode, else a staging buffer
+  // that is then stored (rounded) into the 16-bit cache.
+  auto out = [&](Tensor& cache, Tensor& stage) {
+    return lp ? stage.data<float>() : cache.data<float>();
+  };
   // Attention block.
-  cpu::layernorm_forward(c.ln1.data<float>(), c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(),
-                         x, w.ln1_w, w.ln1_b, R, H, d.eps);
-  tp::column_parallel_forward(g, c.qkv.data<float>(), c.ln1.data<float>(),
-                              d.sp ? c.ln1_full.data<float>() : nullptr, w.qkv_w, w.qkv_b,
-                              {d.rows(), H, 3 * d.H_local()});
-  cpu::attention_forward(c.attn.data<float>(), c.probs.data<float>(), c.qkv.data<float>(), d.B,
-                         d.S, d.NH_local(), HD, seg_start);
-  tp::row_parallel_forward(g, c.x_mid.data<float>(), full, c.attn.data<float>(), w.proj_w,
-                           w.proj_b, {d.rows(), d.H_local(), H});
+  float* ln1 = out(c.ln1, s.stage_b);
+  cpu::layernorm_forward(ln1, c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), x, w.ln1_w,
+                         w.ln1_b, R, H, d.eps);
+  if (lp) cpu::cast_from_f32(c.ln1.raw(), d.dtype, ln1, R * H);
+  float* qkv = out(c.qkv, s.stage_a);
+  tp::column_parallel_forward(g, qkv, c.ln1.raw(), c.ln1_full.raw(), weight(w.qkv_w, d),
+                              w.qkv_b, {N, H, 3 * d.H_local()});
+  if (lp) cpu::store_rounded(c.qkv.raw(), d.dtype, qkv, N * 3 * d.H_local());
+  float* attn = out(c.attn, s.stage_b);
+  cpu::attention_forward(attn, c.probs.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start);
+  if (lp) cpu::cast_from_f32(c.attn.raw(), d.dtype, attn, N * d.H_local());
+  tp::row_parallel_forward(g, c.x_mid.data<float>(), full, act(c.attn), weight(w.proj_w, d),
+                           w.proj_b, {N, d.H_local(), H});
   cpu::residual_forward(c.x_mid.data<float>(), x, c.x_mid.data<float>(), R * H);
   // MLP block.
-  cpu::layernorm_forward(c.ln2.data<float>(), c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
+  float* ln2 = out(c.ln2, s.stage_b);
+  cpu::layernorm_forward(ln2, c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
                          c.x_mid.data<float>(), w.ln2_w, w.ln2_b, R, H, d.eps);
-  tp::column_parallel_forward(g, c.fc1.data<float>(), c.ln2.data<float>(),
-                              d.sp ? c.ln2_full.data<float>() : nullptr, w.fc1_w, w.fc1_b,
-                              {d.rows(), H, d.F_local()});
-  cpu::gelu_forward(c.gelu.data<float>(), c.fc1.data<float>(), d.rows() * d.F_local());
-  tp::row_parallel_forward(g, y, full, c.gelu.data<float>(), w.fc2_w, w.fc2_b,
-                           {d.rows(), d.F_local(), H});
+  if (lp) cpu::cast_from_f32(c.ln2.raw(), d.dtype, ln2, R * H);
+  float* fc1 = out(c.fc1, s.stage_a);
+  tp::column_parallel_forward(g, fc1, c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
+                              w.fc1_b, {N, H, d.F_local()});
+  if (lp) cpu::store_rounded(c.fc1.raw(), d.dtype, fc1, N * d.F_local());
+  float* gelu = out(c.gelu, s.stage_b);
+  cpu::gelu_forward(gelu, fc1, N * d.F_local());
+  if (lp) cpu::cast_from_f32(c.gelu.raw(), d.dtype, gelu, N * d.F_local());
+  tp::row_parallel_forward(g, y, full, act(c.gelu), weight(w.fc2_w, d), w.fc2_b,
+                           {N, d.F_local(), H});
   cpu::residual_forward(y, c.x_mid.data<float>(), y, R * H);
 }
 
@@ -51,33 +81,40 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
                                 const LayerWeights& w, const LayerWeights& gw,
                                 const LayerCache& c, LayerScratch& s, const LayerDims& d) {
-  const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH;
+  const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH, N = d.rows();
   float* full = s.full.data<float>();
-  const float* ln2_used = d.sp ? c.ln2_full.data<float>() : c.ln2.data<float>();
-  const float* ln1_used = d.sp ? c.ln1_full.data<float>() : c.ln1.data<float>();
+  const cpu::Mat ln2_used = act(d.sp ? c.ln2_full : c.ln2);
+  const cpu::Mat ln1_used = act(d.sp ? c.ln1_full : c.ln1);
+  // A saved activation as f32 (widened into staging under mixed precision).
+  auto widen = [&](const Tensor& cache, int64_t n) -> const float* {
+    if (!d.low_precision()) return cache.data<float>();
+    cpu::cast_to_f32(s.stage_a.data<float>(), cache.raw(), cache.dtype(), n);
+    return s.stage_a.data<float>();
+  };
   // MLP block.
   s.d_gelu.zero();
   s.d_fc1.zero();
-  tp::row_parallel_backward(g, s.d_gelu.data<float>(), gw.fc2_w, gw.fc2_b, d_resid, full,
-                            c.gelu.data<float>(), w.fc2_w, {d.rows(), d.F_local(), H});
-  cpu::gelu_backward(s.d_fc1.data<float>(), c.fc1.data<float>(), s.d_gelu.data<float>(),
-                     d.rows() * d.F_local());
-  tp::column_parallel_backward(g, s.d_ln.data<float>(), full, gw.fc1_w, gw.fc1_b,
-                               s.d_fc1.data<float>(), ln2_used, w.fc1_w,
-                               {d.rows(), H, d.F_local()});
+  tp::row_parallel_backward(g, s.d_gelu.data<float>(), f32(gw.fc2_w), gw.fc2_b, d_resid, full,
+                            act(c.gelu), weight(w.fc2_w, d), {N, d.F_local(), H});
+  cpu::gelu_backward(s.d_fc1.data<float>(), widen(c.fc1, N * d.F_local()), s.d_gelu.data<float>(),
+                     N * d.F_local());
+  tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
+                               s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
+                               {N, H, d.F_local()});
   cpu::layernorm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(),
                           c.x_mid.data<float>(), w.ln2_w, c.ln2_mean.data<float>(),
                           c.ln2_rstd.data<float>(), R, H);
   // Attention block.
   s.d_attn.zero();
   s.d_qkv.zero();
-  tp::row_parallel_backward(g, s.d_attn.data<float>(), gw.proj_w, gw.proj_b, d_resid, full,
-                            c.attn.data<float>(), w.proj_w, {d.rows(), d.H_local(), H});
+  tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b, d_resid, full,
+                            act(c.attn), weight(w.proj_w, d), {N, d.H_local(), H});
   cpu::attention_backward(s.d_qkv.data<float>(), s.d_probs.data<float>(), s.d_attn.data<float>(),
-                          c.qkv.data<float>(), c.probs.data<float>(), d.B, d.S, d.NH_local(), HD);
-  tp::column_parallel_backward(g, s.d_ln.data<float>(), full, gw.qkv_w, gw.qkv_b,
-                               s.d_qkv.data<float>(), ln1_used, w.qkv_w,
-                               {d.rows(), H, 3 * d.H_local()});
+                          widen(c.qkv, N * 3 * d.H_local()), c.probs.data<float>(), d.B, d.S,
+                          d.NH_local(), HD);
+  tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
+                               s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
+                               {N, H, 3 * d.H_local()});
   cpu::layernorm_backward(d_resid, gw.ln1_w, gw.ln1_b, s.d_ln.data<float>(), x, w.ln1_w,
                           c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), R, H);
 }

@@ -5,6 +5,12 @@
 // rank's S/TP rows and the LayerNorm outputs are gathered before the column-parallel GEMMs.
 // forward() fills a named cache of saved activations; backward() consumes it and ADDS into the
 // parameter grads and into the incoming residual gradient.
+// Mixed precision (LayerDims::dtype bf16/f16): GEMM weights and the saved GEMM inputs and
+// outputs (LayerNorm outputs, QKV, attention output, FC1, GELU) are stored in 16 bits; GEMMs
+// accumulate in fp32; LayerNorm, softmax, GELU and the residual stream compute in fp32 on
+// staged copies (the residual stream stays fp32, Megatron's --fp32-residual-connection). A
+// value is rounded when it is stored, and forward goes on with the rounded value, so backward
+// sees exactly what forward used. Grads are fp32 (the main grads).
 #pragma once
 #include <cstdint>
 
@@ -13,14 +19,20 @@
 
 namespace mg {
 
-// Pointers into the flat parameter (or gradient) buffer for one layer (local TP shards).
+// Pointers into the flat parameter (or gradient) buffer for one layer (local TP shards). The
+// GEMM weights are in the layer's dtype for parameters (f32 for grads); the 1-D parameters
+// (LayerNorms, biases) are always f32 (under mixed precision: the model's f32 copies).
 struct LayerWeights {
   float *ln1_w, *ln1_b;    // (H)
-  float *qkv_w, *qkv_b;    // (3H/TP, H), (3H/TP): rows interleaved per head [q, k, v]
-  float *proj_w, *proj_b;  // (H, H/TP), (H)
+  void* qkv_w;             // (3H/TP, H): rows interleaved per head [q, k, v]
+  float* qkv_b;            // (3H/TP)
+  void* proj_w;            // (H, H/TP)
+  float* proj_b;           // (H)
   float *ln2_w, *ln2_b;    // (H)
-  float *fc1_w, *fc1_b;    // (F/TP, H), (F/TP)
-  float *fc2_w, *fc2_b;    // (H, F/TP), (H)
+  void* fc1_w;             // (F/TP, H)
+  float* fc1_b;            // (F/TP)
+  void* fc2_w;             // (H, F/TP)
+  float* fc2_b;            // (H)
 };
 
 struct LayerDims {
@@ -28,25 +40,27 @@ struct LayerDims {
   int64_t tp = 1;          // TP size
   bool sp = false;         // sequence parallel
   float eps;
+  DType dtype = DType::F32;  // storage of GEMM weights and saved GEMM inputs/outputs
   int64_t rows() const { return S * B; }                    // full-sequence rows
   int64_t local_rows() const { return sp ? rows() / tp : rows(); }  // rows of x / y
   int64_t NH_local() const { return NH / tp; }
   int64_t H_local() const { return H / tp; }  // attention width on this rank
   int64_t F_local() const { return F / tp; }
+  bool low_precision() const { return dtype != DType::F32; }
 };
 
-// Activations saved by forward for backward.
+// Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).
 struct LayerCache {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (R, H), (R), (R)
-  Tensor ln1_full;                 // (S*B, H) gathered LN1 output (sequence parallel only)
-  Tensor qkv;                      // (S*B, 3H/TP)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (R, H) [dtype], (R), (R)
+  Tensor ln1_full;                 // (S*B, H) [dtype] gathered LN1 output (sequence parallel)
+  Tensor qkv;                      // (S*B, 3H/TP) [dtype]
   Tensor probs;                    // (B, NH/TP, S, S) attention probabilities
-  Tensor attn;                     // (S*B, H/TP) attention output before the projection
+  Tensor attn;                     // (S*B, H/TP) [dtype] attention output before the projection
   Tensor x_mid;                    // (R, H) residual stream after attention
-  Tensor ln2, ln2_mean, ln2_rstd;  // (R, H), (R), (R)
-  Tensor ln2_full;                 // (S*B, H) (sequence parallel only)
-  Tensor fc1;                      // (S*B, F/TP) pre-activation
-  Tensor gelu;                     // (S*B, F/TP)
+  Tensor ln2, ln2_mean, ln2_rstd;  // (R, H) [dtype], (R), (R)
+  Tensor ln2_full;                 // (S*B, H) [dtype] (sequence parallel only)
+  Tensor fc1;                      // (S*B, F/TP) [dtype] pre-activation
+  Tensor gelu;                     // (S*B, F/TP) [dtype]
   explicit LayerCache(const LayerDims& d);
 };
 
@@ -58,6 +72,7 @@ struct LayerScratch {
   Tensor d_attn;          // (S*B, H/TP)
   Tensor d_fc1, d_gelu;   // (S*B, F/TP)
   Tensor d_probs;         // attention backward scratch
+  Tensor stage_a, stage_b;  // f32 staging of 16-bit activations (mixed precision only)
   explicit LayerScratch(const LayerDims& d);
 };
 

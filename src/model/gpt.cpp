@@ -11,7 +11,7 @@ namespace mg {
 namespace {
 LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   LayerDims d{B, c.seq_length, c.hidden_size, c.num_attention_heads, c.ffn(), 1, false,
-              c.norm_epsilon};
+              c.norm_epsilon, s.dtype};
   d.tp = s.shard.tp_size;
   d.sp = s.sequence_parallel && d.tp > 1;
   return d;
@@ -28,8 +28,10 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
       tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp},
-      layout_(bucketed_layout(cfg, spec)), params_({layout_.total_numel()}),
+      layout_(bucketed_layout(cfg, spec)), params_({layout_.total_numel()}, spec.dtype),
       grads_({layout_.total_numel()}), scratch_(dims_) {
+  MG_CHECK(spec.dtype == DType::F32 || spec.dtype == DType::BF16 || spec.dtype == DType::F16,
+           "model dtype ", dtype_name(spec.dtype));
   MG_CHECK(tp_.size() == spec.shard.tp_size, "TP group size ", tp_.size(), " != shard TP ",
            spec.shard.tp_size);
   const ShardSpec& sh = spec.shard;
@@ -37,9 +39,16 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   num_layers_ = end - sh.layer_begin;
   const int64_t N = dims_.rows(), R = dims_.local_rows(), H = dims_.H;
   const int64_t V_local = cfg.padded_vocab_size() / dims_.tp;
+  int64_t small = 0;
+  for (const ParamSpec& p : layout_.params()) {
+    const bool is_small = dims_.low_precision() && p.shape.size() == 1;
+    small_offset_.push_back(is_small ? small : -1);
+    if (is_small) small += p.numel();
+  }
+  small_ = Tensor({small});
   for (int64_t l = 0; l < num_layers_; ++l) {
-    layer_params_.push_back(layer_view(params(), sh.layer_begin + l));
-    layer_grads_.push_back(layer_view(grads(), sh.layer_begin + l));
+    layer_params_.push_back(layer_view(false, sh.layer_begin + l));
+    layer_grads_.push_back(layer_view(true, sh.layer_begin + l));
   }
   layer_param_ids_.resize(size_t(num_layers_));
   for (int i = 0; i < int(layout_.params().size()); ++i) {
@@ -63,10 +72,10 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     s.mask = Tensor({N});
     s.attention_start = Tensor({N}, DType::I32);
     if (sh.last_stage) {
-      s.lnf = Tensor({R, H});
+      s.lnf = Tensor({R, H}, spec.dtype);
       s.lnf_mean = Tensor({R});
       s.lnf_rstd = Tensor({R});
-      s.lnf_full = Tensor({dims_.sp ? N : 0, H});
+      s.lnf_full = Tensor({dims_.sp ? N : 0, H}, spec.dtype);
       s.logits = Tensor({N, V_local});
       s.losses = Tensor({N});
       s.lse = Tensor({N});
@@ -78,23 +87,67 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   d_full_ = Tensor({N, H});
   dlosses_ = Tensor({N});
   ce_scratch_ = Tensor({N});
+  if (sh.last_stage && dims_.low_precision()) lnf_stage_ = Tensor({R, H});
 }
 
-void GPTModel::init(uint64_t seed) { init_params(layout_, params(), seed, spec_.shard); }
+void GPTModel::init(uint64_t seed) {
+  if (dtype() == DType::F32) return init_params(layout_, params(), seed, spec_.shard);
+  Tensor full({layout_.total_numel()});  // init in f32, then round: Megatron's order
+  init_params(layout_, full.data<float>(), seed, spec_.shard);
+  cpu::cast_from_f32(param_data(), dtype(), full.data<float>(), full.numel());
+}
 
+void GPTModel::read_param(const ParamSpec& p, float* out) const {
+  const char* base = static_cast<const char*>(params_.raw());
+  cpu::cast_to_f32(out, base + p.offset * int64_t(dtype_size(dtype())), dtype(), p.numel());
+}
+
+void GPTModel::write_param(const ParamSpec& p, const float* in) {
+  char* base = static_cast<char*>(params_.raw());
+  cpu::cast_from_f32(base + p.offset * int64_t(dtype_size(dtype())), dtype(), in, p.numel());
+}
+
+void GPTModel::need(const std::vector<int>& ids) {
+  if (params_needed_ && !ids.empty()) params_needed_(ids);
+  if (!dims_.low_precision()) return;
+  for (int i : ids)
+    if (small_offset_[size_t(i)] >= 0)
+      read_param(layout_.params()[size_t(i)], small_.data<float>() + small_offset_[size_t(i)]);
+}
+
+float* GPTModel::param(const char* name) {
+  const size_t i = size_t(&layout_.get(name) - layout_.params().data());
+  if (dims_.low_precision()) {
+    MG_CHECK(small_offset_[i] >= 0, name, " is a matrix: read it with matrix()");
+    return small_.data<float>() + small_offset_[i];
+  }
+  return params() + layout_.params()[i].offset;
+}
+
+cpu::Mat GPTModel::matrix(const char* name) {
+  const char* base = static_cast<const char*>(params_.raw());
+  return {base + layout_.get(name).offset * int64_t(dtype_size(dtype())), dtype()};
+}
 const char* GPTModel::word_embedding_name() const {
   return spec_.shard.first_stage ? "embedding.word_embeddings.weight" : "output_layer.weight";
 }
 
-LayerWeights GPTModel::layer_view(float* base, int64_t layer) const {
+LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  auto at = [&](const char* suffix) { return base + layout_.get(p + suffix).offset; };
-  return {at("input_layernorm.weight"),         at("input_layernorm.bias"),
-          at("self_attention.linear_qkv.weight"), at("self_attention.linear_qkv.bias"),
-          at("self_attention.linear_proj.weight"), at("self_attention.linear_proj.bias"),
-          at("pre_mlp_layernorm.weight"),        at("pre_mlp_layernorm.bias"),
-          at("mlp.linear_fc1.weight"),           at("mlp.linear_fc1.bias"),
-          at("mlp.linear_fc2.weight"),           at("mlp.linear_fc2.bias")};
+  auto vec = [&](const char* suffix) {
+    const std::string n = p + suffix;
+    return for_grads ? grads() + layout_.get(n).offset : param(n.c_str());
+  };
+  auto mat = [&](const char* suffix) -> void* {
+    const std::string n = p + suffix;
+    return for_grads ? grads() + layout_.get(n).offset : const_cast<void*>(matrix(n.c_str()).data);
+  };
+  return {vec("input_layernorm.weight"),          vec("input_layernorm.bias"),
+          mat("self_attention.linear_qkv.weight"),  vec("self_attention.linear_qkv.bias"),
+          mat("self_attention.linear_proj.weight"), vec("self_attention.linear_proj.bias"),
+          vec("pre_mlp_layernorm.weight"),         vec("pre_mlp_layernorm.bias"),
+          mat("mlp.linear_fc1.weight"),            vec("mlp.linear_fc1.bias"),
+          mat("mlp.linear_fc2.weight"),            vec("mlp.linear_fc2.bias")};
 }
 
 double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
@@ -135,8 +188,8 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
     float* emb = dims_.sp ? emb_full_.data<float>() : x0;
     tp::vocab_parallel_embedding_forward(tp_, emb, s.tokens.data<int32_t>(),
                                          s.positions.data<int32_t>(),
-                                         param("embedding.word_embeddings.weight"),
-                                         param("embedding.position_embeddings.weight"), V_local,
+                                         matrix("embedding.word_embeddings.weight"),
+                                         matrix("embedding.position_embeddings.weight"), V_local,
                                          N, H);
     if (dims_.sp) tp::scatter_to_sp_region_forward(tp_, emb, x0, R * H);
   }
@@ -148,13 +201,16 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
   if (!sh.last_stage) return 0.0;
   need(head_params_);
 
-  cpu::layernorm_forward(s.lnf.data<float>(), s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
+  const bool lp = dims_.low_precision();
+  float* lnf = lp ? lnf_stage_.data<float>() : s.lnf.data<float>();
+  cpu::layernorm_forward(lnf, s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
                          s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
                          param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
-  // Output layer: column-parallel over the vocab with the tied word embedding, no bias.
-  tp::column_parallel_forward(tp_, s.logits.data<float>(), s.lnf.data<float>(),
-                              dims_.sp ? s.lnf_full.data<float>() : nullptr,
-                              param(word_embedding_name()), nullptr, {N, H, V_local});
+  if (lp) cpu::cast_from_f32(s.lnf.raw(), dtype(), lnf, R * H);
+  // Output layer: column-parallel over the vocab with the tied word embedding, no bias. The
+  // logits come out of the GEMM in f32, and the loss is computed in f32.
+  tp::column_parallel_forward(tp_, s.logits.data<float>(), s.lnf.raw(), s.lnf_full.raw(),
+                              matrix(word_embedding_name()), nullptr, {N, H, V_local});
   tp::vocab_parallel_cross_entropy_forward(tp_, s.losses.data<float>(), s.lse.data<float>(),
                                            ce_scratch_.data<float>(), s.logits.data<float>(),
                                            s.labels.data<int32_t>(), N, V_local);
@@ -181,8 +237,8 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                                               dlosses_.data<float>(), N, V_local);
     tp::column_parallel_backward(tp_, d_lnf_.data<float>(), d_full_.data<float>(),
                                  grad(word_embedding_name()), nullptr, dlogits,
-                                 dims_.sp ? s.lnf_full.data<float>() : s.lnf.data<float>(),
-                                 param(word_embedding_name()), {N, H, V_local});
+                                 {(dims_.sp ? s.lnf_full : s.lnf).raw(), dtype()},
+                                 matrix(word_embedding_name()), {N, H, V_local});
     d_resid_.zero();
     cpu::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
                             grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(),
@@ -225,7 +281,8 @@ size_t GPTModel::activation_bytes() const {
   }
   for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
                           &scratch_.d_fc1, &scratch_.d_gelu, &scratch_.d_probs, &emb_full_,
-                          &d_resid_, &d_lnf_, &d_full_})
+                          &scratch_.stage_a, &scratch_.stage_b, &d_resid_, &d_lnf_, &d_full_,
+                          &lnf_stage_})
     b += t->nbytes();
   return b;
 }

@@ -1,14 +1,17 @@
 // GPT-2 language model, or one pipeline stage of it on one TP shard: [embedding] -> this
 // stage's transformer layers -> [final LayerNorm -> logits through the tied word embedding ->
 // vocab-parallel cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron.
-// Parameters live in one flat buffer, grads in one flat fp32 buffer with the same layout;
-// backward ADDS into grads (micro-batch accumulation). Each in-flight micro-batch of a pipeline
+// Parameters live in one flat buffer (f32, or bf16/f16 under mixed precision), grads in one
+// flat fp32 buffer with the same layout (the main grads); backward ADDS into grads
+// (micro-batch accumulation). Under mixed precision the 1-D parameters (LayerNorms, biases)
+// are also widened into a small f32 copy each time forward reaches them. Each in-flight micro-batch of a pipeline
 // schedule uses its own activation slot.
 #pragma once
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "backend/ops.h"
 #include "comm/communicator.h"
 #include "layers/transformer_layer.h"
 #include "model/config.h"
@@ -32,6 +35,7 @@ struct StageSpec {
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
   int64_t bucket_dp = -1;         // >= 0: bucketed buffer layout (> 0: padded for DP shards)
   int64_t bucket_size = 40000000; // elements per bucket in that layout
+  DType dtype = DType::F32;       // params and activations: F32, BF16 (--bf16) or F16 (--fp16)
 };
 
 class GPTModel {
@@ -43,8 +47,14 @@ class GPTModel {
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
+  DType dtype() const { return params_.dtype(); }
+  // The flat parameter buffer in dtype(); params() only for f32 models.
+  void* param_data() { return params_.raw(); }
   float* params() { return params_.data<float>(); }
   float* grads() { return grads_.data<float>(); }
+  // One parameter's local values as f32, and back (rounded to dtype()).
+  void read_param(const ParamSpec& p, float* out) const;
+  void write_param(const ParamSpec& p, const float* in);
   int64_t num_params() const { return layout_.total_numel(); }
   void init(uint64_t seed);
   void zero_grads() { grads_.zero(); }
@@ -85,8 +95,11 @@ class GPTModel {
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
     double mask_sum = 0;
   };
-  LayerWeights layer_view(float* base, int64_t layer) const;
-  float* param(const char* name) { return params() + layout_.get(name).offset; }
+  LayerWeights layer_view(bool grads, int64_t layer);
+  // Parameter `name` as the ops read it: f32 (the small copy for 1-D params under mixed
+  // precision) or, for matrices, in dtype().
+  float* param(const char* name);
+  cpu::Mat matrix(const char* name);
   float* grad(const char* name) { return grads() + layout_.get(name).offset; }
   const char* word_embedding_name() const;
 
@@ -98,6 +111,8 @@ class GPTModel {
   tp::TPGroup tp_;
   ParamLayout layout_;
   Tensor params_, grads_;
+  Tensor small_;                     // mixed precision: f32 copies of the 1-D params
+  std::vector<int64_t> small_offset_;  // per param: offset in small_, -1 for matrices
   std::vector<LayerWeights> layer_params_, layer_grads_;
   std::vector<Slot> slots_;
   LayerScratch scratch_;
@@ -105,15 +120,15 @@ class GPTModel {
   Tensor d_resid_, d_lnf_;           // (R, H)
   Tensor d_full_;                    // (S*B, H)
   Tensor dlosses_, ce_scratch_;      // (S*B)
+  Tensor lnf_stage_;                 // (R, H) f32 final LayerNorm output (mixed precision)
   GradReadyHook grad_ready_, params_needed_;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;
   void notify(const std::vector<int>& ids) {
     if (grad_ready_ && !ids.empty()) grad_ready_(ids);
   }
-  void need(const std::vector<int>& ids) {
-    if (params_needed_ && !ids.empty()) params_needed_(ids);
-  }
+  // Parameters about to be read: waits for them (hook), then refreshes their f32 copies.
+  void need(const std::vector<int>& ids);
 };
 
 }  // namespace mg

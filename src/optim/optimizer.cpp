@@ -29,11 +29,22 @@ std::vector<ParamRun> param_runs(const ParamLayout& layout) {
   return runs;
 }
 
-Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg)
-    : cfg_(cfg), runs_(std::move(runs)) {
+Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DType model_dtype,
+                     const void* model_params)
+    : cfg_(cfg), runs_(std::move(runs)), dtype_(model_dtype) {
   for (const ParamRun& r : runs_) numel_ += r.numel;
   state_ = Tensor({(cfg_.kind == "adam" ? 2 : 1) * numel_});
+  if (dtype_ == DType::F32) return;
+  MG_CHECK(model_params, "a 16-bit model needs its params to seed the fp32 main params");
+  main_ = Tensor({numel_});
+  int64_t s = 0;
+  for (const ParamRun& r : runs_) {
+    cpu::cast_to_f32(main_.data<float>() + s, static_cast<const char*>(model_params) + r.offset * 2, dtype_,
+                     r.numel);
+    s += r.numel;
+  }
 }
+
 
 double Optimizer::step(float* params, float* grads, float lr) {
   double ss = 0;
@@ -43,7 +54,7 @@ double Optimizer::step(float* params, float* grads, float lr) {
   return norm;
 }
 
-void Optimizer::step(float* params, float* grads, float lr, float wd, double norm) {
+void Optimizer::step(void* model_params, float* grads, float lr, float wd, double norm) {
   // Megatron / torch clip_grad_norm_: scale by clip / (norm + 1e-6) only when that is < 1.
   const double coeff = cfg_.clip_grad > 0.f ? cfg_.clip_grad / (norm + 1e-6) : 1.0;
   ++t_;
@@ -53,11 +64,14 @@ void Optimizer::step(float* params, float* grads, float lr, float wd, double nor
     float* g = grads + r.offset;
     if (coeff < 1.0) cpu::scale_inplace(g, float(coeff), r.numel);
     const float decay = r.decay ? wd : 0.f;
+    float* p = main_.empty() ? static_cast<float*>(model_params) + r.offset : main_.data<float>() + s;
     if (cfg_.kind == "adam")
-      cpu::adamw_update(params + r.offset, g, state + s, state + numel_ + s, r.numel, lr,
-                        cfg_.beta1, cfg_.beta2, cfg_.eps, decay, t_);
+      cpu::adamw_update(p, g, state + s, state + numel_ + s, r.numel, lr, cfg_.beta1, cfg_.beta2,
+                        cfg_.eps, decay, t_);
     else
-      cpu::sgd_update(params + r.offset, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_);
+      cpu::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_);
+    if (!main_.empty())  // copy the main params back to the model, rounded
+      cpu::cast_from_f32(static_cast<char*>(model_params) + r.offset * 2, dtype_, p, r.numel);
     s += r.numel;
   }
 }

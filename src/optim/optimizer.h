@@ -3,7 +3,9 @@
 // gradient clipping. Weight decay is skipped for biases and 1-D parameters (Megatron's rule),
 // so the buffer is walked as runs sharing one decay setting. The runs may cover the whole
 // buffer or, with the distributed optimizer, only this rank's shard of it; state (Adam moments
-// or momentum) exists only for the runs.
+// or momentum) exists only for the runs. For a 16-bit model (--bf16/--fp16) the optimizer also
+// keeps fp32 main params for the runs (copied from the model at construction), steps them, and
+// writes them back to the model rounded to its dtype.
 #pragma once
 #include <vector>
 
@@ -33,24 +35,31 @@ std::vector<ParamRun> param_runs(const ParamLayout& layout);
 
 class Optimizer {
  public:
-  Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg);
-  Optimizer(const ParamLayout& layout, const OptimizerConfig& cfg)
-      : Optimizer(param_runs(layout), cfg) {}
+  // model_params: the model's flat buffer in model_dtype (needed when that is 16-bit).
+  Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg,
+            DType model_dtype = DType::F32, const void* model_params = nullptr);
+  Optimizer(const ParamLayout& layout, const OptimizerConfig& cfg,
+            DType model_dtype = DType::F32, const void* model_params = nullptr)
+      : Optimizer(param_runs(layout), cfg, model_dtype, model_params) {}
 
   // Clips the runs' grads given the global grad norm (computed over all ranks by the caller),
-  // then updates the runs' params with learning rate lr and weight decay wd.
-  void step(float* params, float* grads, float lr, float wd, double grad_norm);
+  // then updates the runs' params (the model's flat buffer, in model_dtype) with learning rate
+  // lr and weight decay wd.
+  void step(void* params, float* grads, float lr, float wd, double grad_norm);
   // Single-rank convenience (AdamW with the configured weight decay): computes the norm of all
   // runs' grads, then steps. Returns the norm.
   double step(float* params, float* grads, float lr);
   int64_t steps_taken() const { return t_; }
-  size_t state_bytes() const { return state_.nbytes(); }
+  // Optimizer state: moments, plus the fp32 main params of a 16-bit model.
+  size_t state_bytes() const { return state_.nbytes() + main_.nbytes(); }
 
  private:
   OptimizerConfig cfg_;
   std::vector<ParamRun> runs_;
   int64_t numel_ = 0;
   Tensor state_;  // Adam: exp_avg then exp_avg_sq; SGD: momentum
+  DType dtype_;
+  Tensor main_;   // fp32 main params of the runs, packed like state_ (16-bit models only)
   int64_t t_ = 0;
 };
 

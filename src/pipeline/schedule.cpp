@@ -55,8 +55,9 @@ class StageLinks {
 }  // namespace
 
 double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch,
-                        const std::function<void()>& before_last_backward) {
-  const float scale = 1.0f / float(M);
+                        const std::function<void()>& before_last_backward,
+                        double loss_scale) {
+  const float scale = float(loss_scale / double(M));
   auto backward = [&](int64_t m, int64_t slot, const float* d_output) {
     if (m == M - 1 && before_last_backward) before_last_backward();
     model.backward(slot, d_output, scale);

@@ -72,6 +72,7 @@ class Tensor {
 
   template <typename T>
   T* data() const { return view().data<T>(); }
+  void* raw() const { return buf_.get(); }
 
   void zero();
 

@@ -28,9 +28,10 @@ inline void copy_to_region_backward(const TPGroup& g, float* grad, int64_t n) {
 inline void reduce_from_region_forward(const TPGroup& g, float* x, int64_t n) {
   g.comm->all_reduce(x, n);
 }
-inline void gather_from_sp_region_forward(const TPGroup& g, const float* local, float* full,
-                                          int64_t n_local) {
-  g.comm->all_gather(local, full, n_local);
+// Gathers the input of a column-parallel GEMM, so it moves that GEMM's dtype (bf16 under --bf16).
+inline void gather_from_sp_region_forward(const TPGroup& g, const void* local, void* full,
+                                          int64_t n_local, DType dtype = DType::F32) {
+  g.comm->all_gather(local, full, n_local, dtype);
 }
 inline void gather_from_sp_region_backward(const TPGroup& g, const float* grad_full,
                                            float* grad_local, int64_t n_local) {

@@ -12,21 +12,19 @@ int64_t local_rows(const TPGroup& g, int64_t rows) {
 }
 }  // namespace
 
-const float* column_parallel_forward(const TPGroup& g, float* y, const float* x_local,
-                                     float* x_full, const float* weight, const float* bias,
-                                     const LinearShape& s) {
-  const float* x = x_local;
+void column_parallel_forward(const TPGroup& g, float* y, const void* x_local, void* x_full,
+                             cpu::Mat weight, const float* bias, const LinearShape& s) {
+  const void* x = x_local;
   if (g.sequence_parallel) {
-    gather_from_sp_region_forward(g, x_local, x_full, local_rows(g, s.rows) * s.in);
+    gather_from_sp_region_forward(g, x_local, x_full, local_rows(g, s.rows) * s.in, weight.dtype);
     x = x_full;
   }  // else copy_to_region: identity
-  cpu::linear_forward(y, x, weight, bias, s.rows, s.in, s.out);
-  return x;
+  cpu::linear_forward(y, {x, weight.dtype}, weight, bias, s.rows, s.in, s.out);
 }
 
 void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
-                              float* dbias, const float* dy, const float* x_used,
-                              const float* weight, const LinearShape& s) {
+                              float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
+                              const LinearShape& s) {
   std::memset(dx_full, 0, s.rows * s.in * sizeof(float));
   cpu::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
   if (g.sequence_parallel) {
@@ -37,8 +35,8 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
   }
 }
 
-void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, const float* x,
-                          const float* weight, const float* bias, const LinearShape& s) {
+void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
+                          cpu::Mat weight, const float* bias, const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
   cpu::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
   if (g.sequence_parallel) {
@@ -51,8 +49,8 @@ void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cons
 }
 
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,
-                           const float* dy_local, float* dy_full, const float* x,
-                           const float* weight, const LinearShape& s) {
+                           const float* dy_local, float* dy_full, cpu::Mat x, cpu::Mat weight,
+                           const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
   if (dbias) cpu::bias_backward(dbias, dy_local, R, s.out);
   const float* dy = dy_local;  // reduce_from_region backward: identity

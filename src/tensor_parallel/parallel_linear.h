@@ -3,10 +3,12 @@
 // input replicated or gathered from the sequence-parallel region, output stays split) or by
 // input rows (row-parallel: weight [OUT, IN/TP], input split, partial outputs summed by
 // all-reduce or reduce-scatter, bias added after the reduction). Rows = S x B; R = rows/TP
-// under sequence parallelism, rows otherwise.
+// under sequence parallelism, rows otherwise. Inputs and weights share one dtype (f32, or
+// bf16/f16 under mixed precision); outputs and grads are f32.
 #pragma once
 #include <cstdint>
 
+#include "backend/ops.h"
 #include "tensor_parallel/mappings.h"
 
 namespace mg::tp {
@@ -16,23 +18,22 @@ struct LinearShape {
   int64_t in, out;   // local feature sizes as stored in the weight
 };
 
-// Column-parallel. x_local: (R, in). x_full: (rows, in) buffer that receives the gathered
-// input under SP (may be x_local otherwise); returns the input actually used (kept for backward).
-const float* column_parallel_forward(const TPGroup& g, float* y, const float* x_local,
-                                     float* x_full, const float* weight, const float* bias,
-                                     const LinearShape& s);
+// Column-parallel. x_local: (R, in) in weight's dtype. x_full: (rows, in) buffer that receives
+// the gathered input under SP (unused otherwise); the input used is kept for backward.
+void column_parallel_forward(const TPGroup& g, float* y, const void* x_local, void* x_full,
+                             cpu::Mat weight, const float* bias, const LinearShape& s);
 // dx_full: (rows, in) scratch, zeroed here; dx_local: (R, in) receives (=) the input grad and
 // may alias dx_full when not sequence-parallel.
 void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
-                              float* dbias, const float* dy, const float* x_used,
-                              const float* weight, const LinearShape& s);
+                              float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
+                              const LinearShape& s);
 
 // Row-parallel. x: (rows, in_local); partial: (rows, out) scratch; y_local: (R, out).
-void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, const float* x,
-                          const float* weight, const float* bias, const LinearShape& s);
+void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
+                          cpu::Mat weight, const float* bias, const LinearShape& s);
 // dy_local: (R, out); dy_full: (rows, out) scratch under SP; dx: (rows, in_local) +=.
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,
-                           const float* dy_local, float* dy_full, const float* x,
-                           const float* weight, const LinearShape& s);
+                           const float* dy_local, float* dy_full, cpu::Mat x, cpu::Mat weight,
+                           const LinearShape& s);
 
 }  // namespace mg::tp

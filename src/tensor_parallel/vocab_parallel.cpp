@@ -7,8 +7,8 @@
 namespace mg::tp {
 
 void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_t* tokens,
-                                      const int32_t* positions, const float* word_local,
-                                      const float* position, int64_t vocab_local, int64_t rows,
+                                      const int32_t* positions, cpu::Mat word_local,
+                                      cpu::Mat position, int64_t vocab_local, int64_t rows,
                                       int64_t H) {
   const int64_t v0 = g.rank() * vocab_local;
   cpu::embedding_forward(out, tokens, word_local, v0, v0 + vocab_local, rows, H, false);

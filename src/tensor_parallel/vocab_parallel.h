@@ -7,14 +7,15 @@
 #pragma once
 #include <cstdint>
 
+#include "backend/ops.h"
 #include "tensor_parallel/mappings.h"
 
 namespace mg::tp {
 
 // out (rows, H) = word[tokens] (summed across TP) + position[positions].
 void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_t* tokens,
-                                      const int32_t* positions, const float* word_local,
-                                      const float* position, int64_t vocab_local, int64_t rows,
+                                      const int32_t* positions, cpu::Mat word_local,
+                                      cpu::Mat position, int64_t vocab_local, int64_t rows,
                                       int64_t H);
 void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, float* dposition,
                                        const float* dout, const int32_t* tokens,

@@ -68,6 +68,20 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)");
   MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,
                 "--overlap-param-gather needs --use-distributed-optimizer");
+  MG_USER_CHECK(!(bf16 && fp16), "pass only one of --bf16 and --fp16");
+  loss_scaler.validate();
+  overflow_iters.clear();
+  for (const std::string& s : inject_grad_overflow) {
+    size_t used = 0;
+    int64_t it = -1;
+    try {
+      it = std::stoll(s, &used);
+    } catch (const std::exception&) {
+    }
+    MG_USER_CHECK(used == s.size() && it >= 1 && it <= train_iters, "--inject-grad-overflow '",
+                  s, "': expected iteration numbers in [1, --train-iters]");
+    overflow_iters.push_back(it);
+  }
   lr_schedule().validate();
   return warning;
 }

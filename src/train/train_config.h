@@ -6,6 +6,7 @@
 
 #include "data/tokenizer.h"
 #include "model/config.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_config.h"
@@ -40,6 +41,11 @@ struct TrainConfig {
   float sgd_momentum = 0.9f;         // --sgd-momentum
   bool use_distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1 over DP)
   bool check_for_nan_in_loss_and_grad = true;  // off with --no-check-for-nan-in-loss-and-grad
+  bool bf16 = false;                 // --bf16: bf16 params and activations, fp32 main grads/params
+  bool fp16 = false;                 // --fp16: the same in fp16, with loss scaling
+  LossScalerConfig loss_scaler;      // --loss-scale, --initial-loss-scale, ... (fp16)
+  std::vector<std::string> inject_grad_overflow;  // --inject-grad-overflow ITER...: testing aid
+  std::vector<int64_t> overflow_iters;            // derived: those iterations
 
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
@@ -66,6 +72,8 @@ struct TrainConfig {
     return global_batch_size / (micro_batch_size * data_parallel_size);
   }
   LRSchedule lr_schedule() const;
+  // Storage of params and activations: F32, BF16 (--bf16) or F16 (--fp16).
+  DType model_dtype() const { return bf16 ? DType::BF16 : fp16 ? DType::F16 : DType::F32; }
   // Fills derived defaults (global batch, decay iters, DP size) and throws UsageError naming
   // the flag. Returns a warning to print, or "".
   std::string finalize_and_validate(int world_size = 1);

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/ops.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/batch.h"
@@ -151,6 +153,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   spec.shard = {g.grid.tp, g.coord.tp, layer_begin, layer_end, g.first_stage(), g.last_stage()};
   spec.sequence_parallel = cfg.parallel.sequence_parallel;
   spec.num_slots = pipeline_slots(stage, P, M);
+  spec.dtype = cfg.model_dtype();
   // DP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of the
   // distributed optimizer).
   if (g.grid.dp > 1 || cfg.use_distributed_optimizer) {
@@ -167,7 +170,10 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
                                                         cfg.parallel.overlap_grad_reduce,
                                                         cfg.parallel.overlap_param_gather);
   else
-    optim = std::make_unique<Optimizer>(model.layout(), cfg.adam);
+    optim = std::make_unique<Optimizer>(model.layout(), cfg.adam, model.dtype(),
+                                        model.param_data());
+  std::unique_ptr<LossScaler> scaler;
+  if (cfg.fp16) scaler = std::make_unique<LossScaler>(cfg.loss_scaler);
   const size_t state_bytes = optim ? optim->state_bytes() : dist_optim->state_bytes();
   std::unique_ptr<GradReducer> reducer;
   if (g.grid.dp > 1 && !cfg.use_distributed_optimizer)
@@ -180,19 +186,29 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   log_line(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (",
                    g.coord.tp, ", ", stage, "): ", model.num_params(),
                    " (whole model: ", mc.num_parameters(), ")"));
-  // formulas.md, fp32 params and grads: Adam state is 8 bytes per parameter, over d ranks with
-  // the distributed optimizer (SGD: 4).
+  // formulas.md: Adam state is 8 bytes per parameter for fp32 models (the model params are the
+  // main params) and 12 for 16-bit models (fp32 main params too), over d ranks with the
+  // distributed optimizer (SGD: 4 less).
   int64_t local_params = 0;
   for (const ParamSpec& p : model.layout().params()) local_params += p.numel();
-  const double per_param_state = (cfg.optimizer == "adam" ? 8.0 : 4.0) /
+  const double per_param_state = ((cfg.optimizer == "adam" ? 8.0 : 4.0) +
+                                  (model.dtype() == DType::F32 ? 0.0 : 4.0)) /
                                  (cfg.use_distributed_optimizer ? double(g.grid.dp) : 1.0);
-  log_line(memory_report(model.num_params() * 4, model.num_params() * 4, state_bytes,
-                         model.activation_bytes(), per_param_state * double(local_params)));
+  log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
+                   model.dtype() == DType::F32 ? ""
+                   : cpu::native_lowp_gemm(model.dtype())
+                       ? " (GEMMs: native 16-bit kernels, fp32 accumulation)"
+                       : " (GEMMs: no native 16-bit kernel on this CPU, operands widened to fp32)",
+                   "; main grads fp32", scaler ? "; dynamic loss scaling" : ""));
+  log_line(memory_report(model.num_params() * int64_t(dtype_size(model.dtype())),
+                         model.num_params() * 4, state_bytes, model.activation_bytes(),
+                         per_param_state * double(local_params)));
 
   TrainResult result;
   int64_t consumed = 0, valid_consumed = 0;
   double interval_loss = 0, interval_seconds = 0, total_seconds = 0;
-  int64_t interval_iters = 0, nan_iters = 0;
+  int64_t interval_iters = 0, nan_iters = 0, skipped_iters = 0;
+  int64_t scheduler_samples = 0;  // samples of successful steps: the LR schedule's clock
   CommStats interval_comm[4] = {};
   Communicator* groups[4] = {g.tp.get(), g.pp.get(), g.dp.get(), g.embedding.get()};
   const double flops_per_iter = mc.train_flops_per_token() * double(cfg.global_batch_size * S);
@@ -200,19 +216,37 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     Timer timer;
     for (Communicator* c : groups)
       if (c) c->reset_stats();
-    const double lr = sched.at(consumed);
+    const double lr = sched.at(scheduler_samples);
     model.zero_grads();
-    const double wd = sched.weight_decay_at(consumed);
-    const double local_loss =
-        forward_backward(model, *g.pp, M, train_batches.at(consumed), [&] {
+    const double wd = sched.weight_decay_at(scheduler_samples);
+    const double loss_scale = scaler ? scaler->scale() : 1.0;
+    const double local_loss = forward_backward(
+        model, *g.pp, M, train_batches.at(consumed),
+        [&] {
           if (reducer) reducer->arm();
           if (dist_optim) dist_optim->arm();
-        });
+        },
+        loss_scale);
+    if (g.world_rank == g.grid.world() - 1 &&
+        std::find(cfg.overflow_iters.begin(), cfg.overflow_iters.end(), iter) !=
+            cfg.overflow_iters.end())
+      model.grads()[0] = INFINITY;
     // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
     if (dist_optim) dist_optim->reduce_scatter_grads();
     if (reducer) reducer->finish();
     finalize_grads(model, g);
-    const double grad_norm = dist_optim ? dist_optim->grad_norm() : global_grad_norm(model, g);
+    // fp16: unscale the main grads and look for inf/NaN; an overflow on any rank skips the
+    // step on every rank (and the LR schedule does not advance).
+    bool skipped = false;
+    if (scaler) {
+      cpu::scale_inplace(model.grads(), float(1.0 / loss_scale), model.num_params());
+      float found = cpu::has_inf_or_nan(model.grads(), model.num_params()) ? 1.f : 0.f;
+      g.world->all_reduce(&found, 1, ReduceOp::Max);
+      skipped = found > 0.f;
+      scaler->update(skipped);
+    }
+    const double grad_norm =
+        skipped ? 0.0 : dist_optim ? dist_optim->grad_norm() : global_grad_norm(model, g);
     const double loss = report_loss(local_loss / double(M), g);
     // Every rank holds the same loss and norm, so every rank stops here together.
     MG_USER_CHECK(!cfg.check_for_nan_in_loss_and_grad ||
@@ -220,10 +254,17 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
                   "NaN/Inf at iteration ", iter, " on rank ", g.world_rank, ": lm loss ", loss,
                   ", grad norm ", grad_norm, " (lower --lr, check the data, or pass "
                   "--no-check-for-nan-in-loss-and-grad to continue)");
-    if (dist_optim)
-      dist_optim->step(float(lr), float(wd), grad_norm);
-    else
-      optim->step(model.params(), model.grads(), float(lr), float(wd), grad_norm);
+    if (skipped) {
+      ++skipped_iters;
+      log_line(str_cat(" > iteration ", iter, ": inf/NaN in the fp16 grads, step skipped on all "
+                       "ranks; loss scale now ", scaler->scale()));
+    } else {
+      if (dist_optim)
+        dist_optim->step(float(lr), float(wd), grad_norm);
+      else
+        optim->step(model.param_data(), model.grads(), float(lr), float(wd), grad_norm);
+      scheduler_samples += cfg.global_batch_size;
+    }
     consumed += cfg.global_batch_size;
     const double secs = timer.seconds();
     for (int k = 0; k < 4; ++k)
@@ -234,6 +275,8 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) ++nan_iters;
     result.losses.push_back(loss);
     result.grad_norms.push_back(grad_norm);
+    result.loss_scales.push_back(loss_scale);
+    result.skipped.push_back(skipped);
     if (iter > 1) total_seconds += secs;
     interval_loss += loss;
     interval_seconds += secs;
@@ -252,6 +295,8 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
       l.lm_loss = interval_loss / double(interval_iters);
       l.grad_norm = grad_norm;
       l.nan_iterations = nan_iters;
+      l.skipped_iterations = skipped_iters;
+      l.loss_scale = scaler ? scaler->scale() : 1.0;
       l.tp_bytes = interval_comm[0].p2p_bytes / interval_iters;
       l.pp_bytes = interval_comm[1].p2p_bytes / interval_iters;
       l.dp_bytes = interval_comm[2].p2p_bytes / interval_iters;

@@ -12,7 +12,9 @@ namespace mg {
 
 struct TrainResult {
   std::vector<double> losses;      // lm loss of every iteration (averaged over DP)
-  std::vector<double> grad_norms;  // before clipping
+  std::vector<double> grad_norms;  // before clipping (0 on skipped iterations)
+  std::vector<double> loss_scales; // fp16 loss scale used by each iteration (1 otherwise)
+  std::vector<bool> skipped;       // iterations whose step an fp16 overflow skipped
   std::vector<double> valid_losses;
   double mean_iteration_seconds = 0;  // over all iterations but the first
 };

@@ -1,11 +1,26 @@
 // Embedding lookups (token and learned absolute position tables, GPT-2), with a row range so a
 // vocab-parallel shard can look up only the ids it owns.
+#include "backend/cpu/half.h"
 #include "backend/ops.h"
 
 namespace mg::cpu {
 
-void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t row_begin,
+void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
                        int64_t row_end, int64_t N, int64_t H, bool accumulate) {
+  if (table.dtype != DType::F32) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* o = out + n * H;
+      const int64_t id = ids[n];
+      const bool in = id >= row_begin && id < row_end;
+      for (int64_t c = 0; c < H; ++c) {
+        const float v = in ? load_f32(table.data, table.dtype, (id - row_begin) * H + c) : 0.f;
+        o[c] = accumulate ? o[c] + v : v;
+      }
+    }
+    return;
+  }
+  const float* tab = static_cast<const float*>(table.data);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * H;
@@ -15,7 +30,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* table, int64
         for (int64_t c = 0; c < H; ++c) o[c] = 0.f;
       continue;
     }
-    const float* row = table + (id - row_begin) * H;
+    const float* row = tab + (id - row_begin) * H;
     if (accumulate)
       for (int64_t c = 0; c < H; ++c) o[c] += row[c];
     else

@@ -1,6 +1,7 @@
-// GEMM on oneDNN's JIT sgemm (AVX-512 kernels picked at run time; Debian's OpenBLAS 0.3.21
-// misdetects this CPU as Prescott and is ~5x slower), plus the linear layer built on it:
-// Y = X W^T + b with W stored [out, in] as in Megatron.
+// f32 GEMM on oneDNN's JIT sgemm (AVX-512 kernels picked at run time; Debian's OpenBLAS 0.3.21
+// misdetects this CPU as Prescott and is ~5x slower), and bias add/grad. The linear
+// layer (Y = X W^T + b, W stored [out, in] as in Megatron) is in gemm_lowp.cpp with its
+// 16-bit paths.
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -36,23 +37,6 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
       for (int64_t c = c0; c < c1; ++c) acc[c - c0] += dout[n * C + c];
     for (int64_t c = c0; c < c1; ++c) dbias[c] += float(acc[c - c0]);
   }
-}
-
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t N, int64_t IN, int64_t OUT) {
-  if (bias) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t o = 0; o < OUT; ++o) out[n * OUT + o] = bias[o];
-  }
-  gemm(false, true, N, OUT, IN, 1.0f, inp, IN, weight, IN, bias ? 1.0f : 0.0f, out, OUT);
-}
-
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t N, int64_t IN, int64_t OUT) {
-  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, dout, OUT, weight, IN, 1.0f, dinp, IN);
-  gemm(true, false, OUT, IN, N, 1.0f, dout, OUT, inp, IN, 1.0f, dweight, IN);
-  if (dbias) bias_backward(dbias, dout, N, OUT);
 }
 
 }  // namespace mg::cpu

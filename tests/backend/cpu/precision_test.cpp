@@ -1,0 +1,171 @@
+// Mixed-precision kernels: bf16/f16 rounding against a nearest-value search (ties to even) and
+// the IEEE edge cases; 16-bit GEMMs and linear layers against a double-precision product of the
+// same rounded operands; 16-bit embedding lookups against the f32 lookup of the widened table.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/half.h"
+#include "backend/ops.h"
+#include "testing/fd_check.h"
+
+namespace mg {
+namespace {
+
+using testing::random_vec;
+
+float widen(uint16_t h, DType t) { return cpu::load_f32(&h, t, 0); }
+uint16_t narrow(float x, DType t) {
+  uint16_t h;
+  cpu::cast_from_f32(&h, t, &x, 1);
+  return h;
+}
+
+TEST(Precision, Bf16RoundsToNearestEven) {
+  const float one = 1.f, ulp = std::ldexp(1.f, -7);  // bf16 spacing at 1
+  EXPECT_EQ(narrow(one, DType::BF16), 0x3F80);
+  EXPECT_EQ(narrow(one + ulp / 2, DType::BF16), 0x3F80);          // tie -> even (down)
+  EXPECT_EQ(narrow(one + 3 * ulp / 2, DType::BF16), 0x3F82);      // tie -> even (up)
+  EXPECT_EQ(narrow(one + ulp / 2 + std::ldexp(1.f, -20), DType::BF16), 0x3F81);
+  EXPECT_EQ(narrow(FLT_MAX, DType::BF16), 0x7F80);                // overflows to inf
+  EXPECT_EQ(narrow(-INFINITY, DType::BF16), 0xFF80);
+  EXPECT_TRUE(std::isnan(widen(narrow(NAN, DType::BF16), DType::BF16)));
+}
+
+TEST(Precision, F16RoundsToNearestEvenAndSaturatesToInf) {
+  EXPECT_EQ(widen(narrow(65504.f, DType::F16), DType::F16), 65504.f);  // largest finite
+  EXPECT_EQ(widen(narrow(65519.f, DType::F16), DType::F16), 65504.f);
+  EXPECT_TRUE(std::isinf(widen(narrow(65520.f, DType::F16), DType::F16)));  // tie -> inf
+  EXPECT_EQ(widen(narrow(std::ldexp(1.f, -24), DType::F16), DType::F16), std::ldexp(1.f, -24));
+  EXPECT_EQ(widen(narrow(std::ldexp(1.f, -25), DType::F16), DType::F16), 0.f);  // tie -> even 0
+  EXPECT_EQ(narrow(1.f + std::ldexp(1.f, -11), DType::F16), 0x3C00);  // tie -> even
+}
+
+// For random values over many binades, the stored value is the nearest representable one: no
+// neighbour of the result (one code up or down) is closer, and an exact tie picks the even code.
+TEST(Precision, CastIsTheNearestRepresentable) {
+  for (DType t : {DType::BF16, DType::F16}) {
+    auto x = random_vec(20000, 11, -1.f, 1.f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(x[i], int(i % 24) - 12);
+    std::vector<uint16_t> h(x.size());
+    cpu::cast_from_f32(h.data(), t, x.data(), int64_t(x.size()));  // the vector path
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(h[i], narrow(x[i], t)) << "vector and scalar paths differ at " << x[i];
+      const double v = widen(h[i], t), err = std::fabs(double(x[i]) - v);
+      for (int d : {-1, 1}) {
+        const double n = widen(uint16_t(h[i] + d), t), nerr = std::fabs(double(x[i]) - n);
+        if (std::isnan(n) || std::isinf(n)) continue;
+        ASSERT_LE(err, nerr) << dtype_name(t) << " " << x[i];
+        if (err == nerr) ASSERT_EQ(h[i] % 2, 0) << "tie not to even: " << x[i];
+      }
+    }
+    std::vector<float> back(x.size());
+    cpu::cast_to_f32(back.data(), h.data(), t, int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(back[i], widen(h[i], t));
+    // store_rounded leaves exactly the stored values behind.
+    std::vector<uint16_t> h2(x.size());
+    cpu::store_rounded(h2.data(), t, x.data(), int64_t(x.size()));
+    EXPECT_EQ(x, back);
+    EXPECT_EQ(0, std::memcmp(h.data(), h2.data(), h.size() * 2));
+  }
+}
+
+TEST(Precision, InfNanCheck) {
+  std::vector<float> x(1000, 1.f);
+  EXPECT_FALSE(cpu::has_inf_or_nan(x.data(), 1000));
+  x[777] = INFINITY;
+  EXPECT_TRUE(cpu::has_inf_or_nan(x.data(), 1000));
+  x[777] = NAN;
+  EXPECT_TRUE(cpu::has_inf_or_nan(x.data(), 1000));
+}
+
+// Rounded copy of v in dtype t (as 16-bit codes) and its widened values.
+struct Rounded {
+  std::vector<uint16_t> h;
+  std::vector<float> f;
+  Rounded(const std::vector<float>& v, DType t) : h(v.size()), f(v.size()) {
+    cpu::cast_from_f32(h.data(), t, v.data(), int64_t(v.size()));
+    cpu::cast_to_f32(f.data(), h.data(), t, int64_t(v.size()));
+  }
+};
+
+// C = op(A) op(B) (+ C) in double from the rounded operands, as stored with leading dims.
+std::vector<double> reference_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                   const std::vector<float>& A, int64_t lda,
+                                   const std::vector<float>& B, int64_t ldb,
+                                   const std::vector<float>& C0, int64_t ldc, bool acc) {
+  std::vector<double> C(C0.begin(), C0.end());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k)
+        s += double(ta ? A[k * lda + m] : A[m * lda + k]) * double(tb ? B[n * ldb + k] : B[k * ldb + n]);
+      C[m * ldc + n] = (acc ? C[m * ldc + n] : 0.0) + s;
+    }
+  return C;
+}
+
+TEST(Precision, LowPrecisionGemmMatchesDoubleProductOfRoundedOperands) {
+  const int64_t M = 7, N = 13, K = 33, pad = 3;
+  for (DType t : {DType::BF16, DType::F16})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (int acc = 0; acc < 2; ++acc) {
+          const int64_t lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+          const Rounded A(random_vec(size_t((ta ? K : M) * lda), 1), t);
+          const Rounded B(random_vec(size_t((tb ? N : K) * ldb), 2), t);
+          std::vector<float> C = random_vec(size_t(M * ldc), 3);
+          const auto want = reference_gemm(ta, tb, M, N, K, A.f, lda, B.f, ldb, C, ldc, acc);
+          cpu::gemm_lowp(ta, tb, M, N, K, {A.h.data(), t}, lda, {B.h.data(), t}, ldb, acc,
+                         C.data(), ldc);
+          for (int64_t m = 0; m < M; ++m)
+            for (int64_t n = 0; n < N; ++n)
+              ASSERT_NEAR(C[m * ldc + n], want[m * ldc + n], 1e-5 * (1 + std::fabs(want[m * ldc + n])))
+                  << dtype_name(t) << " ta " << ta << " tb " << tb << " acc " << acc;
+        }
+}
+
+// The 16-bit linear layer equals the f32 layer run on the rounded inputs, weights and (for
+// backward) the rounded output gradient, except dbias, which sums the f32 gradient.
+TEST(Precision, LowPrecisionLinearMatchesF32OnRoundedValues) {
+  const int64_t N = 9, IN = 24, OUT = 10;
+  for (DType t : {DType::BF16, DType::F16}) {
+    const Rounded x(random_vec(N * IN, 4), t), W(random_vec(OUT * IN, 5), t);
+    const auto b = random_vec(OUT, 6), dout = random_vec(N * OUT, 7);
+    const Rounded dout_r(dout, t);
+    std::vector<float> y(N * OUT), y_ref(N * OUT);
+    cpu::linear_forward(y.data(), {x.h.data(), t}, {W.h.data(), t}, b.data(), N, IN, OUT);
+    cpu::linear_forward(y_ref.data(), x.f.data(), W.f.data(), b.data(), N, IN, OUT);
+    for (int64_t i = 0; i < N * OUT; ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-5);
+    std::vector<float> dx(N * IN, 0.5f), dW(OUT * IN, 0.25f), db(OUT, 0.f);
+    std::vector<float> dx_ref = dx, dW_ref = dW, db_ref(OUT, 0.f);
+    cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), {x.h.data(), t},
+                         {W.h.data(), t}, N, IN, OUT);
+    cpu::linear_backward(dx_ref.data(), dW_ref.data(), nullptr, dout_r.f.data(), x.f.data(),
+                         W.f.data(), N, IN, OUT);
+    cpu::bias_backward(db_ref.data(), dout.data(), N, OUT);
+    for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], dx_ref[i], 1e-5);
+    for (size_t i = 0; i < dW.size(); ++i) EXPECT_NEAR(dW[i], dW_ref[i], 1e-5);
+    for (size_t i = 0; i < db.size(); ++i) EXPECT_NEAR(db[i], db_ref[i], 1e-6);
+  }
+}
+
+TEST(Precision, LowPrecisionEmbeddingEqualsWidenedTable) {
+  const int64_t V = 12, H = 20, N = 9;
+  const std::vector<int32_t> ids = {0, 3, 11, 5, 3, 7, 2, 9, 10};
+  for (DType t : {DType::BF16, DType::F16}) {
+    const Rounded table(random_vec(V * H, 8), t);
+    for (bool acc : {false, true}) {
+      auto out = random_vec(N * H, 9), ref = out;
+      cpu::embedding_forward(out.data(), ids.data(), {table.h.data(), t}, 2, 10, N, H, acc);
+      cpu::embedding_forward(ref.data(), ids.data(), table.f.data(), 2, 10, N, H, acc);
+      EXPECT_EQ(out, ref);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mg
