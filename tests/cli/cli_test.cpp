@@ -50,6 +50,13 @@ TEST(Cli, PositionTableCoversSequence) {
 }
 TEST(Cli, DecayStyle) { expect_usage_error(kTiny + " --lr-decay-style steps", "--lr-decay-style"); }
 TEST(Cli, SwitchTakesNoValue) { expect_usage_error(kTiny + " --mock-data=1", "--mock-data"); }
+TEST(Cli, OnePrecisionOnly) { expect_usage_error(kTiny + " --bf16 --fp16", "--bf16 and --fp16"); }
+TEST(Cli, LossScalerSettings) {
+  expect_usage_error(kTiny + " --fp16 --hysteresis 0", "--hysteresis");
+  expect_usage_error(kTiny + " --fp16 --loss-scale-window 0", "--loss-scale-window");
+  expect_usage_error(kTiny + " --fp16 --min-loss-scale 0", "--min-loss-scale");
+  expect_usage_error(kTiny + " --fp16 --inject-grad-overflow 0", "--inject-grad-overflow");
+}
 TEST(Cli, UnknownCommand) { expect_usage_error(" trian", "trian"); }
 
 TEST(Cli, HelpListsCommandsAndFlagsWithDefaults) {

@@ -327,3 +327,102 @@ TEST(OverlapGradReduce, BitwiseEqualToTheNonOverlappedRun) {
 
 }  // namespace
 }  // namespace mg
+
+namespace mg {
+namespace {
+
+// ---- mixed precision ----
+
+std::vector<double> scales(const std::string& log) { return testing::log_values(log, "loss scale"); }
+
+// An inf put into the last rank's grads at iteration 3 (as an fp16 overflow would) is seen by
+// every rank: the step is skipped everywhere (rank 0 reports it, and the 4-rank run keeps
+// matching the single-rank run that skipped the same step), the scale halves (hysteresis 1)
+// and doubles back after a window of 4 clean steps.
+TEST(MixedPrecision, Fp16OverflowOnOneRankSkipsTheStepOnAllRanks) {
+  const std::string fp16 =
+      "--fp16 --initial-loss-scale 1024 --hysteresis 1 --loss-scale-window 4 --train-iters 10";
+  const RunOut one = train(1, fp16 + " --inject-grad-overflow 3");
+  const RunOut four = train(4, fp16 + " --inject-grad-overflow 3 --tensor-model-parallel-size 2 "
+                                       "--use-distributed-optimizer");
+  const RunOut clean = train(1, fp16);
+  const std::vector<double> want = {1024, 1024, 512, 512, 512, 512, 1024, 1024, 1024, 1024};
+  for (const RunOut* r : {&one, &four}) {
+    EXPECT_EQ(scales(r->log), want) << r->log;
+    EXPECT_NE(r->log.find("iteration 3: inf/NaN in the fp16 grads, step skipped on all ranks"),
+              std::string::npos);
+    const auto skipped = testing::log_values(r->log, "number of skipped iterations");
+    ASSERT_EQ(skipped.size(), 10u);
+    EXPECT_EQ(skipped[1], 0);
+    EXPECT_EQ(skipped[2], 1);
+    EXPECT_EQ(skipped.back(), 1);
+  }
+  ASSERT_EQ(four.losses.size(), one.losses.size());
+  for (size_t i = 0; i < one.losses.size(); ++i)
+    EXPECT_NEAR(four.losses[i], one.losses[i], 1e-4 * one.losses[i]) << "step " << i + 1;
+  // The skipped step really changed nothing: the clean run differs from iteration 4 on.
+  EXPECT_EQ(clean.losses[2], one.losses[2]);
+  EXPECT_GT(std::fabs(clean.losses[3] - one.losses[3]), 1e-4);
+  EXPECT_EQ(scales(clean.log),
+            (std::vector<double>{1024, 1024, 1024, 2048, 2048, 2048, 2048, 4096, 4096, 4096}));
+}
+
+// bf16 through tensor, sequence and pipeline parallelism (16-bit SP gathers, tied 16-bit
+// embeddings) and through the distributed optimizer (16-bit parameter all-gather) follows the
+// bf16 single-rank run; bf16 rounding of slightly different fp32 sums keeps it from bitwise.
+TEST(MixedPrecision, Bf16LayoutsTrackTheSingleRankRun) {
+  const RunOut one = train(1, "--bf16");
+  for (const std::string layout :
+       {"--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2",
+        "--use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce",
+        "--tensor-model-parallel-size 2 --use-distributed-optimizer"}) {
+    const RunOut four = train(4, "--bf16 " + layout);
+    ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
+    for (size_t i = 0; i < one.losses.size(); ++i)
+      EXPECT_NEAR(four.losses[i], one.losses[i], 2e-3 * one.losses[i]) << layout << " step " << i + 1;
+    std::vector<double> a(four.params.begin(), four.params.end()),
+        b(one.params.begin(), one.params.end());
+    EXPECT_LT(testing::rel_l2(a, b), 1e-2) << layout;
+  }
+}
+
+// formulas.md's bytes per parameter for bf16 params with fp32 grads: 18 without the
+// distributed optimizer (2 params + 4 grads + 12 of fp32 main params and Adam moments) and
+// 6 + 12/d with it, measured from the start-up memory report of each rank 0.
+TEST(MixedPrecision, Bf16BytesPerParameterMatchTheTable) {
+  // Bytes per local parameter of params, grads (from the MiB figures, 3 decimals) and optimizer
+  // state (exact byte count) in rank 0's report.
+  auto per_param = [](const RunOut& r, double& params, double& grads, double& state) {
+    std::smatch m, n, b;
+    ASSERT_TRUE(std::regex_search(r.log, m, std::regex("params ([0-9.]+) \\| grads ([0-9.]+)")))
+        << r.log;
+    ASSERT_TRUE(std::regex_search(r.log, n, std::regex("parallel rank \\(0, 0\\): ([0-9]+)")));
+    ASSERT_TRUE(std::regex_search(r.log, b, std::regex("optimizer state bytes: ([0-9]+)")));
+    const double count = std::stod(n[1]);
+    params = std::stod(m[1]) * 1024 * 1024 / count;
+    grads = std::stod(m[2]) * 1024 * 1024 / count;
+    state = std::stod(b[1]) / count;
+  };
+  double p = 0, g = 0, s = 0;
+  per_param(train(1, "--bf16"), p, g, s);
+  EXPECT_NEAR(p, 2.0, 0.01);
+  EXPECT_NEAR(g, 4.0, 0.02);
+  EXPECT_DOUBLE_EQ(s, 12.0);
+  for (int d : {2, 4}) {
+    const RunOut r = train(d, "--bf16 --use-distributed-optimizer");
+    per_param(r, p, g, s);
+    EXPECT_NEAR(p, 2.0, 0.01);
+    EXPECT_NEAR(g, 4.0, 0.02);
+    // Per parameter of the model (the buffer count above includes the padding of bucket ends
+    // to lcm(d, 128) and of starts to 64, which holds no state): 12/d, up to the imbalance of
+    // which rank's shard holds the padding.
+    std::smatch padded, real;
+    ASSERT_TRUE(std::regex_search(r.log, padded, std::regex("parallel rank \\(0, 0\\): ([0-9]+)")));
+    ASSERT_TRUE(std::regex_search(r.log, real, std::regex("whole model: ([0-9]+)")));
+    const double state_per_real = s * std::stod(padded[1]) / std::stod(real[1]);
+    EXPECT_NEAR(state_per_real, 12.0 / d, 0.01 * 12.0 / d) << "d = " << d;
+  }
+}
+
+}  // namespace
+}  // namespace mg

@@ -18,7 +18,7 @@ inline std::string mpirun_prefix(int ranks) {
 // Every value of `field` (e.g. "lm loss") in the log's iteration lines, in order.
 inline std::vector<double> log_values(const std::string& log, const std::string& field) {
   std::vector<double> v;
-  const std::regex re("\\| " + field + ": ([0-9.E+-]+) \\|");
+  const std::regex re("\\| " + field + ": +([0-9.E+-]+) \\|");
   for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
        ++it)
     v.push_back(std::stod((*it)[1]));
