@@ -79,7 +79,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
     } catch (const std::exception&) {
     }
     MG_USER_CHECK(used == s.size() && it >= 1 && it <= train_iters, "--inject-grad-overflow '",
-                  s, "': expected iteration numbers in [1, --train-iters]");
+                  s, "': give step numbers in [1, --train-iters]");
     overflow_iters.push_back(it);
   }
   lr_schedule().validate();
