@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential g++ cmake ninja-build pkg-config
   libopenmpi-dev openmpi-bin
-  libdnnl-dev libomp-dev
+  libdnnl-dev libomp-dev zlib1g-dev
   nlohmann-json3-dev libgtest-dev googletest
   python3-torch python3-numpy
   # The PyTorch reference's BLAS for bench/: without it Debian's torch falls back to the

@@ -41,6 +41,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
     return 0;
   }
   mg::TrainConfig cfg = mg::parse_train_args(args);
+  cfg.argv = args;
   if (!cfg.tokenizer.tokenizer_type.empty()) {
     // The tokenizer sizes the vocabulary (Megatron pads it afterwards).
     if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;

@@ -38,6 +38,8 @@ class DistributedOptimizer {
   // Clip + update the owned shard, then all-gather every bucket's params.
   void step(float lr, float wd, double grad_norm);
   size_t state_bytes() const { return optim_->state_bytes(); }
+  // The optimizer over this rank's shard (its runs are the owned elements).
+  Optimizer& shard_optimizer() { return *optim_; }
   int64_t owned_param_elements() const { return owned_; }
 
  private:

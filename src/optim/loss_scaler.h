@@ -18,12 +18,22 @@ struct LossScalerConfig {
   void validate() const;
 };
 
+// What a checkpoint keeps of a scaler.
+struct LossScalerState {
+  double scale = 1.0;
+  int64_t growth_tracker = 0, hysteresis_tracker = 0;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerConfig& cfg);
   double scale() const { return scale_; }
   // After each iteration's inf/NaN check (the same found_inf on every rank).
   void update(bool found_inf);
+  LossScalerState state() const { return {scale_, growth_tracker_, hysteresis_tracker_}; }
+  void set_state(const LossScalerState& s) {
+    scale_ = s.scale, growth_tracker_ = s.growth_tracker, hysteresis_tracker_ = s.hysteresis_tracker;
+  }
 
  private:
   LossScalerConfig cfg_;

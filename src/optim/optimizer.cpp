@@ -54,6 +54,21 @@ double Optimizer::step(float* params, float* grads, float lr) {
   return norm;
 }
 
+Optimizer::StateSlice Optimizer::state_of(int64_t offset, int64_t n) {
+  int64_t s = 0;
+  for (const ParamRun& r : runs_) {
+    if (offset >= r.offset && offset + n <= r.offset + r.numel) {
+      const int64_t i = s + offset - r.offset;
+      float* st = state_.data<float>();
+      return {st + i, cfg_.kind == "adam" ? st + numel_ + i : nullptr,
+              main_.empty() ? nullptr : main_.data<float>() + i};
+    }
+    s += r.numel;
+  }
+  MG_CHECK(false, "elements [", offset, ", ", offset + n, ") are not in one optimizer run");
+  return {};
+}
+
 void Optimizer::step(void* model_params, float* grads, float lr, float wd, double norm) {
   // Megatron / torch clip_grad_norm_: scale by clip / (norm + 1e-6) only when that is < 1.
   const double coeff = cfg_.clip_grad > 0.f ? cfg_.clip_grad / (norm + 1e-6) : 1.0;

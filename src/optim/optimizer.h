@@ -50,6 +50,15 @@ class Optimizer {
   // runs' grads, then steps. Returns the norm.
   double step(float* params, float* grads, float lr);
   int64_t steps_taken() const { return t_; }
+  void set_steps_taken(int64_t t) { t_ = t; }  // checkpoint load
+  const std::vector<ParamRun>& runs() const { return runs_; }
+  // The state of flat-buffer elements [offset, offset + n), which must lie inside one run:
+  // Adam's exp_avg / exp_avg_sq (SGD: momentum / null) and the fp32 main params (null for an
+  // f32 model, whose main params are the model's own).
+  struct StateSlice {
+    float *exp_avg, *exp_avg_sq, *main;
+  };
+  StateSlice state_of(int64_t offset, int64_t n);
   // Optimizer state: moments, plus the fp32 main params of a 16-bit model.
   size_t state_bytes() const { return state_.nbytes() + main_.nbytes(); }
 

@@ -69,6 +69,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,
                 "--overlap-param-gather needs --use-distributed-optimizer");
   MG_USER_CHECK(!(bf16 && fp16), "pass only one of --bf16 and --fp16");
+  MG_USER_CHECK(save_interval >= 0, "--save-interval must be >= 0 (got ", save_interval, ")");
+  MG_USER_CHECK(save_interval == 0 || !save.empty(), "--save-interval needs --save DIR");
+  MG_USER_CHECK(ckpt_keep_last >= 0, "--ckpt-keep-last must be >= 0 (got ", ckpt_keep_last, ")");
+  MG_USER_CHECK(exit_interval >= 0, "--exit-interval must be >= 0 (got ", exit_interval, ")");
+  MG_USER_CHECK(exit_duration_in_mins >= 0, "--exit-duration-in-mins must be >= 0 (got ",
+                exit_duration_in_mins, ")");
   loss_scaler.validate();
   overflow_iters.clear();
   for (const std::string& s : inject_grad_overflow) {

@@ -65,6 +65,21 @@ struct TrainConfig {
   bool reset_attention_mask = false;  // --reset-attention-mask
   std::string dump_final_params;  // --dump-final-params PATH: write the gathered final params
 
+  // checkpoints (docs/checkpoint-format.md)
+  std::string save;                 // --save DIR
+  std::string load;                 // --load DIR
+  int64_t save_interval = 0;        // --save-interval N (0: only at the end / on exit)
+  bool no_save_optim = false;       // --no-save-optim
+  bool no_load_optim = false;       // --no-load-optim
+  bool no_load_rng = false;         // --no-load-rng
+  bool finetune = false;            // --finetune: params only, iteration 0
+  bool exit_on_missing_checkpoint = false;  // --exit-on-missing-checkpoint
+  int64_t ckpt_keep_last = 0;       // --ckpt-keep-last K (0: keep all)
+  bool exit_signal_handler = false; // --exit-signal-handler: SIGTERM -> save, exit 0
+  int64_t exit_interval = 0;        // --exit-interval N
+  double exit_duration_in_mins = 0; // --exit-duration-in-mins X
+  std::vector<std::string> argv;    // the command line, recorded in checkpoints
+
   int data_parallel_size = 1;     // derived: world / (TP x PP)
 
   // Micro-batches per iteration on each data-parallel rank.

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
+#include "checkpoint/checkpoint.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "data/batch.h"
@@ -26,6 +28,16 @@
 namespace mg {
 
 namespace {
+
+volatile sig_atomic_t g_sigterm = 0;
+void on_sigterm(int) { g_sigterm = 1; }
+void install_sigterm_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+bool sigterm_received() { return g_sigterm != 0; }
 
 // Megatron's split sizes: train = iters x G; valid = (iters / eval_interval + 1) x eval_iters x G.
 DataSpec data_spec(const TrainConfig& cfg) {
@@ -69,7 +81,7 @@ BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod
 class BatchSource {
  public:
   BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
-              const BatchOptions& opt, bool prefetch)
+              const BatchOptions& opt, bool prefetch, int64_t consumed = 0)
       : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {
     if (ds && prefetch) {
       LoaderSpec spec;
@@ -78,6 +90,7 @@ class BatchSource {
       spec.global_batch_size = cfg.global_batch_size;
       spec.dp_size = dp_size_;
       spec.dp_rank = dp_rank_;
+      spec.consumed_samples = consumed;
       loader_ = std::make_unique<BatchLoader>(*ds, spec, opt);
     }
   }
@@ -145,8 +158,6 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   const BuiltData data = load_data(cfg, g, eod);
   const BatchOptions options{eod, cfg.eod_mask_loss, cfg.reset_position_ids,
                              cfg.reset_attention_mask};
-  BatchSource train_batches(data.split[0], cfg, g, options, /*prefetch=*/true);
-  BatchSource valid_batches(data.split[1], cfg, g, options, /*prefetch=*/false);
   const bool do_valid = cfg.eval_interval > 0 && cfg.eval_iters > 0;
 
   StageSpec spec;
@@ -179,6 +190,17 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   if (g.grid.dp > 1 && !cfg.use_distributed_optimizer)
     reducer = std::make_unique<GradReducer>(model, g, cfg.parallel.overlap_grad_reduce);
 
+  // Checkpoints: resume from --load, continue the data order where it stopped.
+  const CheckpointIO ckpt{model, optim ? *optim : dist_optim->shard_optimizer(), g, cfg,
+                          cfg.use_distributed_optimizer};
+  TrainProgress progress;
+  if (!cfg.load.empty() && load_checkpoint(ckpt, progress) && scaler && progress.has_scaler)
+    scaler->set_state(progress.scaler);
+  BatchSource train_batches(data.split[0], cfg, g, options, /*prefetch=*/true,
+                            progress.consumed_train_samples);
+  BatchSource valid_batches(data.split[1], cfg, g, options, /*prefetch=*/false);
+  if (cfg.exit_signal_handler) install_sigterm_handler();
+
   const LRSchedule sched = cfg.lr_schedule();
   log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
                    " x DP ", g.grid.dp, cfg.parallel.sequence_parallel ? " (sequence parallel)" : "",
@@ -205,14 +227,29 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
                          per_param_state * double(local_params)));
 
   TrainResult result;
-  int64_t consumed = 0, valid_consumed = 0;
+  int64_t consumed = progress.consumed_train_samples, valid_consumed = progress.consumed_valid_samples;
   double interval_loss = 0, interval_seconds = 0, total_seconds = 0;
-  int64_t interval_iters = 0, nan_iters = 0, skipped_iters = 0;
-  int64_t scheduler_samples = 0;  // samples of successful steps: the LR schedule's clock
+  int64_t interval_iters = 0, nan_iters = 0, skipped_iters = progress.skipped_iterations;
+  // Samples of successful steps: the LR schedule's clock.
+  int64_t scheduler_samples = progress.scheduler_samples;
+  const Timer run_timer;
+  int64_t last_saved = progress.iteration;
+  auto save = [&](int64_t iter) {
+    progress.iteration = iter;
+    progress.consumed_train_samples = consumed;
+    progress.consumed_valid_samples = valid_consumed;
+    progress.scheduler_samples = scheduler_samples;
+    progress.skipped_iterations = skipped_iters;
+    progress.has_scaler = scaler != nullptr;
+    if (scaler) progress.scaler = scaler->state();
+    if (dist_optim) dist_optim->wait_params();
+    save_checkpoint(ckpt, progress);
+    last_saved = iter;
+  };
   CommStats interval_comm[4] = {};
   Communicator* groups[4] = {g.tp.get(), g.pp.get(), g.dp.get(), g.embedding.get()};
   const double flops_per_iter = mc.train_flops_per_token() * double(cfg.global_batch_size * S);
-  for (int64_t iter = 1; iter <= cfg.train_iters; ++iter) {
+  for (int64_t iter = progress.iteration + 1; iter <= cfg.train_iters; ++iter) {
     Timer timer;
     for (Communicator* c : groups)
       if (c) c->reset_stats();
@@ -316,7 +353,30 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
       result.valid_losses.push_back(v);
       log_line(format_validation(iter, v));
     }
+      if (!cfg.save.empty() && cfg.save_interval > 0 && iter % cfg.save_interval == 0) save(iter);
+    // Graceful exit: every rank takes the same decision (a signal may reach one rank only).
+    std::string exit_reason;
+    if (cfg.exit_interval > 0 && iter % cfg.exit_interval == 0) exit_reason = "--exit-interval";
+    if (cfg.exit_signal_handler || cfg.exit_duration_in_mins > 0) {
+      float flags[2] = {sigterm_received() ? 1.f : 0.f,
+                        cfg.exit_duration_in_mins > 0 &&
+                                run_timer.seconds() / 60.0 > cfg.exit_duration_in_mins
+                            ? 1.f
+                            : 0.f};
+      g.world->all_reduce(flags, 2, ReduceOp::Max);
+      if (flags[0] > 0) exit_reason = "SIGTERM (--exit-signal-handler)";
+      if (flags[1] > 0) exit_reason = "--exit-duration-in-mins";
+    }
+    if (!exit_reason.empty() && iter < cfg.train_iters) {
+      if (!cfg.save.empty() && last_saved != iter) save(iter);
+      log_line(str_cat(" > exiting at iteration ", iter, ": ", exit_reason));
+      result.exited_early = true;
+      break;
+    }
   }
+  if (!cfg.save.empty() && !result.exited_early && last_saved != cfg.train_iters &&
+      progress.iteration < cfg.train_iters)
+    save(cfg.train_iters);
   result.mean_iteration_seconds =
       cfg.train_iters > 1 ? total_seconds / double(cfg.train_iters - 1) : interval_seconds;
   if (dist_optim) dist_optim->wait_params();

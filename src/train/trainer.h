@@ -17,6 +17,7 @@ struct TrainResult {
   std::vector<bool> skipped;       // iterations whose step an fp16 overflow skipped
   std::vector<double> valid_losses;
   double mean_iteration_seconds = 0;  // over all iterations but the first
+  bool exited_early = false;          // --exit-interval / --exit-duration-in-mins / SIGTERM
 };
 
 TrainResult run_training(const TrainConfig& cfg, ProcessGroups& groups);

@@ -1,0 +1,50 @@
+// Durable file operations for checkpoints: whole-file writes that are fsynced before they
+// count, directory fsyncs (so a rename survives a crash), atomic replacement by rename, and
+// CRC-32 (zlib's polynomial, as `crc32` / Python's zlib.crc32 compute it).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace mg::ckpt {
+
+uint32_t crc32_of(const void* data, size_t n, uint32_t crc = 0);
+
+// Appends bytes to a file and keeps its running CRC; close() fsyncs.
+class SyncedWriter {
+ public:
+  explicit SyncedWriter(const std::string& path);
+  ~SyncedWriter();
+  void write(const void* data, size_t n);
+  void close();
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// Writes path (via path.tmp + fsync + rename + directory fsync), so readers see the old or the
+// new content, never a torn one.
+void write_file_atomic(const std::string& path, const std::string& content);
+void fsync_dir(const std::string& dir);
+std::string read_text_file(const std::string& path);
+
+// A read-only mapping of a whole file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace mg::ckpt
