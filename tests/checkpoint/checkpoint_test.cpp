@@ -1,0 +1,256 @@
+// Checkpoints through the real binary (label `checkpoint`): resuming is bitwise exact, a
+// checkpoint reloads into other TP/PP/DP layouts and continues within 1e-5 of the uninterrupted
+// run, SIGKILL during saves never leaves an unloadable latest checkpoint, corruption is reported
+// naming the file, and the resume/exit flags behave as documented.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "data/indexed_dataset.h"
+#include "testing/mpirun.h"
+
+namespace mg {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModel =
+    " train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16"
+    " --vocab-size 500 --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 2e-3"
+    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7";
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/mg_ckpt_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string str(const std::string& sub = "") const { return (path / sub).string(); }
+};
+
+testing::RunResult run(int ranks, const std::string& flags, const std::string& model = kModel) {
+  const std::string launcher = ranks > 1 ? testing::mpirun_prefix(ranks) : "";
+  return testing::run_command(launcher + MG_BINARY + model + " " + flags);
+}
+std::vector<double> losses(const testing::RunResult& r) { return testing::log_values(r.output, "lm loss"); }
+std::vector<double> tail(const std::vector<double>& v, size_t n) {
+  return std::vector<double>(v.end() - std::min(n, v.size()), v.end());
+}
+
+// 20 steps straight vs 10 steps + save (exit) + load + 10 steps: the same bits.
+void expect_bitwise_resume(int ranks, const std::string& flags, const std::string& model = kModel) {
+  TempDir d;
+  const auto full = run(ranks, flags, model);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const auto first = run(ranks, flags + " --save " + d.str("ck") + " --exit-interval 10", model);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("exiting at iteration 10"), std::string::npos) << first.output;
+  const auto second = run(ranks, flags + " --load " + d.str("ck"), model);
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("loaded checkpoint"), std::string::npos) << second.output;
+  const auto want = losses(full);
+  ASSERT_EQ(want.size(), 20u);
+  EXPECT_EQ(losses(first), std::vector<double>(want.begin(), want.begin() + 10)) << flags;
+  EXPECT_EQ(losses(second), tail(want, 10)) << flags << "\n" << second.output;
+}
+
+TEST(Checkpoint, ResumeIsBitwiseExact) { expect_bitwise_resume(1, ""); }
+TEST(Checkpoint, ResumeIsBitwiseExactWithTheDistributedOptimizer) {
+  expect_bitwise_resume(4, "--tensor-model-parallel-size 2 --use-distributed-optimizer");
+}
+TEST(Checkpoint, ResumeIsBitwiseExactWithFp16LossScaling) {
+  // The scaler's scale and trackers survive: the scale doubles on the same iterations.
+  expect_bitwise_resume(1, "--fp16 --initial-loss-scale 1024 --loss-scale-window 3");
+}
+
+TEST(Checkpoint, ResumeIsBitwiseExactWithDataBlending) {
+  TempDir d;
+  std::mt19937 gen(3);
+  for (const char* name : {"a", "b"}) {
+    IndexedDatasetWriter w(d.str(name), TokenDType::U16);
+    for (int doc = 0; doc < 300; ++doc) {
+      std::vector<int32_t> ids(size_t(5 + gen() % 60));
+      for (int32_t& t : ids) t = int32_t(gen() % 499);
+      w.add_document(ids, {int32_t(ids.size())});
+    }
+    w.finalize();
+  }
+  std::string model = kModel;
+  model.replace(model.find("--mock-data"), 11,
+                "--data-path 0.3 " + d.str("a") + " 0.7 " + d.str("b") +
+                    " --tokenizer-type NullTokenizer --data-cache-path " + d.str("cache"));
+  expect_bitwise_resume(2, "", model);
+}
+
+// Save under (TP, PP, DP) = (2, 2, 2) at iteration 10; load under other layouts and continue.
+TEST(Checkpoint, ReshardsIntoOtherLayouts) {
+  TempDir d;
+  const std::string layout = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
+  const auto full = run(8, layout);
+  ASSERT_EQ(full.exit_code, 0) << full.output;
+  const auto want = tail(losses(full), 10);
+  const auto save = run(8, layout + " --save " + d.str("ck") + " --exit-interval 10");
+  ASSERT_EQ(save.exit_code, 0) << save.output;
+  struct Target {
+    int ranks;
+    std::string flags;
+  };
+  for (const Target& t : {Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"},
+                          Target{4, "--pipeline-model-parallel-size 4"},
+                          Target{8, "--tensor-model-parallel-size 2 --use-distributed-optimizer"}}) {
+    const auto r = run(t.ranks, t.flags + " --load " + d.str("ck"));
+    ASSERT_EQ(r.exit_code, 0) << t.flags << "\n" << r.output;
+    const auto got = losses(r);
+    ASSERT_EQ(got.size(), 10u) << r.output;
+    for (size_t i = 0; i < 10; ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "np " << t.ranks << " " << t.flags << " step " << i + 11;
+  }
+}
+
+std::string latest(const TempDir& d) {
+  std::ifstream f(d.str("ck/latest_checkpointed_iteration.txt"));
+  std::string s;
+  f >> s;
+  return s;
+}
+
+// SIGKILL at random moments of a run that saves every iteration: the latest checkpoint always
+// loads and training resumes from it.
+TEST(Checkpoint, SurvivesSigkillDuringSaves) {
+  TempDir d;
+  std::mt19937 gen(12345);
+  int resumed = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    const std::string cmd = std::string(MG_BINARY) + kModel + " --train-iters 100000 --save " +
+                            d.str("ck") + " --save-interval 1 --ckpt-keep-last 2" +
+                            (trial > 0 ? " --load " + d.str("ck") : "");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > /dev/null 2>&1").c_str(), nullptr);
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(400 + gen() % 800));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string it = latest(d);
+    if (it.empty()) continue;  // killed before the first save completed
+    const auto r = testing::run_command(std::string(MG_BINARY) + kModel + " --train-iters " +
+                                        std::to_string(std::stoll(it) + 1) + " --load " +
+                                        d.str("ck") + " --exit-on-missing-checkpoint");
+    ASSERT_EQ(r.exit_code, 0) << "trial " << trial << ", latest " << it << "\n" << r.output;
+    ASSERT_NE(r.output.find("loaded checkpoint"), std::string::npos) << r.output;
+    ++resumed;
+  }
+  EXPECT_GE(resumed, 15);
+}
+
+TEST(Checkpoint, CorruptionIsReportedNamingTheFile) {
+  TempDir d;
+  ASSERT_EQ(run(1, "--train-iters 4 --save " + d.str("ck")).exit_code, 0);
+  const fs::path ck = d.path / "ck", bin = ck / "iter_0000004" / "rank_00000.bin";
+  const fs::path good = d.path / "good.bin";
+  fs::copy_file(bin, good);
+  auto load = [&] { return run(1, "--train-iters 5 --load " + ck.string()); };
+  {  // a flipped byte
+    std::fstream f(bin, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(1000);
+    char c;
+    f.get(c);
+    f.seekp(1000);
+    f.put(char(c ^ 0x10));
+  }
+  auto r = load();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(bin.string() + "' is corrupt"), std::string::npos) << r.output;
+  fs::resize_file(bin, fs::file_size(good) - 100);  // truncated
+  r = load();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(bin.string() + "' has"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("truncated"), std::string::npos) << r.output;
+  fs::remove(bin);  // missing
+  r = load();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find(bin.string() + "' is missing"), std::string::npos) << r.output;
+  fs::copy_file(good, bin);
+  r = load();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST(Checkpoint, MissingCheckpointStartsFreshOrFails) {
+  TempDir d;
+  fs::create_directories(d.path / "empty");
+  auto r = run(1, "--train-iters 4 --load " + d.str("empty"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("starting from scratch"), std::string::npos);
+  r = run(1, "--train-iters 4 --load " + d.str("empty") + " --exit-on-missing-checkpoint");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--exit-on-missing-checkpoint"), std::string::npos) << r.output;
+}
+
+TEST(Checkpoint, KeepLastRemovesOnlyOlderCompleteCheckpoints) {
+  TempDir d;
+  ASSERT_EQ(run(1, "--train-iters 10 --save " + d.str("ck") +
+                       " --save-interval 2 --ckpt-keep-last 2").exit_code, 0);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d.path / "ck")) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"iter_0000008", "iter_0000010",
+                                             "latest_checkpointed_iteration.txt"}));
+}
+
+TEST(Checkpoint, SigtermSavesAndExitsZero) {
+  TempDir d;
+  const std::string log = d.str("log");
+  const std::string cmd = std::string(MG_BINARY) + kModel + " --train-iters 100000 --save " +
+                          d.str("ck") + " --exit-signal-handler";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + log + " 2>&1").c_str(), nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream f(log);
+  const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_NE(out.find("exiting at iteration"), std::string::npos) << out;
+  const std::string it = latest(d);
+  ASSERT_FALSE(it.empty()) << out;
+  EXPECT_NE(out.find("saved checkpoint at iteration " + std::to_string(std::stoll(it))),
+            std::string::npos);
+}
+
+TEST(Checkpoint, FinetuneLoadsWeightsAndStartsAtIterationOne) {
+  TempDir d;
+  ASSERT_EQ(run(1, "--train-iters 10 --save " + d.str("ck")).exit_code, 0);
+  const auto r = run(1, "--train-iters 3 --load " + d.str("ck") + " --finetune");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("iteration        1/"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("weights only"), std::string::npos) << r.output;
+  const auto fresh = run(1, "--train-iters 3");
+  EXPECT_LT(losses(r).front(), losses(fresh).front() - 0.01);  // the trained weights are in
+}
+
+TEST(Checkpoint, ModelMismatchNamesTheSetting) {
+  TempDir d;
+  ASSERT_EQ(run(1, "--train-iters 4 --save " + d.str("ck")).exit_code, 0);
+  const auto r = run(1, "--train-iters 5 --num-layers 2 --load " + d.str("ck"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("num_layers"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace mg
