@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/convert.h"
 #include "cli/option_table.h"
 #include "data/preprocess.h"
 #include "inference/generate.h"
@@ -14,6 +15,7 @@ const std::vector<Option<TrainConfig>>& train_options();
 const std::vector<Option<PreprocessConfig>>& preprocess_options();
 const std::vector<Option<MergeConfig>>& merge_options();
 const std::vector<Option<GenerateConfig>>& generate_options();
+const std::vector<Option<ConvertConfig>>& convert_options();
 
 inline TrainConfig parse_train_args(const std::vector<std::string>& args) {
   return parse_args(train_options(), args, "train");

@@ -24,7 +24,8 @@ const char* kUsage =
     "  train            train a model (megatron train --help for its flags)\n"
     "  preprocess       JSON lines -> Megatron .bin/.idx token datasets\n"
     "  merge-datasets   concatenate .bin/.idx datasets\n"
-    "  generate         continue prompts with a trained model\n\n"
+    "  generate         continue prompts with a trained model\n"
+    "  convert          Hugging Face GPT-2 <-> megatron-cpp checkpoints\n\n"
     "Threads: set OMP_NUM_THREADS (default: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
@@ -97,6 +98,19 @@ int merge(const std::vector<std::string>& args) {
   return 0;
 }
 
+int convert(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::convert_options(),
+                             "usage: megatron convert --direction hf-to-megatron|megatron-to-hf "
+                             "--load SRC --save DST")
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  mg::convert(mg::parse_args(mg::convert_options(), args, "convert"));
+  return 0;
+}
+
 int generate(const std::vector<std::string>& args) {
   if (wants_help(args)) {
     std::fputs(mg::help_text(mg::generate_options(), "usage: megatron generate [flags]").c_str(),
@@ -130,6 +144,7 @@ int main(int argc, char** argv) {
     if (command == "preprocess") return preprocess(args);
     if (command == "merge-datasets") return merge(args);
     if (command == "generate") return generate(args);
+    if (command == "convert") return convert(args);
   } catch (const mg::UsageError& e) {
     mg::log_error(std::string("megatron ") + command + ": error: " + e.what());
     return 2;

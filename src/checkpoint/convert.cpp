@@ -1,0 +1,100 @@
+#include "checkpoint/convert.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/files.h"
+#include "checkpoint/hf_gpt2.h"
+#include "core/log.h"
+
+namespace mg {
+
+namespace {
+
+// A single-rank f32 model for conversion: its activations sized for 8 tokens, whatever the
+// model's context length (shapes depend only on max_position_embeddings).
+struct Holder {
+  TrainConfig train;
+  ProcessGroups groups = make_single_process_groups();
+  std::unique_ptr<GPTModel> model;
+  std::unique_ptr<Optimizer> optim;
+  explicit Holder(const GPTConfig& cfg) {
+    train.model = cfg;
+    GPTConfig small = cfg;
+    small.max_position_embeddings = cfg.max_positions();
+    small.seq_length = 8;
+    model = std::make_unique<GPTModel>(small, 1);
+    optim = std::make_unique<Optimizer>(model->layout(), train.adam);
+  }
+  CheckpointIO io() { return {*model, *optim, groups, train, false}; }
+};
+
+}  // namespace
+
+void ConvertConfig::validate() const {
+  MG_USER_CHECK(direction == "hf-to-megatron" || direction == "megatron-to-hf", "--direction '",
+                direction, "': use hf-to-megatron or megatron-to-hf");
+  MG_USER_CHECK(!load.empty(), "--load DIR is required");
+  MG_USER_CHECK(!save.empty(), "--save DIR is required");
+  MG_USER_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive");
+}
+
+GPTConfig checkpoint_model_config(const std::string& dir) {
+  const std::string latest = dir + "/latest_checkpointed_iteration.txt";
+  MG_USER_CHECK(std::filesystem::exists(latest), "'", dir, "' holds no checkpoint (no ", latest, ")");
+  const int64_t it = std::stoll(ckpt::read_text_file(latest));
+  const std::string meta_path = dir + "/" + checkpoint_dir_name(it) + "/metadata.json";
+  const auto meta = nlohmann::json::parse(ckpt::read_text_file(meta_path));
+  const auto& m = meta.at("model");
+  GPTConfig c;
+  c.num_layers = m.at("num_layers");
+  c.hidden_size = m.at("hidden_size");
+  c.num_attention_heads = m.at("num_attention_heads");
+  c.ffn_hidden_size = m.at("ffn_hidden_size");
+  c.seq_length = m.at("seq_length");
+  c.max_position_embeddings = m.at("max_position_embeddings");
+  c.vocab_size = m.at("vocab_size");
+  c.make_vocab_size_divisible_by = m.at("make_vocab_size_divisible_by");
+  c.init_method_std = m.at("init_method_std");
+  c.norm_epsilon = m.at("norm_epsilon");
+  return c;
+}
+
+void convert(const ConvertConfig& cfg) {
+  cfg.validate();
+  namespace fs = std::filesystem;
+  if (cfg.direction == "hf-to-megatron") {
+    const GPTConfig mc =
+        hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
+    const SafetensorsReader hf(cfg.load + "/model.safetensors");
+    Holder h(mc);
+    const std::vector<float> p = params_from_hf(hf, mc);
+    std::copy(p.begin(), p.end(), h.model->params());
+    h.train.save = cfg.save;
+    h.train.no_save_optim = true;
+    h.train.argv = {"convert", "--direction", cfg.direction, "--load", cfg.load, "--save", cfg.save};
+    save_checkpoint(h.io(), TrainProgress{});
+    log_line(str_cat(" > converted ", cfg.load, " (", mc.num_layers, " layers, hidden ",
+                     mc.hidden_size, ", vocab ", mc.vocab_size, " padded to ",
+                     mc.padded_vocab_size(), ") to ", cfg.save));
+    return;
+  }
+  const GPTConfig mc = checkpoint_model_config(cfg.load);
+  Holder h(mc);
+  h.train.load = cfg.load;
+  h.train.no_load_optim = true;
+  h.train.exit_on_missing_checkpoint = true;
+  TrainProgress progress;
+  load_checkpoint(h.io(), progress);
+  std::error_code ec;
+  fs::create_directories(cfg.save, ec);
+  MG_USER_CHECK(fs::is_directory(cfg.save), "--save: cannot create directory '", cfg.save, "'");
+  const std::vector<float> params(h.model->params(), h.model->params() + h.model->num_params());
+  write_safetensors(cfg.save + "/model.safetensors", params_to_hf(params, mc));
+  write_hf_gpt2_config(cfg.save + "/config.json", mc);
+  log_line(str_cat(" > converted ", cfg.load, " to ", cfg.save, "/model.safetensors"));
+}
+
+}  // namespace mg

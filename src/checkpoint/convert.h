@@ -1,0 +1,24 @@
+// `megatron convert`: Hugging Face GPT-2 (a directory with config.json and model.safetensors)
+// to a megatron-cpp checkpoint (single-rank layout, iteration 0, weights only; training can
+// --load it under any parallel layout) and back.
+#pragma once
+#include <string>
+
+#include "model/config.h"
+
+namespace mg {
+
+struct ConvertConfig {
+  std::string direction;  // --direction hf-to-megatron | megatron-to-hf
+  std::string load;       // --load: HF directory, or checkpoint directory (its latest checkpoint)
+  std::string save;       // --save: checkpoint directory, or HF directory
+  int64_t make_vocab_size_divisible_by = 128;  // vocabulary padding of the checkpoint
+  void validate() const;
+};
+
+void convert(const ConvertConfig& cfg);
+
+// The model config recorded in the latest checkpoint under dir.
+GPTConfig checkpoint_model_config(const std::string& dir);
+
+}  // namespace mg

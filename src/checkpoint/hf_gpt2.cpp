@@ -1,0 +1,154 @@
+#include "checkpoint/hf_gpt2.h"
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/files.h"
+#include "core/error.h"
+#include "model/param_layout.h"
+
+namespace mg {
+
+namespace {
+
+using json = nlohmann::json;
+
+// One HF tensor <-> one of ours: how element (r, c) of ours maps to HF's flat index.
+struct Mapping {
+  std::string hf, ours;
+  Shape hf_shape;
+  enum Kind { Copy, Transpose, QkvWeight, QkvBias } kind;
+};
+
+std::vector<Mapping> mappings(const GPTConfig& c) {
+  const int64_t H = c.hidden_size, F = c.ffn();
+  std::vector<Mapping> m = {
+      {"transformer.wte.weight", "embedding.word_embeddings.weight", {c.vocab_size, H}, Mapping::Copy},
+      {"transformer.wpe.weight", "embedding.position_embeddings.weight", {c.max_positions(), H},
+       Mapping::Copy}};
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string h = "transformer.h." + std::to_string(i) + ".";
+    const std::string d = "decoder.layers." + std::to_string(i) + ".";
+    auto add = [&](const std::string& a, const std::string& b, Shape s, Mapping::Kind k) {
+      m.push_back({h + a, d + b, std::move(s), k});
+    };
+    add("ln_1.weight", "input_layernorm.weight", {H}, Mapping::Copy);
+    add("ln_1.bias", "input_layernorm.bias", {H}, Mapping::Copy);
+    add("attn.c_attn.weight", "self_attention.linear_qkv.weight", {H, 3 * H}, Mapping::QkvWeight);
+    add("attn.c_attn.bias", "self_attention.linear_qkv.bias", {3 * H}, Mapping::QkvBias);
+    add("attn.c_proj.weight", "self_attention.linear_proj.weight", {H, H}, Mapping::Transpose);
+    add("attn.c_proj.bias", "self_attention.linear_proj.bias", {H}, Mapping::Copy);
+    add("ln_2.weight", "pre_mlp_layernorm.weight", {H}, Mapping::Copy);
+    add("ln_2.bias", "pre_mlp_layernorm.bias", {H}, Mapping::Copy);
+    add("mlp.c_fc.weight", "mlp.linear_fc1.weight", {H, F}, Mapping::Transpose);
+    add("mlp.c_fc.bias", "mlp.linear_fc1.bias", {F}, Mapping::Copy);
+    add("mlp.c_proj.weight", "mlp.linear_fc2.weight", {F, H}, Mapping::Transpose);
+    add("mlp.c_proj.bias", "mlp.linear_fc2.bias", {H}, Mapping::Copy);
+  }
+  m.push_back({"transformer.ln_f.weight", "decoder.final_layernorm.weight", {H}, Mapping::Copy});
+  m.push_back({"transformer.ln_f.bias", "decoder.final_layernorm.bias", {H}, Mapping::Copy});
+  return m;
+}
+
+// For each element of our tensor (shape `ours`, row-major index k), the HF flat index, or -1 for
+// vocabulary padding rows that HF does not have.
+int64_t hf_index(const Mapping& m, const Shape& ours, int64_t k, const GPTConfig& c) {
+  const int64_t H = c.hidden_size, HD = c.head_dim();
+  switch (m.kind) {
+    case Mapping::Copy:
+      return k < shape_numel(m.hf_shape) ? k : -1;
+    case Mapping::Transpose: {  // ours [out, in] <- HF [in, out]
+      const int64_t o = k / ours[1], i = k % ours[1];
+      return i * ours[0] + o;
+    }
+    case Mapping::QkvWeight:
+    case Mapping::QkvBias: {
+      const int64_t row = m.kind == Mapping::QkvBias ? k : k / H;
+      const int64_t head = row / (3 * HD), j = (row / HD) % 3, d = row % HD;
+      const int64_t col = j * H + head * HD + d;  // HF column: [q | k | v], heads inside
+      return m.kind == Mapping::QkvBias ? col : (k % H) * 3 * H + col;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+GPTConfig hf_gpt2_config(const std::string& path, int64_t divisible_by) {
+  json j;
+  try {
+    j = json::parse(ckpt::read_text_file(path));
+  } catch (const json::exception& e) {
+    MG_USER_CHECK(false, "'", path, "' is not valid JSON: ", e.what());
+  }
+  for (const char* k : {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size"})
+    MG_USER_CHECK(j.contains(k), "'", path, "' lacks ", k, " (is it a GPT-2 config.json?)");
+  GPTConfig c;
+  c.num_layers = j["n_layer"];
+  c.hidden_size = j["n_embd"];
+  c.num_attention_heads = j["n_head"];
+  c.max_position_embeddings = j["n_positions"];
+  c.seq_length = j["n_positions"];
+  c.vocab_size = j["vocab_size"];
+  c.ffn_hidden_size = j.value("n_inner", json()).is_number() ? j["n_inner"].get<int64_t>() : 0;
+  c.norm_epsilon = j.value("layer_norm_epsilon", 1e-5f);
+  c.init_method_std = j.value("initializer_range", 0.02f);
+  c.make_vocab_size_divisible_by = divisible_by;
+  MG_USER_CHECK(j.value("activation_function", "gelu_new") == "gelu_new", "'", path,
+                "': activation ", j["activation_function"].dump(), " (GPT-2 uses gelu_new)");
+  c.validate();
+  return c;
+}
+
+void write_hf_gpt2_config(const std::string& path, const GPTConfig& c) {
+  const json j = {{"architectures", {"GPT2LMHeadModel"}},
+                  {"model_type", "gpt2"},
+                  {"n_layer", c.num_layers},
+                  {"n_embd", c.hidden_size},
+                  {"n_head", c.num_attention_heads},
+                  {"n_positions", c.max_positions()},
+                  {"n_ctx", c.max_positions()},
+                  {"n_inner", c.ffn() == 4 * c.hidden_size ? json() : json(c.ffn())},
+                  {"vocab_size", c.vocab_size},
+                  {"activation_function", "gelu_new"},
+                  {"layer_norm_epsilon", c.norm_epsilon},
+                  {"initializer_range", c.init_method_std},
+                  {"tie_word_embeddings", true},
+                  {"torch_dtype", "float32"}};
+  ckpt::write_file_atomic(path, j.dump(2) + "\n");
+}
+
+std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg) {
+  const ParamLayout layout = gpt_param_layout(cfg);
+  std::vector<float> out(size_t(layout.total_numel()), 0.f);
+  for (const Mapping& m : mappings(cfg)) {
+    // Files saved from GPT2Model have no "transformer." prefix.
+    const std::string bare = m.hf.substr(std::string("transformer.").size());
+    const SafeTensor& t = hf.get(hf.has(m.hf) ? m.hf : bare);
+    MG_USER_CHECK(t.shape == m.hf_shape, "HF tensor ", m.hf, " has shape ", shape_str(t.shape),
+                  ", the config says ", shape_str(m.hf_shape));
+    const std::vector<float> v = t.to_f32();
+    const ParamSpec& p = layout.get(m.ours);
+    for (int64_t k = 0; k < p.numel(); ++k) {
+      const int64_t i = hf_index(m, p.shape, k, cfg);
+      out[size_t(p.offset + k)] = i >= 0 ? v[size_t(i)] : 0.f;  // padding rows: zero
+    }
+  }
+  return out;
+}
+
+std::vector<NamedF32> params_to_hf(const std::vector<float>& params, const GPTConfig& cfg) {
+  const ParamLayout layout = gpt_param_layout(cfg);
+  std::vector<NamedF32> out;
+  for (const Mapping& m : mappings(cfg)) {
+    NamedF32 t{m.hf, m.hf_shape, std::vector<float>(size_t(shape_numel(m.hf_shape)))};
+    const ParamSpec& p = layout.get(m.ours);
+    for (int64_t k = 0; k < p.numel(); ++k) {
+      const int64_t i = hf_index(m, p.shape, k, cfg);
+      if (i >= 0) t.values[size_t(i)] = params[size_t(p.offset + k)];
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace mg
