@@ -284,6 +284,7 @@ class CheckpointReader {
     return out;
   }
   bool covered(int64_t i) const { return covered_[size_t(i)] != 0; }
+  uint64_t bytes_read() const { return bytes_read_; }
 
  private:
   struct FileInfo {
@@ -305,6 +306,7 @@ class CheckpointReader {
                     f.map->size(), " bytes but the metadata says ", f.bytes, " (truncated?)");
       MG_USER_CHECK(ckpt::crc32_of(f.map->data(), f.map->size()) == f.crc, "checkpoint file '",
                     f.path, "' is corrupt (CRC-32 mismatch)");
+      bytes_read_ += f.bytes;
     }
     return f.map->data();
   }
@@ -312,6 +314,7 @@ class CheckpointReader {
   std::vector<FileInfo> files_;
   std::map<std::string, std::vector<Src>> by_key_;
   std::vector<char> covered_;
+  uint64_t bytes_read_ = 0;
 };
 
 void check_model(const json& saved, const GPTConfig& c, const std::string& path) {
@@ -431,7 +434,8 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
                    meta["layout"]["pipeline_model_parallel_size"].dump(), " DP ",
                    meta["layout"]["data_parallel_size"].dump(), ", ", meta["precision"].dump(),
                    load_optim ? ", with optimizer state" : ", weights only", ") in ",
-                   timer.seconds(), " s"));
+                   timer.seconds(), " s (rank 0 read and verified ", reader.bytes_read() / 1e6,
+                   " MB, ", reader.bytes_read() / 1e6 / timer.seconds(), " MB/s)"));
   return true;
 }
 

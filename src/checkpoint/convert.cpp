@@ -62,6 +62,18 @@ GPTConfig checkpoint_model_config(const std::string& dir) {
   return c;
 }
 
+void load_checkpoint_weights(const std::string& dir, GPTModel& model) {
+  TrainConfig tc;
+  tc.model = model.config();
+  tc.load = dir;
+  tc.no_load_optim = true;
+  tc.exit_on_missing_checkpoint = true;
+  Optimizer opt(model.layout(), tc.adam);
+  ProcessGroups g = make_single_process_groups();
+  TrainProgress progress;
+  load_checkpoint({model, opt, g, tc, false}, progress);
+}
+
 void convert(const ConvertConfig& cfg) {
   cfg.validate();
   namespace fs = std::filesystem;

@@ -21,4 +21,9 @@ void convert(const ConvertConfig& cfg);
 // The model config recorded in the latest checkpoint under dir.
 GPTConfig checkpoint_model_config(const std::string& dir);
 
+class GPTModel;
+// Loads the weights of dir's latest checkpoint into a single-rank f32 model (any layout the
+// checkpoint was saved with).
+void load_checkpoint_weights(const std::string& dir, GPTModel& model);
+
 }  // namespace mg

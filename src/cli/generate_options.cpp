@@ -24,6 +24,8 @@ const std::vector<Option<GenerateConfig>>& generate_options() {
                 MG_FIELD(tokenizer.tokenizer_type)),
       valued<C>("--vocab-file", "PATH", "GPT-2 vocab.json / encoder.json", MG_FIELD(tokenizer.vocab_file)),
       valued<C>("--merge-file", "PATH", "GPT-2 merges.txt / vocab.bpe", MG_FIELD(tokenizer.merge_file)),
+      valued<C>("--load", "DIR", "a checkpoint directory (train --save); the model shape comes "
+                "from it", MG_FIELD(load)),
       valued<C>("--load-params", "PATH", "parameters written by train --dump-final-params",
                 MG_FIELD(load_params)),
       valued<C>("--prompt", "TEXT...", "prompts to continue", MG_FIELD(prompts)),

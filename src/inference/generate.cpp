@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "checkpoint/convert.h"
 #include "core/error.h"
 #include "model/gpt.h"
 
@@ -14,7 +15,9 @@ namespace mg {
 
 void GenerateConfig::validate() const {
   model.validate();
-  MG_USER_CHECK(!load_params.empty(), "--load-params is required (a --dump-final-params file)");
+  MG_USER_CHECK(load_params.empty() != load.empty(),
+                "pass one of --load DIR (a checkpoint) and --load-params FILE (a "
+                "--dump-final-params file)");
   MG_USER_CHECK(!prompts.empty(), "--prompt is required");
   MG_USER_CHECK(max_new_tokens >= 0, "--max-new-tokens must be >= 0");
   MG_USER_CHECK(top_k >= 1, "--top-k must be >= 1 (1 is greedy)");
@@ -52,9 +55,19 @@ void load(GPTModel& model, const std::string& path) {
 std::vector<std::string> generate(const GenerateConfig& cfg) {
   cfg.validate();
   auto tok = make_tokenizer(cfg.tokenizer);
-  GPTModel model(cfg.model, 1);
-  load(model, cfg.load_params);
-  const int64_t S = cfg.model.seq_length, V = cfg.model.padded_vocab_size();
+  GPTConfig mc = cfg.model;
+  if (!cfg.load.empty()) {
+    mc = checkpoint_model_config(cfg.load);
+    MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), "--load ", cfg.load,
+                  ": the tokenizer has ", tok->vocab_size(), " tokens but the model only ",
+                  mc.padded_vocab_size());
+  }
+  GPTModel model(mc, 1);
+  if (cfg.load.empty())
+    load(model, cfg.load_params);
+  else
+    load_checkpoint_weights(cfg.load, model);
+  const int64_t S = mc.seq_length, V = mc.padded_vocab_size();
   std::mt19937_64 rng(cfg.seed);
   std::vector<int32_t> tokens(S), positions(S), labels(S, 0);
   std::iota(positions.begin(), positions.end(), 0);

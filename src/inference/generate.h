@@ -1,7 +1,8 @@
 // Text generation from a trained model on one process (the first inference piece; the KV-cache
 // engine and the REST server come later): each new token re-runs the model over the last
 // seq_length tokens and samples from the last position's logits (greedy with top_k = 1,
-// otherwise top-k with temperature). Parameters come from --dump-final-params files.
+// otherwise top-k with temperature). Parameters come from a checkpoint (--load, any layout) or
+// a --dump-final-params file.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@ struct GenerateConfig {
   GPTConfig model;
   TokenizerConfig tokenizer;
   std::string load_params;           // --load-params: a --dump-final-params file
+  std::string load;                  // --load: a checkpoint directory (model shape from it)
   std::vector<std::string> prompts;  // --prompt TEXT...
   int64_t max_new_tokens = 32;       // --max-new-tokens
   int64_t top_k = 1;                 // --top-k (1: greedy)

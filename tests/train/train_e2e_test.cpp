@@ -77,13 +77,19 @@ TEST(TrainE2E, GenerateContinuesTheLearnedSequence) {
                                 " --micro-batch-size 8 --global-batch-size 16 --train-iters 200"
                                 " --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine"
                                 " --lr-warmup-iters 10 --log-interval 50 --dump-final-params " +
-                                dir + "/p.bin");
+                                dir + "/p.bin --save " + dir + "/ck");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   auto g = testing::run_command(std::string(MG_BINARY) + " generate" + model +
                                 " --tokenizer-type NullTokenizer --load-params " + dir +
                                 "/p.bin --prompt '10 11 12 13 14' --max-new-tokens 4");
   ASSERT_EQ(g.exit_code, 0) << g.output;
   EXPECT_EQ(g.output.substr(0, g.output.find('\n')), "10 11 12 13 14 15 16 17 18") << g.output;
+  // The same from the checkpoint, whose metadata gives the model shape.
+  auto c = testing::run_command(std::string(MG_BINARY) + " generate --tokenizer-type NullTokenizer"
+                                " --vocab-size 256 --load " + dir + "/ck --prompt '10 11 12 13 14'"
+                                " --max-new-tokens 4");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_EQ(c.output.substr(c.output.find("10 11")), g.output) << c.output;
   auto bad = testing::run_command(std::string(MG_BINARY) + " generate" + model +
                                   " --num-layers 3 --tokenizer-type NullTokenizer"
                                   " --load-params " + dir + "/p.bin --prompt 1");
