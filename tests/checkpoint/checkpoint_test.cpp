@@ -123,35 +123,68 @@ std::string latest(const TempDir& d) {
   return s;
 }
 
-// SIGKILL at random moments of a run that saves every iteration: the latest checkpoint always
-// loads and training resumes from it.
+// SIGKILL at random moments of a run that saves every iteration (half the trials aimed inside
+// a save): the latest checkpoint always loads and training resumes from it.
 TEST(Checkpoint, SurvivesSigkillDuringSaves) {
   TempDir d;
   std::mt19937 gen(12345);
-  int resumed = 0;
+  // A model whose ~20 MB checkpoint takes longer to write and fsync than a training step.
+  const std::string model = kModel + " --hidden-size 128 --vocab-size 12000";
+  // A first complete checkpoint; every trial then resumes from the latest and is killed.
+  const auto first = testing::run_command(std::string(MG_BINARY) + model + " --train-iters 3 --save " +
+                                          d.str("ck"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  int resumed = 0, mid_save = 0;
   for (int trial = 0; trial < 20; ++trial) {
-    const std::string cmd = std::string(MG_BINARY) + kModel + " --train-iters 100000 --save " +
-                            d.str("ck") + " --save-interval 1 --ckpt-keep-last 2" +
-                            (trial > 0 ? " --load " + d.str("ck") : "");
+    const std::string cmd = std::string(MG_BINARY) + model + " --train-iters 100000 --save " +
+                            d.str("ck") + " --save-interval 1 --ckpt-keep-last 2 --load " +
+                            d.str("ck");
+    const std::string log = d.str("log");
+    fs::create_directories(d.path / "ck");
+    const auto started = fs::file_time_type::clock::now();
     const pid_t pid = fork();
     if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > /dev/null 2>&1").c_str(), nullptr);
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + log + " 2>&1").c_str(), nullptr);
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(400 + gen() % 800));
+    // Once training is under way (a save every iteration), kill at a random moment.
+    for (int i = 0; i < 600; ++i) {
+      std::ifstream f(log);
+      const std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (out.find(" iteration ") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (trial % 2 == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 400));  // anywhere
+    } else {  // inside a save: wait for a save's .tmp directory, then a few ms more
+      auto in_save = [&] {
+        for (const auto& e : fs::directory_iterator(d.path / "ck"))
+          if (e.path().extension() == ".tmp" && e.last_write_time() >= started) return true;
+        return false;
+      };
+      for (int i = 0; i < 5000 && !in_save(); ++i)
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 40));
+    }
     kill(pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
+    for (const auto& e : fs::directory_iterator(d.path / "ck"))  // killed mid-save (this trial)?
+      if (e.path().extension() == ".tmp" && e.is_directory() && e.last_write_time() >= started)
+        ++mid_save;
     const std::string it = latest(d);
-    if (it.empty()) continue;  // killed before the first save completed
-    const auto r = testing::run_command(std::string(MG_BINARY) + kModel + " --train-iters " +
+    ASSERT_FALSE(it.empty()) << "trial " << trial << ": latest_checkpointed_iteration.txt lost";
+    const auto r = testing::run_command(std::string(MG_BINARY) + model + " --train-iters " +
                                         std::to_string(std::stoll(it) + 1) + " --load " +
                                         d.str("ck") + " --exit-on-missing-checkpoint");
     ASSERT_EQ(r.exit_code, 0) << "trial " << trial << ", latest " << it << "\n" << r.output;
     ASSERT_NE(r.output.find("loaded checkpoint"), std::string::npos) << r.output;
     ++resumed;
   }
-  EXPECT_GE(resumed, 15);
+  EXPECT_EQ(resumed, 20);
+  // Half the kills aim at saves; most of those land inside one (leaving its .tmp behind).
+  EXPECT_GE(mid_save, 6) << "kills did not hit saves";
+  std::printf("%d of 20 kills landed inside a save\n", mid_save);
 }
 
 TEST(Checkpoint, CorruptionIsReportedNamingTheFile) {
