@@ -82,16 +82,17 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 
 // Causal multi-head self-attention core on Megatron's sequence-first layout and interleaved
-// QKV rows: qkv[S,B,NH,3,HD] (per head: q, k, v), out[S,B,NH*HD], probs[B,NH,S,S] saved
-// (softmax of q k^T / sqrt(HD) with the causal mask; zero above the diagonal).
+// QKV rows: qkv[S,B,NH,3,HD] (per head: q, k, v), out[S,B,NH*HD] = softmax(q k^T / sqrt(HD)
+// with the causal mask) v. Flash-style: tiled over queries and keys with an online softmax;
+// only lse[B,NH,S] (the log-sum-exp of each row's scores) is saved, no S x S tensor.
 // seg_start (B, S) may be null; else position t of row b attends only to [seg_start, t]
 // (Megatron's --reset-attention-mask: no attention across an EOD).
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t S,
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
                        int64_t NH, int64_t HD, const int32_t* seg_start = nullptr);
-// dqkv += ...; scratch needs attention_backward_scratch(S) floats.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* probs, int64_t B, int64_t S, int64_t NH, int64_t HD);
-int64_t attention_backward_scratch(int64_t S);
+// dqkv += ...; recomputes the probabilities from qkv and lse; needs the forward's out.
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
+                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
+                        const int32_t* seg_start = nullptr);
 
 // Fused softmax + cross-entropy over V logits per row: losses[n] = logsumexp(logits[n]) -
 // logits[n, targets[n]]; lse[n] saved. targets[n] < 0 means "ignore": loss 0.

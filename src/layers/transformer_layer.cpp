@@ -21,7 +21,7 @@ int64_t stage_width(const LayerDims& d, bool a) {
 LayerCache::LayerCache(const LayerDims& d)
     : ln1({d.local_rows(), d.H}, d.dtype), ln1_mean({d.local_rows()}), ln1_rstd({d.local_rows()}),
       ln1_full({d.sp ? d.rows() : 0, d.H}, d.dtype), qkv({d.rows(), 3 * d.H_local()}, d.dtype),
-      probs({d.B, d.NH_local(), d.S, d.S}), attn({d.rows(), d.H_local()}, d.dtype),
+      lse({d.B, d.NH_local(), d.S}), attn({d.rows(), d.H_local()}, d.dtype),
       x_mid({d.local_rows(), d.H}), ln2({d.local_rows(), d.H}, d.dtype),
       ln2_mean({d.local_rows()}), ln2_rstd({d.local_rows()}),
       ln2_full({d.sp ? d.rows() : 0, d.H}, d.dtype), fc1({d.rows(), d.F_local()}, d.dtype),
@@ -30,7 +30,7 @@ LayerCache::LayerCache(const LayerDims& d)
 LayerScratch::LayerScratch(const LayerDims& d)
     : full({d.rows(), d.H}), d_ln({d.local_rows(), d.H}), d_qkv({d.rows(), 3 * d.H_local()}),
       d_attn({d.rows(), d.H_local()}), d_fc1({d.rows(), d.F_local()}),
-      d_gelu({d.rows(), d.F_local()}), d_probs({cpu::attention_backward_scratch(d.S)}),
+      d_gelu({d.rows(), d.F_local()}),
       stage_a({d.rows(), stage_width(d, true)}), stage_b({d.rows(), stage_width(d, false)}) {}
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
@@ -54,7 +54,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                               w.qkv_b, {N, H, 3 * d.H_local()});
   if (lp) cpu::store_rounded(c.qkv.raw(), d.dtype, qkv, N * 3 * d.H_local());
   float* attn = out(c.attn, s.stage_b);
-  cpu::attention_forward(attn, c.probs.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start);
+  cpu::attention_forward(attn, c.lse.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start);
   if (lp) cpu::cast_from_f32(c.attn.raw(), d.dtype, attn, N * d.H_local());
   tp::row_parallel_forward(g, c.x_mid.data<float>(), full, act(c.attn), weight(w.proj_w, d),
                            w.proj_b, {N, d.H_local(), H});
@@ -80,23 +80,25 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
 // each branch's input gradient is added into it, so no separate dx_mid buffer is needed.
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
                                 const LayerWeights& w, const LayerWeights& gw,
-                                const LayerCache& c, LayerScratch& s, const LayerDims& d) {
+                                const LayerCache& c, LayerScratch& s, const LayerDims& d,
+                                const int32_t* seg_start) {
   const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH, N = d.rows();
   float* full = s.full.data<float>();
   const cpu::Mat ln2_used = act(d.sp ? c.ln2_full : c.ln2);
   const cpu::Mat ln1_used = act(d.sp ? c.ln1_full : c.ln1);
-  // A saved activation as f32 (widened into staging under mixed precision).
-  auto widen = [&](const Tensor& cache, int64_t n) -> const float* {
+  // A saved activation as f32 (widened into a staging buffer under mixed precision).
+  auto widen = [&](const Tensor& cache, int64_t n, Tensor& stage) -> const float* {
     if (!d.low_precision()) return cache.data<float>();
-    cpu::cast_to_f32(s.stage_a.data<float>(), cache.raw(), cache.dtype(), n);
-    return s.stage_a.data<float>();
+    cpu::cast_to_f32(stage.data<float>(), cache.raw(), cache.dtype(), n);
+    return stage.data<float>();
   };
   // MLP block.
   s.d_gelu.zero();
   s.d_fc1.zero();
   tp::row_parallel_backward(g, s.d_gelu.data<float>(), f32(gw.fc2_w), gw.fc2_b, d_resid, full,
                             act(c.gelu), weight(w.fc2_w, d), {N, d.F_local(), H});
-  cpu::gelu_backward(s.d_fc1.data<float>(), widen(c.fc1, N * d.F_local()), s.d_gelu.data<float>(),
+  cpu::gelu_backward(s.d_fc1.data<float>(), widen(c.fc1, N * d.F_local(), s.stage_a),
+                     s.d_gelu.data<float>(),
                      N * d.F_local());
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
                                s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
@@ -109,9 +111,10 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   s.d_qkv.zero();
   tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b, d_resid, full,
                             act(c.attn), weight(w.proj_w, d), {N, d.H_local(), H});
-  cpu::attention_backward(s.d_qkv.data<float>(), s.d_probs.data<float>(), s.d_attn.data<float>(),
-                          widen(c.qkv, N * 3 * d.H_local()), c.probs.data<float>(), d.B, d.S,
-                          d.NH_local(), HD);
+  cpu::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(),
+                          widen(c.attn, N * d.H_local(), s.stage_b),
+                          widen(c.qkv, N * 3 * d.H_local(), s.stage_a), c.lse.data<float>(), d.B,
+                          d.S, d.NH_local(), HD, seg_start);
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
                                {N, H, 3 * d.H_local()});

@@ -54,7 +54,7 @@ struct LayerCache {
   Tensor ln1, ln1_mean, ln1_rstd;  // (R, H) [dtype], (R), (R)
   Tensor ln1_full;                 // (S*B, H) [dtype] gathered LN1 output (sequence parallel)
   Tensor qkv;                      // (S*B, 3H/TP) [dtype]
-  Tensor probs;                    // (B, NH/TP, S, S) attention probabilities
+  Tensor lse;                      // (B, NH/TP, S) attention log-sum-exp (flash attention)
   Tensor attn;                     // (S*B, H/TP) [dtype] attention output before the projection
   Tensor x_mid;                    // (R, H) residual stream after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (R, H) [dtype], (R), (R)
@@ -71,7 +71,6 @@ struct LayerScratch {
   Tensor d_qkv;           // (S*B, 3H/TP)
   Tensor d_attn;          // (S*B, H/TP)
   Tensor d_fc1, d_gelu;   // (S*B, F/TP)
-  Tensor d_probs;         // attention backward scratch
   Tensor stage_a, stage_b;  // f32 staging of 16-bit activations (mixed precision only)
   explicit LayerScratch(const LayerDims& d);
 };
@@ -83,6 +82,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
 // On entry d_resid (R, H) holds dL/dy; on exit dL/dx. Param grads are added into gw.
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
                                 const LayerWeights& w, const LayerWeights& gw,
-                                const LayerCache& c, LayerScratch& s, const LayerDims& d);
+                                const LayerCache& c, LayerScratch& s, const LayerDims& d,
+                                const int32_t* seg_start = nullptr);
 
 }  // namespace mg

@@ -251,7 +251,8 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   for (int64_t l = num_layers_ - 1; l >= 0; --l)
   {
     transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
-                               layer_params_[l], layer_grads_[l], *s.caches[l], scratch_, dims_);
+                               layer_params_[l], layer_grads_[l], *s.caches[l], scratch_, dims_,
+                               s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr);
     notify(layer_param_ids_[size_t(l)]);
   }
   if (sh.first_stage) {
@@ -274,13 +275,13 @@ size_t GPTModel::activation_bytes() const {
     for (const Tensor& t : s.resid) b += t.nbytes();
     for (const auto& c : s.caches)
       for (const Tensor* t : {&c->ln1, &c->ln1_mean, &c->ln1_rstd, &c->ln1_full, &c->qkv,
-                              &c->probs, &c->attn, &c->x_mid, &c->ln2, &c->ln2_mean,
+                              &c->lse, &c->attn, &c->x_mid, &c->ln2, &c->ln2_mean,
                               &c->ln2_rstd, &c->ln2_full, &c->fc1, &c->gelu})
         b += t->nbytes();
     for (const Tensor* t : {&s.lnf, &s.lnf_full, &s.logits, &s.losses, &s.lse}) b += t->nbytes();
   }
   for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
-                          &scratch_.d_fc1, &scratch_.d_gelu, &scratch_.d_probs, &emb_full_,
+                          &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_,
                           &scratch_.stage_a, &scratch_.stage_b, &d_resid_, &d_lnf_, &d_full_,
                           &lnf_stage_})
     b += t->nbytes();

@@ -8,6 +8,7 @@
 
 #include "backend/ops.h"
 #include "testing/fd_check.h"
+#include "testing/reference_attention.h"
 
 namespace mg {
 namespace {
@@ -158,28 +159,62 @@ TEST(OpsGrad, Residual) {
 }
 
 TEST(OpsGrad, CausalAttention) {
-  const int64_t B = 2, S = 5, NH = 2, HD = 3, H = NH * HD;
-  auto qkv = random_vec(B * S * 3 * H, 20, -1.5f, 1.5f), w = random_vec(B * S * H, 21);
-  std::vector<float> out(B * S * H), probs(B * NH * S * S);
-  auto loss = [&] {
-    cpu::attention_forward(out.data(), probs.data(), qkv.data(), B, S, NH, HD);
-    return weighted_sum(out, w);
-  };
-  loss();
-  std::vector<float> dqkv(qkv.size(), 0.f), scratch(cpu::attention_backward_scratch(S));
-  cpu::attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), probs.data(), B, S,
-                          NH, HD);
-  fd_check("attention dqkv", qkv, dqkv, loss, 1e-2f, 5e-3, 1000);
+  // S = 70 spans two key/query blocks (64 + a ragged 6), with and without segment starts.
+  const int64_t B = 2, S = 70, NH = 2, HD = 3, H = NH * HD;
+  std::vector<int32_t> seg(B * S);
+  for (int64_t t = 0; t < S; ++t) seg[t] = 0, seg[S + t] = int32_t(t < 30 ? 0 : t < 66 ? 30 : 66);
+  for (const int32_t* sp : {(const int32_t*)nullptr, (const int32_t*)seg.data()}) {
+    auto qkv = random_vec(B * S * 3 * H, 20, -1.5f, 1.5f), w = random_vec(B * S * H, 21);
+    std::vector<float> out(B * S * H), lse(B * NH * S);
+    auto loss = [&] {
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD, sp);
+      return weighted_sum(out, w);
+    };
+    loss();
+    std::vector<float> dqkv(qkv.size(), 0.f);
+    cpu::attention_backward(dqkv.data(), w.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
+                            HD, sp);
+    fd_check(sp ? "attention dqkv (segments)" : "attention dqkv", qkv, dqkv, loss, 1e-2f, 5e-3, 600);
+  }
+}
+
+// The tiled kernels against the plain materialized-probabilities attention on random shapes
+// with ragged tails (S not a multiple of the 64-row block), several heads and head sizes, and
+// segment starts: outputs, the log-sum-exp and every input gradient.
+TEST(OpsGrad, FlashAttentionMatchesThePlainReference) {
+  struct Case { int64_t B, S, NH, HD; bool seg; };
+  for (const Case& k : {Case{1, 1, 1, 4, false}, Case{2, 63, 3, 8, false}, Case{1, 64, 2, 16, false},
+                        Case{2, 129, 2, 32, true}, Case{1, 200, 4, 64, true}}) {
+    const int64_t H = k.NH * k.HD, N = k.B * k.S;
+    auto qkv = random_vec(N * 3 * H, 40, -2.f, 2.f), dout = random_vec(N * H, 41);
+    std::vector<int32_t> seg(N);
+    for (int64_t b = 0; b < k.B; ++b)
+      for (int64_t t = 0; t < k.S; ++t) seg[b * k.S + t] = int32_t(k.seg ? (t / 37) * 37 : 0);
+    const int32_t* sp = k.seg ? seg.data() : nullptr;
+    std::vector<float> out(N * H), lse(k.B * k.NH * k.S), ref(N * H), probs(k.B * k.NH * k.S * k.S);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), k.B, k.S, k.NH, k.HD, sp);
+    testing::reference_attention_forward(ref.data(), probs.data(), qkv.data(), k.B, k.S, k.NH,
+                                         k.HD, sp);
+    std::vector<double> a(out.begin(), out.end()), b(ref.begin(), ref.end());
+    EXPECT_LT(testing::rel_l2(a, b), 1e-5) << "S " << k.S << " HD " << k.HD;
+    std::vector<float> dq(qkv.size(), 0.f), dq_ref(qkv.size(), 0.f);
+    cpu::attention_backward(dq.data(), dout.data(), out.data(), qkv.data(), lse.data(), k.B, k.S,
+                            k.NH, k.HD, sp);
+    testing::reference_attention_backward(dq_ref.data(), dout.data(), qkv.data(), probs.data(),
+                                          k.B, k.S, k.NH, k.HD);
+    std::vector<double> c(dq.begin(), dq.end()), d(dq_ref.begin(), dq_ref.end());
+    EXPECT_LT(testing::rel_l2(c, d), 1e-5) << "S " << k.S << " HD " << k.HD;
+  }
 }
 
 TEST(OpsGrad, CausalAttentionIsCausal) {
   // Changing a future token's k/v must not change earlier outputs.
   const int64_t B = 1, S = 4, NH = 1, HD = 2, H = 2;
   auto qkv = random_vec(S * 3 * H, 22);
-  std::vector<float> out1(S * H), out2(S * H), probs(S * S);
-  cpu::attention_forward(out1.data(), probs.data(), qkv.data(), B, S, NH, HD);
+  std::vector<float> out1(S * H), out2(S * H), lse(S);
+  cpu::attention_forward(out1.data(), lse.data(), qkv.data(), B, S, NH, HD);
   for (int64_t c = 0; c < 3 * H; ++c) qkv[3 * 3 * H + c] += 5.f;  // last position
-  cpu::attention_forward(out2.data(), probs.data(), qkv.data(), B, S, NH, HD);
+  cpu::attention_forward(out2.data(), lse.data(), qkv.data(), B, S, NH, HD);
   for (int64_t i = 0; i < 3 * H; ++i) EXPECT_EQ(out1[i], out2[i]);
   EXPECT_NE(out1[3 * H], out2[3 * H]);
   // Row 0 attends only to itself: output = v_0.
@@ -291,12 +326,11 @@ TEST(OpsThreads, TwoThreadsMatchOne) {
   for (int64_t i = 0; i < N; ++i) tok[i] = int32_t(i % 5), pos[i] = int32_t(i % S);
   auto run = [&](int threads) {
     omp_set_num_threads(threads);
-    std::vector<float> out(N * H), probs(B * NH * S * S), dqkv(N * 3 * H, 0.f),
-        scratch(cpu::attention_backward_scratch(S)), mean(N), rstd(N), y(N * H), dx(N * H, 0.f),
-        dg(H, 0.f), db(H, 0.f), dwte(5 * H, 0.f), dwpe(S * H, 0.f);
-    cpu::attention_forward(out.data(), probs.data(), qkv.data(), B, S, NH, HD);
-    cpu::attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), probs.data(), B,
-                            S, NH, HD);
+    std::vector<float> out(N * H), lse(B * NH * S), dqkv(N * 3 * H, 0.f), mean(N), rstd(N),
+        y(N * H), dx(N * H, 0.f), dg(H, 0.f), db(H, 0.f), dwte(5 * H, 0.f), dwpe(S * H, 0.f);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD);
+    cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), B, S,
+                            NH, HD);
     cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), g.data(), N, H,
                            1e-5f);
     cpu::layernorm_backward(dx.data(), dg.data(), db.data(), dout.data(), x.data(), g.data(),
