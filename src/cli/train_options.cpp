@@ -119,6 +119,17 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(reset_position_ids)),
       on_off<C>("--reset-attention-mask", "tokens after an EOD do not attend to tokens before it",
                 MG_FIELD(reset_attention_mask)),
+      // activation recompute
+      on_off<C>("--recompute-activations",
+                "selective recompute of the attention core (flash attention always does this)",
+                MG_FIELD(recompute_activations)),
+      valued<C>("--recompute-granularity", "NAME",
+                "full (recompute whole layers in backward) | selective", MG_FIELD(recompute_granularity)),
+      valued<C>("--recompute-method", "NAME",
+                "full recompute: uniform (all layers, in chunks of N) | block (the first N layers "
+                "of each stage)", MG_FIELD(recompute_method)),
+      valued<C>("--recompute-num-layers", "N", "layers per recompute chunk (uniform) or "
+                "recomputed layers per stage (block)", MG_FIELD(recompute_num_layers)),
       // numerics
       on_off<C>("--bf16", "bf16 params and activations; fp32 GEMM accumulation, main grads and "
                 "optimizer main params", MG_FIELD(bf16)),
@@ -169,6 +180,10 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(exit_duration_in_mins)),
       // logging and evaluation
       valued<C>("--log-interval", "N", "iterations per log line", MG_FIELD(log_interval)),
+      valued<C>("--timing-log-level", "N",
+                "phase timers after each log line: 0 off, 1 step phases, 2 also communication, "
+                "optimizer parts and compute by kind of op",
+                MG_FIELD(timing_log_level)),
       valued<C>("--eval-interval", "N", "iterations between validations (0: never)",
                 MG_FIELD(eval_interval)),
       valued<C>("--eval-iters", "N", "global batches per validation", MG_FIELD(eval_iters)),

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/ops.h"
+#include "core/timers.h"
 
 namespace mg {
 
@@ -88,6 +89,7 @@ void DistributedOptimizer::reduce_scatter_grads() {
 }
 
 void DistributedOptimizer::wait_params() {
+  timers::Scope timer(timers::kParamsAllGather);
   for (auto& r : param_req_)
     if (r) {
       r->wait();

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/ops.h"
+#include "core/timers.h"
 
 namespace mg {
 
@@ -19,6 +20,7 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
         for (int64_t i = 0; i < p.numel(); ++i) G[p.offset + i] = packed[k++];
   }
   if (g.grid.pp > 1 && (g.first_stage() || g.last_stage())) {
+    timers::Scope timer(timers::kEmbeddingGradsAllReduce);
     const ParamSpec& p = model.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
                                                             : "output_layer.weight");
     g.embedding->all_reduce(G + p.offset, p.numel());

@@ -62,10 +62,20 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
       head_params_.push_back(i);
     }
   }
+  MG_CHECK(spec.recompute_method.empty() || spec.recompute_method == "uniform" ||
+               spec.recompute_method == "block",
+           "recompute method ", spec.recompute_method);
+  if (!spec.recompute_method.empty()) {
+    const int64_t pool = spec.recompute_method == "uniform"
+                             ? std::min(spec.recompute_num_layers, num_layers_)
+                             : (spec.recompute_num_layers > 0 ? 1 : 0);
+    for (int64_t i = 0; i < pool; ++i) recompute_pool_.push_back(std::make_unique<LayerCache>(dims_));
+  }
   slots_.resize(size_t(spec.num_slots));
   for (Slot& s : slots_) {
     for (int64_t l = 0; l <= num_layers_; ++l) s.resid.emplace_back(Shape{R, H});
-    for (int64_t l = 0; l < num_layers_; ++l) s.caches.push_back(std::make_unique<LayerCache>(dims_));
+    for (int64_t l = 0; l < num_layers_; ++l)
+      s.caches.push_back(recomputed(l) ? nullptr : std::make_unique<LayerCache>(dims_));
     s.tokens = Tensor({N}, DType::I32);
     s.positions = Tensor({N}, DType::I32);
     s.labels = Tensor({N}, DType::I32);
@@ -128,6 +138,20 @@ cpu::Mat GPTModel::matrix(const char* name) {
   const char* base = static_cast<const char*>(params_.raw());
   return {base + layout_.get(name).offset * int64_t(dtype_size(dtype())), dtype()};
 }
+bool GPTModel::recomputed(int64_t l) const {
+  if (spec_.recompute_method == "uniform") return true;
+  if (spec_.recompute_method == "block") return l < spec_.recompute_num_layers;
+  return false;
+}
+
+int64_t GPTModel::chunk_begin(int64_t l) const {
+  return spec_.recompute_method == "uniform" ? l - l % spec_.recompute_num_layers : l;
+}
+
+LayerCache& GPTModel::cache(Slot& s, int64_t l) {
+  return recomputed(l) ? *recompute_pool_[size_t(l - chunk_begin(l))] : *s.caches[size_t(l)];
+}
+
 const char* GPTModel::word_embedding_name() const {
   return spec_.shard.first_stage ? "embedding.word_embeddings.weight" : "output_layer.weight";
 }
@@ -196,7 +220,7 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
   for (int64_t l = 0; l < num_layers_; ++l) {
     need(layer_param_ids_[size_t(l)]);
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
-                              layer_params_[l], *s.caches[l], scratch_, dims_, seg);
+                              layer_params_[l], cache(s, l), scratch_, dims_, seg);
   }
   if (!sh.last_stage) return 0.0;
   need(head_params_);
@@ -248,11 +272,17 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   } else {
     std::memcpy(d_resid_.data<float>(), d_output, R * H * sizeof(float));
   }
-  for (int64_t l = num_layers_ - 1; l >= 0; --l)
-  {
+  const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
+  for (int64_t l = num_layers_ - 1; l >= 0; --l) {
+    // Full recompute: entering a chunk from its top, re-run its forward from the stored chunk
+    // input (same kernels, same inputs: the same bits) to refill the shared caches.
+    if (recomputed(l) && (l == num_layers_ - 1 || chunk_begin(l + 1) != chunk_begin(l) ||
+                          !recomputed(l + 1)))
+      for (int64_t r = chunk_begin(l); r <= l; ++r)
+        transformer_layer_forward(tp_, s.resid[r + 1].data<float>(), s.resid[r].data<float>(),
+                                  layer_params_[r], cache(s, r), scratch_, dims_, seg);
     transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
-                               layer_params_[l], layer_grads_[l], *s.caches[l], scratch_, dims_,
-                               s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr);
+                               layer_params_[l], layer_grads_[l], cache(s, l), scratch_, dims_, seg);
     notify(layer_param_ids_[size_t(l)]);
   }
   if (sh.first_stage) {
@@ -270,16 +300,22 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
 }
 
 size_t GPTModel::activation_bytes() const {
+  auto cache_bytes = [](const LayerCache& c) {
+    size_t b = 0;
+    for (const Tensor* t : {&c.ln1, &c.ln1_mean, &c.ln1_rstd, &c.ln1_full, &c.qkv, &c.lse, &c.attn,
+                            &c.x_mid, &c.ln2, &c.ln2_mean, &c.ln2_rstd, &c.ln2_full, &c.fc1,
+                            &c.gelu})
+      b += t->nbytes();
+    return b;
+  };
   size_t b = 0;
   for (const Slot& s : slots_) {
     for (const Tensor& t : s.resid) b += t.nbytes();
     for (const auto& c : s.caches)
-      for (const Tensor* t : {&c->ln1, &c->ln1_mean, &c->ln1_rstd, &c->ln1_full, &c->qkv,
-                              &c->lse, &c->attn, &c->x_mid, &c->ln2, &c->ln2_mean,
-                              &c->ln2_rstd, &c->ln2_full, &c->fc1, &c->gelu})
-        b += t->nbytes();
+      if (c) b += cache_bytes(*c);
     for (const Tensor* t : {&s.lnf, &s.lnf_full, &s.logits, &s.losses, &s.lse}) b += t->nbytes();
   }
+  for (const auto& c : recompute_pool_) b += cache_bytes(*c);
   for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
                           &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_,
                           &scratch_.stage_a, &scratch_.stage_b, &d_resid_, &d_lnf_, &d_full_,

@@ -9,6 +9,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/ops.h"
@@ -36,6 +37,11 @@ struct StageSpec {
   int64_t bucket_dp = -1;         // >= 0: bucketed buffer layout (> 0: padded for DP shards)
   int64_t bucket_size = 40000000; // elements per bucket in that layout
   DType dtype = DType::F32;       // params and activations: F32, BF16 (--bf16) or F16 (--fp16)
+  // Full activation recompute (--recompute-granularity full): "uniform" recomputes every layer
+  // in chunks of recompute_num_layers (one chunk's caches live at a time), "block" the first
+  // recompute_num_layers layers of the stage, one at a time; "" stores every layer's cache.
+  std::string recompute_method;
+  int64_t recompute_num_layers = 1;
 };
 
 class GPTModel {
@@ -88,7 +94,7 @@ class GPTModel {
  private:
   struct Slot {
     std::vector<Tensor> resid;  // layers+1 x (R, H): each layer's input, then the output
-    std::vector<std::unique_ptr<LayerCache>> caches;
+    std::vector<std::unique_ptr<LayerCache>> caches;  // layers that are not recomputed
     Tensor tokens, positions, labels, mask;  // (S*B) in [S, B] order
     Tensor attention_start;                  // (B, S), when the batch restricts attention
     bool has_attention_start = false;
@@ -96,6 +102,11 @@ class GPTModel {
     double mask_sum = 0;
   };
   LayerWeights layer_view(bool grads, int64_t layer);
+  // Recompute: whether layer l (stage-local) is recomputed, the first layer of its chunk, and
+  // where its activations live.
+  bool recomputed(int64_t l) const;
+  int64_t chunk_begin(int64_t l) const;
+  LayerCache& cache(Slot& s, int64_t l);
   // Parameter `name` as the ops read it: f32 (the small copy for 1-D params under mixed
   // precision) or, for matrices, in dtype().
   float* param(const char* name);
@@ -116,6 +127,7 @@ class GPTModel {
   std::vector<LayerWeights> layer_params_, layer_grads_;
   std::vector<Slot> slots_;
   LayerScratch scratch_;
+  std::vector<std::unique_ptr<LayerCache>> recompute_pool_;  // shared by recomputed layers
   Tensor emb_full_;                  // (S*B, H) embedding output before the SP scatter
   Tensor d_resid_, d_lnf_;           // (R, H)
   Tensor d_full_;                    // (S*B, H)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/timers.h"
+
 namespace mg {
 
 int64_t pipeline_slots(int stage, int stages, int64_t M) {
@@ -21,24 +23,30 @@ class StageLinks {
   float* d_output() { return d_output_.data<float>(); }
 
   void recv_forward(int64_t slot) {
+    timers::Scope timer(timers::kForwardRecv);
     if (!first()) pp_.batch_isend_irecv({{false, model_.input_activation(slot), n_, r_ - 1}});
   }
   void send_forward(int64_t slot) {
+    timers::Scope timer(timers::kForwardSend);
     if (!last()) pp_.batch_isend_irecv({{true, out(slot), n_, r_ + 1}});
   }
   void send_forward_recv_backward(int64_t slot) {
+    timers::Scope timer(timers::kForwardSendBackwardRecv);
     if (!last())
       pp_.batch_isend_irecv({{true, out(slot), n_, r_ + 1}, {false, d_output(), n_, r_ + 1}});
   }
   void send_backward_recv_forward(int64_t next_slot) {
+    timers::Scope timer(timers::kBackwardSendForwardRecv);
     if (!first())
       pp_.batch_isend_irecv({{true, in_grad(), n_, r_ - 1},
                              {false, model_.input_activation(next_slot), n_, r_ - 1}});
   }
   void recv_backward() {
+    timers::Scope timer(timers::kBackwardRecv);
     if (!last()) pp_.batch_isend_irecv({{false, d_output(), n_, r_ + 1}});
   }
   void send_backward() {
+    timers::Scope timer(timers::kBackwardSend);
     if (!first()) pp_.batch_isend_irecv({{true, in_grad(), n_, r_ - 1}});
   }
 
@@ -60,12 +68,23 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
   const float scale = float(loss_scale / double(M));
   auto backward = [&](int64_t m, int64_t slot, const float* d_output) {
     if (m == M - 1 && before_last_backward) before_last_backward();
+    timers::Scope timer(timers::kBackwardCompute);
     model.backward(slot, d_output, scale);
+  };
+  // The batch first (the loader's wait is batch-generator time), then the forward.
+  auto forward = [&](int64_t slot, int64_t m) {
+    MicroBatch mb;
+    {
+      timers::Scope timer(timers::kBatchGenerator);
+      mb = batch(m);
+    }
+    timers::Scope timer(timers::kForwardCompute);
+    return model.forward(slot, mb);
   };
   double loss = 0;
   if (pp.size() == 1) {
     for (int64_t m = 0; m < M; ++m) {
-      loss += model.forward(0, batch(m));
+      loss += forward(0, m);
       backward(m, 0, nullptr);
     }
     return loss;
@@ -81,13 +100,13 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
 
   for (int64_t i = 0; i < warmup; ++i) {
     link.recv_forward(slot(i));
-    loss += model.forward(slot(i), batch(i));
+    loss += forward(slot(i), i);
     link.send_forward(slot(i));
   }
   if (remaining > 0) link.recv_forward(slot(warmup));
   for (int64_t i = 0; i < remaining; ++i) {
     const int64_t m = warmup + i;
-    loss += model.forward(slot(m), batch(m));
+    loss += forward(slot(m), m);
     link.send_forward_recv_backward(slot(m));
     backward(i, slot(i), d_out());
     if (i == remaining - 1)

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "comm/communicator.h"
+#include "core/timers.h"
 
 namespace mg::tp {
 
@@ -23,32 +24,39 @@ struct TPGroup {
 };
 
 inline void copy_to_region_backward(const TPGroup& g, float* grad, int64_t n) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->all_reduce(grad, n);
 }
 inline void reduce_from_region_forward(const TPGroup& g, float* x, int64_t n) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->all_reduce(x, n);
 }
 // Gathers the input of a column-parallel GEMM, so it moves that GEMM's dtype (bf16 under --bf16).
 inline void gather_from_sp_region_forward(const TPGroup& g, const void* local, void* full,
                                           int64_t n_local, DType dtype = DType::F32) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->all_gather(local, full, n_local, dtype);
 }
 inline void gather_from_sp_region_backward(const TPGroup& g, const float* grad_full,
                                            float* grad_local, int64_t n_local) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->reduce_scatter(grad_full, grad_local, n_local);
 }
 inline void reduce_scatter_to_sp_forward(const TPGroup& g, const float* full, float* local,
                                          int64_t n_local) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->reduce_scatter(full, local, n_local);
 }
 inline void reduce_scatter_to_sp_backward(const TPGroup& g, const float* grad_local,
                                           float* grad_full, int64_t n_local) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->all_gather(grad_local, grad_full, n_local);
 }
 void scatter_to_sp_region_forward(const TPGroup& g, const float* full, float* local,
                                   int64_t n_local);
 inline void scatter_to_sp_region_backward(const TPGroup& g, const float* grad_local,
                                           float* grad_full, int64_t n_local) {
+  timers::Scope timer(timers::kTpComm);
   g.comm->all_gather(grad_local, grad_full, n_local);
 }
 

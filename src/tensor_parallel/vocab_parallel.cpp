@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "backend/ops.h"
+#include "core/timers.h"
 
 namespace mg::tp {
 
@@ -10,6 +11,7 @@ void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_
                                       const int32_t* positions, cpu::Mat word_local,
                                       cpu::Mat position, int64_t vocab_local, int64_t rows,
                                       int64_t H) {
+  timers::Scope timer(timers::kEmbedding);
   const int64_t v0 = g.rank() * vocab_local;
   cpu::embedding_forward(out, tokens, word_local, v0, v0 + vocab_local, rows, H, false);
   reduce_from_region_forward(g, out, rows * H);
@@ -20,6 +22,7 @@ void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, flo
                                        const float* dout, const int32_t* tokens,
                                        const int32_t* positions, int64_t vocab_local,
                                        int64_t rows, int64_t H) {
+  timers::Scope timer(timers::kEmbedding);
   const int64_t v0 = g.rank() * vocab_local;
   cpu::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
   cpu::embedding_backward(dword_local, dout, tokens, v0, v0 + vocab_local, rows, H);
@@ -29,6 +32,7 @@ void vocab_parallel_cross_entropy_forward(const TPGroup& g, float* losses, float
                                           float* scratch, const float* logits,
                                           const int32_t* targets, int64_t rows,
                                           int64_t vocab_local) {
+  timers::Scope timer(timers::kCrossEntropy);
   float* row_max = lse;  // lse is built in place from the global row maximum
   cpu::cross_entropy_row_max(row_max, logits, rows, vocab_local);
   g.comm->all_reduce(row_max, rows, ReduceOp::Max);
@@ -47,6 +51,7 @@ void vocab_parallel_cross_entropy_backward(const TPGroup& g, float* dlogits, con
                                            const float* lse, const int32_t* targets,
                                            const float* dlosses, int64_t rows,
                                            int64_t vocab_local) {
+  timers::Scope timer(timers::kCrossEntropy);
   cpu::cross_entropy_backward(dlogits, logits, lse, targets, dlosses, g.rank() * vocab_local,
                               rows, vocab_local);
 }

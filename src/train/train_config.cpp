@@ -48,6 +48,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   data_parallel_size = world_size / (parallel.tp() * parallel.pp());
   model.vocab_pad_tp = parallel.tp();
   MG_USER_CHECK(train_iters > 0, "--train-iters must be positive (got ", train_iters, ")");
+  MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
+                "or 2 (got ", timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
   MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
   MG_USER_CHECK(eval_iters >= 0, "--eval-iters must be >= 0 (got ", eval_iters, ")");
@@ -69,6 +71,23 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,
                 "--overlap-param-gather needs --use-distributed-optimizer");
   MG_USER_CHECK(!(bf16 && fp16), "pass only one of --bf16 and --fp16");
+  if (recompute_activations) {
+    MG_USER_CHECK(recompute_granularity.empty() || recompute_granularity == "selective",
+                  "--recompute-activations means --recompute-granularity selective");
+    recompute_granularity = "selective";
+  }
+  MG_USER_CHECK(recompute_granularity.empty() || recompute_granularity == "full" ||
+                    recompute_granularity == "selective",
+                "--recompute-granularity '", recompute_granularity, "': use full or selective");
+  if (recompute_granularity == "full") {
+    MG_USER_CHECK(recompute_method == "uniform" || recompute_method == "block",
+                  "--recompute-granularity full needs --recompute-method uniform or block (got '",
+                  recompute_method, "')");
+    MG_USER_CHECK(recompute_num_layers >= 1, "--recompute-granularity full needs "
+                  "--recompute-num-layers N >= 1 (got ", recompute_num_layers, ")");
+  } else {
+    MG_USER_CHECK(recompute_method.empty(), "--recompute-method needs --recompute-granularity full");
+  }
   MG_USER_CHECK(save_interval >= 0, "--save-interval must be >= 0 (got ", save_interval, ")");
   MG_USER_CHECK(save_interval == 0 || !save.empty(), "--save-interval needs --save DIR");
   MG_USER_CHECK(ckpt_keep_last >= 0, "--ckpt-keep-last must be >= 0 (got ", ckpt_keep_last, ")");

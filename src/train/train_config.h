@@ -41,6 +41,10 @@ struct TrainConfig {
   float sgd_momentum = 0.9f;         // --sgd-momentum
   bool use_distributed_optimizer = false;  // --use-distributed-optimizer (ZeRO-1 over DP)
   bool check_for_nan_in_loss_and_grad = true;  // off with --no-check-for-nan-in-loss-and-grad
+  std::string recompute_granularity;   // --recompute-granularity full|selective
+  std::string recompute_method;        // --recompute-method uniform|block
+  int64_t recompute_num_layers = 0;    // --recompute-num-layers N
+  bool recompute_activations = false;  // --recompute-activations (= selective)
   bool bf16 = false;                 // --bf16: bf16 params and activations, fp32 main grads/params
   bool fp16 = false;                 // --fp16: the same in fp16, with loss scaling
   LossScalerConfig loss_scaler;      // --loss-scale, --initial-loss-scale, ... (fp16)
@@ -49,6 +53,7 @@ struct TrainConfig {
 
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
+  int64_t timing_log_level = 0;   // --timing-log-level 0|1|2: phase timers in the log
   int64_t eval_interval = 0;      // --eval-interval: iterations between evaluations; 0 = never
   int64_t eval_iters = 100;       // --eval-iters: global batches per evaluation
 

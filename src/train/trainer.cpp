@@ -14,6 +14,7 @@
 #include "backend/ops.h"
 #include "checkpoint/checkpoint.h"
 #include "core/log.h"
+#include "core/timers.h"
 #include "core/timer.h"
 #include "data/batch.h"
 #include "data/dataset_builder.h"
@@ -38,6 +39,30 @@ void install_sigterm_handler() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 bool sigterm_received() { return g_sigterm != 0; }
+
+// Megatron's timer printout: each enabled phase as (min, max) over ranks of its ms per
+// iteration in this log interval.
+void log_timers(const ProcessGroups& g, int64_t iters) {
+  std::vector<double> t = timers::totals();
+  timers::reset();
+  std::vector<float> mx(t.size()), neg_mn(t.size());
+  for (size_t i = 0; i < t.size(); ++i) mx[i] = neg_mn[i] = float(1e3 * t[i] / double(iters));
+  for (float& v : neg_mn) v = -v;
+  g.world->all_reduce(mx.data(), int64_t(mx.size()), ReduceOp::Max);
+  g.world->all_reduce(neg_mn.data(), int64_t(neg_mn.size()), ReduceOp::Max);
+  std::string out = "(min, max) time across ranks (ms):";
+  for (int p = 0; p < timers::kNumPhases; ++p) {
+    const auto phase = timers::Phase(p);
+    if (timers::level(phase) > timers::enabled_level() || mx[size_t(p)] <= 0.f) continue;
+    std::string name = timers::name(phase);
+    name += ' ';
+    name.resize(48, '.');
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), ": (%.2f, %.2f)", -neg_mn[size_t(p)], mx[size_t(p)]);
+    out += "\n    " + name + buf;
+  }
+  log_line(out);
+}
 
 // Megatron's split sizes: train = iters x G; valid = (iters / eval_interval + 1) x eval_iters x G.
 DataSpec data_spec(const TrainConfig& cfg) {
@@ -165,6 +190,10 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   spec.sequence_parallel = cfg.parallel.sequence_parallel;
   spec.num_slots = pipeline_slots(stage, P, M);
   spec.dtype = cfg.model_dtype();
+  if (cfg.recompute_granularity == "full") {
+    spec.recompute_method = cfg.recompute_method;
+    spec.recompute_num_layers = cfg.recompute_num_layers;
+  }
   // DP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of the
   // distributed optimizer).
   if (g.grid.dp > 1 || cfg.use_distributed_optimizer) {
@@ -200,6 +229,8 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
                             progress.consumed_train_samples);
   BatchSource valid_batches(data.split[1], cfg, g, options, /*prefetch=*/false);
   if (cfg.exit_signal_handler) install_sigterm_handler();
+  timers::set_level(int(cfg.timing_log_level));
+  timers::reset();
 
   const LRSchedule sched = cfg.lr_schedule();
   log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
@@ -257,50 +288,66 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     model.zero_grads();
     const double wd = sched.weight_decay_at(scheduler_samples);
     const double loss_scale = scaler ? scaler->scale() : 1.0;
-    const double local_loss = forward_backward(
-        model, *g.pp, M, train_batches.at(consumed),
-        [&] {
-          if (reducer) reducer->arm();
-          if (dist_optim) dist_optim->arm();
-        },
-        loss_scale);
+    double local_loss = 0;
+    {
+      timers::Scope timer(timers::kForwardBackward);
+      local_loss = forward_backward(
+          model, *g.pp, M, train_batches.at(consumed),
+          [&] {
+            if (reducer) reducer->arm();
+            if (dist_optim) dist_optim->arm();
+          },
+          loss_scale);
+    }
     if (g.world_rank == g.grid.world() - 1 &&
         std::find(cfg.overflow_iters.begin(), cfg.overflow_iters.end(), iter) !=
             cfg.overflow_iters.end())
       model.grads()[0] = INFINITY;
     // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
-    if (dist_optim) dist_optim->reduce_scatter_grads();
-    if (reducer) reducer->finish();
-    finalize_grads(model, g);
-    // fp16: unscale the main grads and look for inf/NaN; an overflow on any rank skips the
-    // step on every rank (and the LR schedule does not advance).
-    bool skipped = false;
-    if (scaler) {
-      cpu::scale_inplace(model.grads(), float(1.0 / loss_scale), model.num_params());
-      float found = cpu::has_inf_or_nan(model.grads(), model.num_params()) ? 1.f : 0.f;
-      g.world->all_reduce(&found, 1, ReduceOp::Max);
-      skipped = found > 0.f;
-      scaler->update(skipped);
+    {
+      timers::Scope timer(timers::kAllGradsSync);
+      if (dist_optim) dist_optim->reduce_scatter_grads();
+      if (reducer) reducer->finish();
+      finalize_grads(model, g);
     }
-    const double grad_norm =
-        skipped ? 0.0 : dist_optim ? dist_optim->grad_norm() : global_grad_norm(model, g);
+    // The optimizer phase (Megatron's "optimizer" timer covers all of it).
+    bool skipped = false;
+    double grad_norm = 0.0;
     const double loss = report_loss(local_loss / double(M), g);
-    // Every rank holds the same loss and norm, so every rank stops here together.
-    MG_USER_CHECK(!cfg.check_for_nan_in_loss_and_grad ||
-                      (std::isfinite(loss) && std::isfinite(grad_norm)),
-                  "NaN/Inf at iteration ", iter, " on rank ", g.world_rank, ": lm loss ", loss,
-                  ", grad norm ", grad_norm, " (lower --lr, check the data, or pass "
-                  "--no-check-for-nan-in-loss-and-grad to continue)");
-    if (skipped) {
-      ++skipped_iters;
-      log_line(str_cat(" > iteration ", iter, ": inf/NaN in the fp16 grads, step skipped on all "
-                       "ranks; loss scale now ", scaler->scale()));
-    } else {
-      if (dist_optim)
-        dist_optim->step(float(lr), float(wd), grad_norm);
-      else
-        optim->step(model.param_data(), model.grads(), float(lr), float(wd), grad_norm);
-      scheduler_samples += cfg.global_batch_size;
+    {
+      timers::Scope optimizer_timer(timers::kOptimizer);
+      // fp16: unscale the main grads and look for inf/NaN; an overflow on any rank skips the
+      // step on every rank (and the LR schedule does not advance).
+      if (scaler) {
+        timers::Scope timer(timers::kOptimizerUnscaleAndCheckInf);
+        cpu::scale_inplace(model.grads(), float(1.0 / loss_scale), model.num_params());
+        float found = cpu::has_inf_or_nan(model.grads(), model.num_params()) ? 1.f : 0.f;
+        g.world->all_reduce(&found, 1, ReduceOp::Max);
+        skipped = found > 0.f;
+        scaler->update(skipped);
+      }
+      if (!skipped) {
+        timers::Scope timer(timers::kOptimizerClipMainGrad);
+        grad_norm = dist_optim ? dist_optim->grad_norm() : global_grad_norm(model, g);
+      }
+      // Every rank holds the same loss and norm, so every rank stops here together.
+      MG_USER_CHECK(!cfg.check_for_nan_in_loss_and_grad ||
+                        (std::isfinite(loss) && std::isfinite(grad_norm)),
+                    "NaN/Inf at iteration ", iter, " on rank ", g.world_rank, ": lm loss ", loss,
+                    ", grad norm ", grad_norm, " (lower --lr, check the data, or pass "
+                    "--no-check-for-nan-in-loss-and-grad to continue)");
+      if (skipped) {
+        ++skipped_iters;
+        log_line(str_cat(" > iteration ", iter, ": inf/NaN in the fp16 grads, step skipped on all "
+                         "ranks; loss scale now ", scaler->scale()));
+      } else {
+        timers::Scope timer(timers::kOptimizerInnerStep);
+        if (dist_optim)
+          dist_optim->step(float(lr), float(wd), grad_norm);
+        else
+          optim->step(model.param_data(), model.grads(), float(lr), float(wd), grad_norm);
+        scheduler_samples += cfg.global_batch_size;
+      }
     }
     consumed += cfg.global_batch_size;
     const double secs = timer.seconds();
@@ -339,6 +386,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
       l.dp_bytes = interval_comm[2].p2p_bytes / interval_iters;
       l.embedding_bytes = interval_comm[3].p2p_bytes / interval_iters;
       log_line(format_iteration(l));
+      if (timers::enabled_level() > 0) log_timers(g, interval_iters);
       interval_loss = interval_seconds = 0;
       interval_iters = 0;
       for (CommStats& c : interval_comm) c = {};

@@ -426,3 +426,40 @@ TEST(MixedPrecision, Bf16BytesPerParameterMatchTheTable) {
 
 }  // namespace
 }  // namespace mg
+
+namespace mg {
+namespace {
+
+// ---- activation recompute ----
+
+// Full recompute re-runs each layer's forward from its stored input before its backward: the
+// same kernels on the same inputs, so losses and final parameters are bitwise those of the run
+// that stores every activation, on one rank and under TP + SP + PP; and it stores less.
+TEST(Recompute, FullRecomputeIsBitwiseIdenticalAndStoresLess) {
+  auto activation_mib = [](const std::string& log) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(log, m, std::regex("activations \\+ scratch ([0-9.]+)"))) << log;
+    return m.size() > 1 ? std::stod(m[1]) : 0.0;
+  };
+  for (const auto& [ranks, layout] :
+       {std::pair<int, std::string>{1, ""},
+        {4, "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"}}) {
+    const RunOut plain = train(ranks, layout + " --train-iters 8");
+    for (const std::string recompute :
+         {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+          "--recompute-granularity full --recompute-method uniform --recompute-num-layers 3",
+          "--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+          "--recompute-activations"}) {
+      const RunOut r = train(ranks, layout + " --train-iters 8 " + recompute);
+      EXPECT_EQ(r.losses, plain.losses) << layout << " " << recompute;
+      ASSERT_EQ(r.params.size(), plain.params.size());
+      EXPECT_EQ(std::memcmp(r.params.data(), plain.params.data(), plain.params.size() * 4), 0)
+          << layout << " " << recompute;
+      if (recompute.find("num-layers 1") != std::string::npos)  // fewer caches than layers
+        EXPECT_LT(activation_mib(r.log), activation_mib(plain.log)) << layout << " " << recompute;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mg

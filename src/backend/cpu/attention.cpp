@@ -17,6 +17,7 @@
 
 #include "backend/cpu/vec_math.h"
 #include "backend/ops.h"
+#include "core/timers.h"
 
 namespace mg::cpu {
 
@@ -57,6 +58,7 @@ int64_t first_key_block(int64_t t0, int64_t nr, const int32_t* seg) {
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
                        int64_t NH, int64_t HD, const int32_t* seg_start) {
+  timers::Scope timer(timers::kAttention);
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel
@@ -110,6 +112,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                         const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
                         const int32_t* seg_start) {
+  timers::Scope timer(timers::kAttention);
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/vec_math.h"
 #include "backend/ops.h"
+#include "core/timers.h"
 
 namespace mg::cpu {
 
@@ -25,6 +26,7 @@ constexpr int64_t kBlock = 1024;  // elements per parallel work item (a multiple
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
+  timers::Scope timer(timers::kGeluResidual);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
@@ -45,6 +47,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 
 // d/dx = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx, u = sqrt(2/pi) (x + 0.044715 x^3).
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  timers::Scope timer(timers::kGeluResidual);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
@@ -71,11 +74,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
 }
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  timers::Scope timer(timers::kGeluResidual);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+  timers::Scope timer(timers::kGeluResidual);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     da[i] += dout[i];

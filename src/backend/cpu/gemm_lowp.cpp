@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backend/ops.h"
+#include "core/timers.h"
 #include "core/error.h"
 #include "tensor/tensor.h"
 
@@ -105,6 +106,7 @@ void gemm_lowp(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t
 
 void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
+  timers::Scope timer(timers::kGemm);
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
   if (bias) {
@@ -121,6 +123,7 @@ void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t 
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
                      Mat weight, int64_t N, int64_t IN, int64_t OUT) {
+  timers::Scope timer(timers::kGemm);
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
   if (dbias) bias_backward(dbias, dout, N, OUT);

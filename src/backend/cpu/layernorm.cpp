@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/timers.h"
 
 namespace mg::cpu {
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
+  timers::Scope timer(timers::kLayerNorm);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -32,6 +34,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t N, int64_t C) {
+  timers::Scope timer(timers::kLayerNorm);
   // Each thread sums its rows' parameter grads privately; the partials are added at the end.
   const int nthreads = omp_get_max_threads();
   std::vector<float> partial(size_t(nthreads) * 2 * C, 0.f);

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/half.h"
 #include "backend/ops.h"
+#include "core/timers.h"
 #include "core/error.h"
 
 namespace mg::cpu {
@@ -41,6 +42,7 @@ constexpr int64_t kChunk = 1 << 14;  // elements per parallel task
 }  // namespace
 
 void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
+  timers::Scope timer(timers::kCast);
   if (t == DType::F32) {
     if (dst != src) std::memcpy(dst, src, size_t(n) * 4);
     return;
@@ -58,6 +60,7 @@ void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
 }
 
 void cast_to_f32(float* dst, const void* src, DType t, int64_t n) {
+  timers::Scope timer(timers::kCast);
   if (t == DType::F32) {
     if (dst != src) std::memcpy(dst, src, size_t(n) * 4);
     return;

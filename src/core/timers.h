@@ -1,0 +1,66 @@
+// Named phase timers in Megatron's vocabulary (--timing-log-level, --timing-log-option): each
+// phase has a level (1: the step's big phases, 2: finer phases and our per-op-kind compute
+// timers) and accumulates wall time while a Scope is alive, if its level is enabled. The
+// trainer prints them per log interval as (min, max) across ranks in ms per iteration.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mg::timers {
+
+enum Phase : int {
+  // level 1 (Megatron names)
+  kForwardBackward,
+  kAllGradsSync,
+  kParamsAllGather,
+  kOptimizer,
+  kBatchGenerator,
+  // level 2 (Megatron names)
+  kForwardCompute,
+  kBackwardCompute,
+  kForwardRecv,
+  kForwardSend,
+  kBackwardRecv,
+  kBackwardSend,
+  kForwardSendBackwardRecv,
+  kBackwardSendForwardRecv,
+  kEmbeddingGradsAllReduce,
+  kOptimizerUnscaleAndCheckInf,
+  kOptimizerClipMainGrad,
+  kOptimizerInnerStep,
+  // level 2, ours: where the compute goes, by kind of op (forward and backward together)
+  kGemm,
+  kAttention,
+  kLayerNorm,
+  kGeluResidual,
+  kCrossEntropy,
+  kEmbedding,
+  kTpComm,
+  kCast,
+  kNumPhases
+};
+
+const char* name(Phase p);
+int level(Phase p);
+
+void set_level(int level);  // 0 disables every timer
+int enabled_level();
+
+// Accumulated seconds per phase since the last reset.
+std::vector<double> totals();
+void reset();
+
+class Scope {
+ public:
+  explicit Scope(Phase p);
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  Phase p_;
+  int64_t start_ns_;  // < 0 when not timing
+};
+
+}  // namespace mg::timers
