@@ -448,14 +448,16 @@ TEST(Recompute, FullRecomputeIsBitwiseIdenticalAndStoresLess) {
     for (const std::string recompute :
          {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
           "--recompute-granularity full --recompute-method uniform --recompute-num-layers 3",
-          "--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+          "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
           "--recompute-activations"}) {
       const RunOut r = train(ranks, layout + " --train-iters 8 " + recompute);
       EXPECT_EQ(r.losses, plain.losses) << layout << " " << recompute;
       ASSERT_EQ(r.params.size(), plain.params.size());
       EXPECT_EQ(std::memcmp(r.params.data(), plain.params.data(), plain.params.size() * 4), 0)
           << layout << " " << recompute;
-      if (recompute.find("num-layers 1") != std::string::npos)  // fewer caches than layers
+      // Fewer live layer caches than layers on every stage: less memory.
+      if (recompute.find("uniform --recompute-num-layers 1") != std::string::npos ||
+          recompute.find("block") != std::string::npos)
         EXPECT_LT(activation_mib(r.log), activation_mib(plain.log)) << layout << " " << recompute;
     }
   }
