@@ -245,7 +245,7 @@ class CheckpointReader {
                     "checkpoint index '", ipath, "' is corrupt (checksum mismatch)");
       const json index = json::parse(text);
       files_.push_back({dir + "/" + r.at("bin").get<std::string>(),
-                        r.at("bin_bytes").get<uint64_t>(), r.at("bin_crc32").get<uint32_t>()});
+                        r.at("bin_bytes").get<uint64_t>(), r.at("bin_crc32").get<uint32_t>(), nullptr});
       for (const json& p : index.at("pieces")) by_key_[p.at("key")].push_back({files_.size() - 1, p});
     }
   }
@@ -328,16 +328,30 @@ void check_model(const json& saved, const GPTConfig& c, const std::string& path)
 
 }  // namespace
 
-bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
-  Timer timer;
-  const TrainConfig& c = io.cfg;
-  const std::string latest = c.load + "/" + kLatest;
-  if (!fs::exists(latest)) {
-    MG_USER_CHECK(!c.exit_on_missing_checkpoint, "--load ", c.load, ": no checkpoint there (",
-                  latest, " is missing) and --exit-on-missing-checkpoint is set");
-    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatest, "): starting from scratch"));
-    return false;
+namespace {
+
+// A checkpoint directory's metadata.json, checked for format and version.
+json read_metadata(const std::string& dir) {
+  const std::string path = dir + "/metadata.json";
+  json meta;
+  try {
+    meta = json::parse(ckpt::read_text_file(path));
+  } catch (const json::exception& e) {
+    MG_USER_CHECK(false, "checkpoint metadata '", path, "' is unreadable: ", e.what());
   }
+  MG_USER_CHECK(meta.value("format", "") == kFormat, "'", path, "' is not a ", kFormat,
+                " metadata file");
+  MG_USER_CHECK(meta.value("version", 0) == kCheckpointVersion, "'", path,
+                "' has format version ", meta.value("version", 0), "; this build reads version ",
+                kCheckpointVersion);
+  return meta;
+}
+
+}  // namespace
+
+std::string latest_checkpoint_dir(const std::string& dir) {
+  const std::string latest = dir + "/" + kLatest;
+  if (!fs::exists(latest)) return "";
   const std::string text = ckpt::read_text_file(latest);
   size_t used = 0;
   int64_t iteration = -1;
@@ -347,19 +361,38 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   }
   MG_USER_CHECK(iteration >= 0 && text.find_first_not_of(" \n", used) == std::string::npos,
                 "'", latest, "' should hold an iteration number, not '", text, "'");
-  const std::string dir = c.load + "/" + checkpoint_dir_name(iteration);
-  const std::string meta_path = dir + "/metadata.json";
-  json meta;
-  try {
-    meta = json::parse(ckpt::read_text_file(meta_path));
-  } catch (const json::exception& e) {
-    MG_USER_CHECK(false, "checkpoint metadata '", meta_path, "' is unreadable: ", e.what());
+  return dir + "/" + checkpoint_dir_name(iteration);
+}
+
+GPTConfig checkpoint_model_config(const std::string& dir) {
+  const std::string ckdir = latest_checkpoint_dir(dir);
+  MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatest, ")");
+  const json m = read_metadata(ckdir).at("model");  // the fields model_json() writes
+  GPTConfig c;
+  c.num_layers = m.at("num_layers");
+  c.hidden_size = m.at("hidden_size");
+  c.num_attention_heads = m.at("num_attention_heads");
+  c.ffn_hidden_size = m.at("ffn_hidden_size");
+  c.seq_length = m.at("seq_length");
+  c.max_position_embeddings = m.at("max_position_embeddings");
+  c.vocab_size = m.at("vocab_size");
+  c.make_vocab_size_divisible_by = m.at("make_vocab_size_divisible_by");
+  c.init_method_std = m.at("init_method_std");
+  c.norm_epsilon = m.at("norm_epsilon");
+  return c;
+}
+
+bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
+  Timer timer;
+  const TrainConfig& c = io.cfg;
+  const std::string dir = latest_checkpoint_dir(c.load);
+  if (dir.empty()) {
+    MG_USER_CHECK(!c.exit_on_missing_checkpoint, "--load ", c.load, ": no checkpoint there (",
+                  c.load, "/", kLatest, " is missing) and --exit-on-missing-checkpoint is set");
+    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatest, "): starting from scratch"));
+    return false;
   }
-  MG_USER_CHECK(meta.value("format", "") == kFormat, "'", meta_path, "' is not a ", kFormat,
-                " metadata file");
-  MG_USER_CHECK(meta.value("version", 0) == kCheckpointVersion, "'", meta_path,
-                "' has format version ", meta.value("version", 0), "; this build reads version ",
-                kCheckpointVersion);
+  const json meta = read_metadata(dir);
   check_model(meta.at("model"), c.model, dir);
   CheckpointReader reader(dir, meta);
 

@@ -39,6 +39,10 @@ struct CheckpointIO {
 };
 
 std::string checkpoint_dir_name(int64_t iteration);  // "iter_0000010"
+// The directory of dir's latest complete checkpoint ("" when dir holds none).
+std::string latest_checkpoint_dir(const std::string& dir);
+// The model config recorded in the latest checkpoint under dir.
+GPTConfig checkpoint_model_config(const std::string& dir);
 
 // Collective over all ranks: saves under cfg.save. Logs time, bytes and bandwidth.
 void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress);

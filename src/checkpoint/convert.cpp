@@ -2,8 +2,6 @@
 
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/files.h"
 #include "checkpoint/hf_gpt2.h"
@@ -39,27 +37,6 @@ void ConvertConfig::validate() const {
   MG_USER_CHECK(!load.empty(), "--load DIR is required");
   MG_USER_CHECK(!save.empty(), "--save DIR is required");
   MG_USER_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive");
-}
-
-GPTConfig checkpoint_model_config(const std::string& dir) {
-  const std::string latest = dir + "/latest_checkpointed_iteration.txt";
-  MG_USER_CHECK(std::filesystem::exists(latest), "'", dir, "' holds no checkpoint (no ", latest, ")");
-  const int64_t it = std::stoll(ckpt::read_text_file(latest));
-  const std::string meta_path = dir + "/" + checkpoint_dir_name(it) + "/metadata.json";
-  const auto meta = nlohmann::json::parse(ckpt::read_text_file(meta_path));
-  const auto& m = meta.at("model");
-  GPTConfig c;
-  c.num_layers = m.at("num_layers");
-  c.hidden_size = m.at("hidden_size");
-  c.num_attention_heads = m.at("num_attention_heads");
-  c.ffn_hidden_size = m.at("ffn_hidden_size");
-  c.seq_length = m.at("seq_length");
-  c.max_position_embeddings = m.at("max_position_embeddings");
-  c.vocab_size = m.at("vocab_size");
-  c.make_vocab_size_divisible_by = m.at("make_vocab_size_divisible_by");
-  c.init_method_std = m.at("init_method_std");
-  c.norm_epsilon = m.at("norm_epsilon");
-  return c;
 }
 
 void load_checkpoint_weights(const std::string& dir, GPTModel& model) {

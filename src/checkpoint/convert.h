@@ -18,9 +18,6 @@ struct ConvertConfig {
 
 void convert(const ConvertConfig& cfg);
 
-// The model config recorded in the latest checkpoint under dir.
-GPTConfig checkpoint_model_config(const std::string& dir);
-
 class GPTModel;
 // Loads the weights of dir's latest checkpoint into a single-rank f32 model (any layout the
 // checkpoint was saved with).

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "core/error.h"
 #include "model/gpt.h"

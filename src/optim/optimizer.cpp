@@ -37,10 +37,11 @@ Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DTy
   if (dtype_ == DType::F32) return;
   MG_CHECK(model_params, "a 16-bit model needs its params to seed the fp32 main params");
   main_ = Tensor({numel_});
+  const int64_t esize = int64_t(dtype_size(dtype_));
   int64_t s = 0;
   for (const ParamRun& r : runs_) {
-    cpu::cast_to_f32(main_.data<float>() + s, static_cast<const char*>(model_params) + r.offset * 2, dtype_,
-                     r.numel);
+    const char* src = static_cast<const char*>(model_params) + r.offset * esize;
+    cpu::cast_to_f32(main_.data<float>() + s, src, dtype_, r.numel);
     s += r.numel;
   }
 }
@@ -73,6 +74,7 @@ void Optimizer::step(void* model_params, float* grads, float lr, float wd, doubl
   // Megatron / torch clip_grad_norm_: scale by clip / (norm + 1e-6) only when that is < 1.
   const double coeff = cfg_.clip_grad > 0.f ? cfg_.clip_grad / (norm + 1e-6) : 1.0;
   ++t_;
+  const int64_t esize = int64_t(dtype_size(dtype_));
   float* state = state_.data<float>();
   int64_t s = 0;  // state offset of the current run
   for (const ParamRun& r : runs_) {
@@ -86,7 +88,7 @@ void Optimizer::step(void* model_params, float* grads, float lr, float wd, doubl
     else
       cpu::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_);
     if (!main_.empty())  // copy the main params back to the model, rounded
-      cpu::cast_from_f32(static_cast<char*>(model_params) + r.offset * 2, dtype_, p, r.numel);
+      cpu::cast_from_f32(static_cast<char*>(model_params) + r.offset * esize, dtype_, p, r.numel);
     s += r.numel;
   }
 }
