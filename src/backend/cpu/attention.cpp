@@ -1,13 +1,19 @@
 // Causal multi-head attention core, flash-style (Dao et al. 2022) on the CPU: one (batch, head)
-// pair per task; queries in blocks of kBlock rows, keys/values in blocks of kBlock columns, only
-// blocks on or below the diagonal (and not wholly before a row's segment start) are visited.
-// Forward keeps a running row maximum m and sum l (online softmax) and rescales the output
-// accumulator when m grows; it stores O and the log-sum-exp m + log(l) per row, never the S x S
-// probabilities. Backward recomputes each block's P = exp(Q K^T / sqrt(HD) - lse) from the saved
-// lse and applies dV += P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ += dS K / sqrt(HD),
-// dK += dS^T Q / sqrt(HD). Per task the scratch is a few kBlock x kBlock tiles.
-// Q, K, V are read in place from the interleaved QKV rows (row stride B*3*NH*HD) and the block
-// GEMMs run single-threaded inside the task (oneDNN does not nest inside an OpenMP region).
+// pair per task; queries in blocks of kRows rows, keys/values in chunks of up to kCols columns
+// that end at the block's diagonal and start at the earliest segment start among its rows, so
+// nothing wholly masked is computed. Forward keeps a running row maximum m and sum l (online
+// softmax) and rescales the output accumulator when m grows; it stores O and the log-sum-exp
+// m + log(l) per row, never the S x S probabilities. Backward recomputes each chunk's
+// P = exp(Q K^T / sqrt(HD) - lse) from the saved lse and applies dV += P^T dO,
+// dS = P (dO V^T - rowsum(dO O)), dQ += dS K / sqrt(HD), dK += dS^T Q / sqrt(HD).
+// A task first copies its head's Q, K, V (and dO) out of the interleaved rows into contiguous
+// S x HD panels: in place their row stride B*3*NH*HD floats is a multiple of 4 KiB, so every
+// row would fall into the same few L1 sets. Backward accumulates dQ, dK, dV in panels and adds
+// them into dQKV at the end. The chunk GEMMs run single-threaded inside the task (oneDNN does
+// not nest inside an OpenMP region).
+// Wide key chunks keep the GEMMs few and large: at S = 256 a query block needs one chunk. Each
+// thread's scratch (the panels, two kRows x kCols tiles, the accumulator, the row statistics)
+// is reused across calls, so the steady state allocates nothing.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,35 +29,65 @@ namespace mg::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 64;
+constexpr int64_t kRows = 64;
+constexpr int64_t kCols = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-struct Tiles {
-  std::vector<float> s, dp, acc;
-  std::vector<float> m, l;
-  Tiles(int64_t HD) : s(kBlock * kBlock), dp(kBlock * kBlock), acc(kBlock * HD), m(kBlock), l(kBlock) {}
+struct Scratch {
+  std::vector<float> s, dp, acc, m, l, d;
+  std::vector<float> q, k, v, dout, dq, dk, dv;  // S x HD panels of one (batch, head)
+  void reserve(int64_t HD, int64_t S) {
+    const auto grow = [](std::vector<float>& x, int64_t n) {
+      if (x.size() < size_t(n)) x.resize(size_t(n));
+    };
+    grow(s, kRows * kCols);
+    grow(dp, kRows * kCols);
+    grow(acc, kRows * HD);
+    grow(m, kRows);
+    grow(l, kRows);
+    grow(d, S);
+    for (auto* x : {&q, &k, &v, &dout, &dq, &dk, &dv}) grow(*x, S * HD);
+  }
 };
 
-// Scores of query rows [t0, t0 + nr) against key columns [c0, c0 + nc), scaled, with -inf where
-// a key is in the future or before the row's segment start.
-void block_scores(float* s, const float* q, const float* k, int64_t ld, int64_t t0, int64_t nr,
-                  int64_t c0, int64_t nc, int64_t HD, float scale, const int32_t* seg) {
-  gemm(false, true, nr, nc, HD, scale, q + t0 * ld, ld, k + c0 * ld, ld, 0.0f, s, kBlock);
-  for (int64_t r = 0; r < nr; ++r) {
-    const int64_t t = t0 + r, lo = seg ? seg[t] : 0;
-    float* row = s + r * kBlock;
-    for (int64_t c = 0; c < nc; ++c)
-      if (c0 + c > t || c0 + c < lo) row[c] = kNegInf;
-  }
+// panel[t] = src[t * ld] for t < S, HD floats each.
+void pack(float* panel, const float* src, int64_t ld, int64_t S, int64_t HD) {
+  for (int64_t t = 0; t < S; ++t) std::copy(src + t * ld, src + t * ld + HD, panel + t * HD);
 }
 
-// The key blocks a query block needs: from the earliest segment start among its rows up to
-// the diagonal.
-int64_t first_key_block(int64_t t0, int64_t nr, const int32_t* seg) {
+// dst[t * ld] += panel[t] for t < S.
+void unpack_add(float* dst, int64_t ld, const float* panel, int64_t S, int64_t HD) {
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t e = 0; e < HD; ++e) dst[t * ld + e] += panel[t * HD + e];
+}
+
+Scratch& thread_scratch(int64_t HD, int64_t S) {
+  thread_local Scratch w;
+  w.reserve(HD, S);
+  return w;
+}
+
+// The first key any row of [t0, t0 + nr) may see: the earliest segment start among them.
+int64_t first_key(int64_t t0, int64_t nr, const int32_t* seg) {
   if (!seg) return 0;
   int64_t lo = seg[t0];
   for (int64_t r = 1; r < nr; ++r) lo = std::min<int64_t>(lo, seg[t0 + r]);
-  return lo / kBlock;
+  return lo;
+}
+
+// Scores of query rows [t0, t0 + nr) against key columns [c0, c0 + nc), scaled, with -inf where
+// a key is in the future or before the row's segment start (row stride kCols).
+void chunk_scores(float* s, const float* q, const float* k, int64_t ld, int64_t t0, int64_t nr,
+                  int64_t c0, int64_t nc, int64_t HD, float scale, const int32_t* seg) {
+  gemm(false, true, nr, nc, HD, scale, q + t0 * ld, ld, k + c0 * ld, ld, 0.0f, s, kCols);
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t t = t0 + r;
+    const int64_t lo = std::clamp<int64_t>((seg ? seg[t] : 0) - c0, 0, nc);
+    const int64_t hi = std::clamp<int64_t>(t + 1 - c0, lo, nc);  // visible: [lo, hi)
+    float* row = s + r * kCols;
+    std::fill(row, row + lo, kNegInf);
+    std::fill(row + hi, row + nc, kNegInf);
+  }
 }
 
 }  // namespace
@@ -63,39 +99,41 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel
   {
-    Tiles w(HD);
+    Scratch& w = thread_scratch(HD, S);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
-      const float* q = qkv + b * 3 * H + h * 3 * HD;
-      const float *k = q + HD, *v = q + 2 * HD;
+      const float* src = qkv + b * 3 * H + h * 3 * HD;
+      pack(w.q.data(), src, ld_qkv, S, HD);
+      pack(w.k.data(), src + HD, ld_qkv, S, HD);
+      pack(w.v.data(), src + 2 * HD, ld_qkv, S, HD);
+      const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data();
       const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
-      for (int64_t t0 = 0; t0 < S; t0 += kBlock) {
-        const int64_t nr = std::min(kBlock, S - t0);
+      for (int64_t t0 = 0; t0 < S; t0 += kRows) {
+        const int64_t nr = std::min(kRows, S - t0), end = t0 + nr;
         std::fill(w.m.begin(), w.m.end(), kNegInf);
         std::fill(w.l.begin(), w.l.end(), 0.f);
         std::fill(w.acc.begin(), w.acc.end(), 0.f);
-        for (int64_t jb = first_key_block(t0, nr, seg); jb * kBlock <= t0 + nr - 1; ++jb) {
-          const int64_t c0 = jb * kBlock, nc = std::min(kBlock, S - c0);
-          block_scores(w.s.data(), q, k, ld_qkv, t0, nr, c0, nc, HD, scale, seg);
+        for (int64_t c0 = first_key(t0, nr, seg); c0 < end; c0 += kCols) {
+          const int64_t nc = std::min(kCols, end - c0);
+          chunk_scores(w.s.data(), q, k, HD, t0, nr, c0, nc, HD, scale, seg);
           for (int64_t r = 0; r < nr; ++r) {
-            float* row = w.s.data() + r * kBlock;
-            float mx = w.m[r];
-            for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, row[c]);
+            float* row = w.s.data() + r * kCols;
+            const float mx = std::max(w.m[r], row_max(row, nc));
             if (mx == kNegInf) {  // nothing visible yet in this row
-              for (int64_t c = 0; c < nc; ++c) row[c] = 0.f;
+              std::fill(row, row + nc, 0.f);
               continue;
             }
             const float corr = w.m[r] == kNegInf ? 0.f : std::exp(w.m[r] - mx);
-            exp_shifted(row, row, mx, nc);  // exp(-inf) = 0 for masked entries
-            float sum = 0.f;
-            for (int64_t c = 0; c < nc; ++c) sum += row[c];
+            const float sum = exp_shifted_sum(row, row, mx, nc);  // exp(-inf) = 0 when masked
             w.l[r] = w.l[r] * corr + sum;
             w.m[r] = mx;
-            float* a = w.acc.data() + r * HD;
-            for (int64_t e = 0; e < HD; ++e) a[e] *= corr;
+            if (corr != 1.f) {
+              float* a = w.acc.data() + r * HD;
+              for (int64_t e = 0; e < HD; ++e) a[e] *= corr;
+            }
           }
-          gemm(false, false, nr, HD, nc, 1.0f, w.s.data(), kBlock, v + c0 * ld_qkv, ld_qkv, 1.0f,
+          gemm(false, false, nr, HD, nc, 1.0f, w.s.data(), kCols, v + c0 * HD, HD, 1.0f,
                w.acc.data(), HD);
         }
         for (int64_t r = 0; r < nr; ++r) {
@@ -117,46 +155,54 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel
   {
-    Tiles w(HD);
-    auto D = std::vector<float>(size_t(S));  // rowsum(dO * O)
+    Scratch& w = thread_scratch(HD, S);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const int64_t off = b * 3 * H + h * 3 * HD;
-      const float *q = qkv + off, *k = q + HD, *v = q + 2 * HD;
-      float *dq = dqkv + off, *dk = dq + HD, *dv = dq + 2 * HD;
-      const float* dO = dout + b * H + h * HD;
+      pack(w.q.data(), qkv + off, ld_qkv, S, HD);
+      pack(w.k.data(), qkv + off + HD, ld_qkv, S, HD);
+      pack(w.v.data(), qkv + off + 2 * HD, ld_qkv, S, HD);
+      pack(w.dout.data(), dout + b * H + h * HD, ld_out, S, HD);
+      const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *dO = w.dout.data();
+      float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data();
+      std::fill(dq, dq + S * HD, 0.f);
+      std::fill(dk, dk + S * HD, 0.f);
+      std::fill(dv, dv + S * HD, 0.f);
       const float* O = out + b * H + h * HD;
       const float* L = lse + bh * S;
       const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
-      for (int64_t t = 0; t < S; ++t) {  // D = rowsum(dO * O)
+      float* D = w.d.data();  // rowsum(dO * O)
+      for (int64_t t = 0; t < S; ++t) {
         float d = 0.f;
-        for (int64_t e = 0; e < HD; ++e) d += dO[t * ld_out + e] * O[t * ld_out + e];
-        D[size_t(t)] = d;
+        for (int64_t e = 0; e < HD; ++e) d += dO[t * HD + e] * O[t * ld_out + e];
+        D[t] = d;
       }
-      for (int64_t t0 = 0; t0 < S; t0 += kBlock) {
-        const int64_t nr = std::min(kBlock, S - t0);
-        for (int64_t jb = first_key_block(t0, nr, seg); jb * kBlock <= t0 + nr - 1; ++jb) {
-          const int64_t c0 = jb * kBlock, nc = std::min(kBlock, S - c0);
+      for (int64_t t0 = 0; t0 < S; t0 += kRows) {
+        const int64_t nr = std::min(kRows, S - t0), end = t0 + nr;
+        for (int64_t c0 = first_key(t0, nr, seg); c0 < end; c0 += kCols) {
+          const int64_t nc = std::min(kCols, end - c0);
           float* p = w.s.data();
-          block_scores(p, q, k, ld_qkv, t0, nr, c0, nc, HD, scale, seg);
-          for (int64_t r = 0; r < nr; ++r) exp_shifted(p + r * kBlock, p + r * kBlock, L[t0 + r], nc);
+          chunk_scores(p, q, k, HD, t0, nr, c0, nc, HD, scale, seg);
+          for (int64_t r = 0; r < nr; ++r) exp_shifted(p + r * kCols, p + r * kCols, L[t0 + r], nc);
           // dV[c0:] += P^T dO[t0:]
-          gemm(true, false, nc, HD, nr, 1.0f, p, kBlock, dO + t0 * ld_out, ld_out, 1.0f,
-               dv + c0 * ld_qkv, ld_qkv);
+          gemm(true, false, nc, HD, nr, 1.0f, p, kCols, dO + t0 * HD, HD, 1.0f, dv + c0 * HD, HD);
           // dP = dO V^T, then dS = P (dP - D) in place
           float* ds = w.dp.data();
-          gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * ld_out, ld_out, v + c0 * ld_qkv, ld_qkv,
-               0.0f, ds, kBlock);
-          for (int64_t r = 0; r < nr; ++r)
-            for (int64_t c = 0; c < nc; ++c)
-              ds[r * kBlock + c] = p[r * kBlock + c] * (ds[r * kBlock + c] - D[size_t(t0 + r)]);
-          gemm(false, false, nr, HD, nc, scale, ds, kBlock, k + c0 * ld_qkv, ld_qkv, 1.0f,
-               dq + t0 * ld_qkv, ld_qkv);
-          gemm(true, false, nc, HD, nr, scale, ds, kBlock, q + t0 * ld_qkv, ld_qkv, 1.0f,
-               dk + c0 * ld_qkv, ld_qkv);
+          gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * HD, HD, v + c0 * HD, HD, 0.0f, ds, kCols);
+          for (int64_t r = 0; r < nr; ++r) {
+            const float dr = D[t0 + r];
+            float* dsr = ds + r * kCols;
+            const float* pr = p + r * kCols;
+            for (int64_t c = 0; c < nc; ++c) dsr[c] = pr[c] * (dsr[c] - dr);
+          }
+          gemm(false, false, nr, HD, nc, scale, ds, kCols, k + c0 * HD, HD, 1.0f, dq + t0 * HD, HD);
+          gemm(true, false, nc, HD, nr, scale, ds, kCols, q + t0 * HD, HD, 1.0f, dk + c0 * HD, HD);
         }
       }
+      unpack_add(dqkv + off, ld_qkv, dq, S, HD);
+      unpack_add(dqkv + off + HD, ld_qkv, dk, S, HD);
+      unpack_add(dqkv + off + 2 * HD, ld_qkv, dv, S, HD);
     }
   }
 }

@@ -179,12 +179,13 @@ TEST(OpsGrad, CausalAttention) {
 }
 
 // The tiled kernels against the plain materialized-probabilities attention on random shapes
-// with ragged tails (S not a multiple of the 64-row block), several heads and head sizes, and
-// segment starts: outputs, the log-sum-exp and every input gradient.
+// with ragged tails (S not a multiple of the 64-row block), several heads and head sizes, more
+// keys than one 256-column chunk, and segment starts: outputs, the log-sum-exp and every input gradient.
 TEST(OpsGrad, FlashAttentionMatchesThePlainReference) {
   struct Case { int64_t B, S, NH, HD; bool seg; };
   for (const Case& k : {Case{1, 1, 1, 4, false}, Case{2, 63, 3, 8, false}, Case{1, 64, 2, 16, false},
-                        Case{2, 129, 2, 32, true}, Case{1, 200, 4, 64, true}}) {
+                        Case{2, 129, 2, 32, true}, Case{1, 200, 4, 64, true},
+                        Case{1, 600, 2, 16, false}, Case{1, 700, 1, 8, true}}) {
     const int64_t H = k.NH * k.HD, N = k.B * k.S;
     auto qkv = random_vec(N * 3 * H, 40, -2.f, 2.f), dout = random_vec(N * H, 41);
     std::vector<int32_t> seg(N);
