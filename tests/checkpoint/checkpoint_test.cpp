@@ -251,7 +251,16 @@ TEST(Checkpoint, SigtermSavesAndExitsZero) {
     execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + log + " 2>&1").c_str(), nullptr);
     _exit(127);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // Signal only once training runs (the handler is installed before the first iteration): a
+  // fixed delay raced with a slow start-up on a loaded machine, killing the process outright.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    std::ifstream f(log);
+    const std::string so_far((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (so_far.find(" iteration ") != std::string::npos) break;
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(120)) << so_far;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);

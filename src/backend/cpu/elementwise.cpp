@@ -22,7 +22,7 @@ inline float gelu_grad_scalar(float x) {
   const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
-constexpr int64_t kBlock = 1024;  // elements per parallel work item (a multiple of 16)
+constexpr int64_t kBlock = 1024;  // elements per parallel work item (a multiple of kLanes)
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
@@ -31,14 +31,13 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
     int64_t i = b;
-#if defined(__AVX512F__)
-    const __m512 c = _mm512_set1_ps(kSqrt2OverPi), k = _mm512_set1_ps(0.044715f),
-                 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
-    for (; i + 16 <= e; i += 16) {
-      const __m512 x = _mm512_loadu_ps(inp + i);
-      const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-      const __m512 t = tanh16(_mm512_mul_ps(c, _mm512_fmadd_ps(k, x3, x)));
-      _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, t)));
+#if defined(MG_SIMD)
+    const vf c = vset(kSqrt2OverPi), k = vset(0.044715f), half = vset(0.5f), one = vset(1.0f);
+    for (; i + kLanes <= e; i += kLanes) {
+      const vf x = vload(inp + i);
+      const vf x3 = vmul(vmul(x, x), x);
+      const vf t = vtanh(vmul(c, vfmadd(k, x3, x)));
+      vstore(out + i, vmul(vmul(half, x), vadd(one, t)));
     }
 #endif
     for (; i < e; ++i) out[i] = gelu_scalar(inp[i]);
@@ -52,21 +51,18 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
     int64_t i = b;
-#if defined(__AVX512F__)
-    const __m512 c = _mm512_set1_ps(kSqrt2OverPi), k = _mm512_set1_ps(0.044715f),
-                 k3 = _mm512_set1_ps(3.0f * 0.044715f), half = _mm512_set1_ps(0.5f),
-                 one = _mm512_set1_ps(1.0f);
-    for (; i + 16 <= e; i += 16) {
-      const __m512 x = _mm512_loadu_ps(inp + i);
-      const __m512 x2 = _mm512_mul_ps(x, x);
-      const __m512 t = tanh16(_mm512_mul_ps(c, _mm512_fmadd_ps(_mm512_mul_ps(k, x2), x, x)));
-      const __m512 du = _mm512_mul_ps(c, _mm512_fmadd_ps(k3, x2, one));
+#if defined(MG_SIMD)
+    const vf c = vset(kSqrt2OverPi), k = vset(0.044715f), k3 = vset(3.0f * 0.044715f),
+             half = vset(0.5f), one = vset(1.0f);
+    for (; i + kLanes <= e; i += kLanes) {
+      const vf x = vload(inp + i);
+      const vf x2 = vmul(x, x);
+      const vf t = vtanh(vmul(c, vfmadd(vmul(k, x2), x, x)));
+      const vf du = vmul(c, vfmadd(k3, x2, one));
       // 0.5 (1 + t) + 0.5 x (1 - t^2) du
-      const __m512 sech2 = _mm512_fnmadd_ps(t, t, one);
-      const __m512 g = _mm512_mul_ps(
-          half, _mm512_fmadd_ps(_mm512_mul_ps(x, sech2), du, _mm512_add_ps(one, t)));
-      _mm512_storeu_ps(dinp + i,
-                       _mm512_fmadd_ps(_mm512_loadu_ps(dout + i), g, _mm512_loadu_ps(dinp + i)));
+      const vf sech2 = vfnmadd(t, t, one);
+      const vf g = vmul(half, vfmadd(vmul(x, sech2), du, vadd(one, t)));
+      vstore(dinp + i, vfmadd(vload(dout + i), g, vload(dinp + i)));
     }
 #endif
     for (; i < e; ++i) dinp[i] += dout[i] * gelu_grad_scalar(inp[i]);
