@@ -1,0 +1,247 @@
+// Causal flash attention (Dao et al. 2022) on the GPU, correctness-first: one thread per query
+// (forward, dQ) or key (dK, dV) row holds its head-dim vectors in registers, while the block
+// streams tiles of kTile keys (or queries) through shared memory. Forward keeps the running row
+// maximum m and sum l (online softmax) and stores O and lse = m + log l; backward recomputes
+// P = exp(q k^T / sqrt(HD) - lse) tile by tile: dV += P^T dO, dS = P (dO V^T - D) with
+// D = rowsum(dO O), dQ += dS K / sqrt(HD), dK += dS^T Q / sqrt(HD). Nothing of size S x S is
+// stored. Layout as the CPU: qkv[S,B,NH,3,HD] (q, k, v per head), out[S,B,NH*HD], lse[B,NH,S];
+// seg_start (B, S) limits row t to keys [seg_start, t] (--reset-attention-mask).
+// The tensor-core (mma) version is the next step; this one is the GPU's reference.
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/ops.h"
+
+namespace mg::cuda {
+
+namespace {
+
+constexpr int kTile = 32;  // rows per block and rows per shared-memory tile
+
+struct Geometry {
+  int64_t B, S, NH, ld_qkv, ld_out;  // row strides of qkv and out
+};
+
+__device__ const float* qkv_row(const float* qkv, const Geometry& g, int64_t b, int64_t h,
+                                int64_t t, int part, int HD) {
+  return qkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD;
+}
+
+__device__ bool visible(int64_t q, int64_t k, const int32_t* seg) {
+  return k <= q && (!seg || k >= seg[q]);
+}
+
+template <int HD>
+__global__ void forward_kernel(float* out, float* lse, const float* qkv, Geometry g, float scale,
+                               const int32_t* seg_start) {
+  __shared__ float ks[kTile][HD], vs[kTile][HD];
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t q0 = int64_t(blockIdx.x) * kTile, t = q0 + threadIdx.x;
+  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  float q[HD], acc[HD];
+  const bool active = t < g.S;
+  if (active) {
+    const float* qr = qkv_row(qkv, g, b, h, t, 0, HD);
+    for (int e = 0; e < HD; ++e) q[e] = qr[e] * scale;
+  }
+  for (int e = 0; e < HD; ++e) acc[e] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  const int64_t last = min(q0 + kTile, g.S);  // keys beyond the block's last query are masked
+  for (int64_t k0 = 0; k0 < last; k0 += kTile) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
+      const int r = i / HD, e = i % HD;
+      const bool in = k0 + r < g.S;
+      ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
+      vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int r = 0; r < kTile; ++r) {
+      const int64_t k = k0 + r;
+      if (k >= g.S || !visible(t, k, seg)) continue;
+      float s = 0.f;
+      for (int e = 0; e < HD; ++e) s += q[e] * ks[r][e];
+      const float mx = fmaxf(m, s);
+      const float corr = expf(m - mx), p = expf(s - mx);  // expf(-inf) = 0 on the first key
+      l = l * corr + p;
+      for (int e = 0; e < HD; ++e) acc[e] = acc[e] * corr + p * vs[r][e];
+      m = mx;
+    }
+  }
+  if (!active) return;
+  float* o = out + t * g.ld_out + b * g.NH * HD + h * HD;
+  for (int e = 0; e < HD; ++e) o[e] = acc[e] / l;
+  lse[bh * g.S + t] = m + logf(l);
+}
+
+// D[bh, t] = rowsum(dO * O) for every query row.
+template <int HD>
+__global__ void dot_kernel(float* D, const float* dout, const float* out, Geometry g) {
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= g.S) return;
+  const int64_t off = t * g.ld_out + b * g.NH * HD + h * HD;
+  float d = 0.f;
+  for (int e = 0; e < HD; ++e) d += dout[off + e] * out[off + e];
+  D[bh * g.S + t] = d;
+}
+
+// dQ: one thread per query row, key/value tiles in shared memory.
+template <int HD>
+__global__ void dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                          const float* D, Geometry g, float scale, const int32_t* seg_start) {
+  __shared__ float ks[kTile][HD], vs[kTile][HD];
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t q0 = int64_t(blockIdx.x) * kTile, t = q0 + threadIdx.x;
+  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  const bool active = t < g.S;
+  float q[HD], dO[HD], dq[HD];
+  float L = 0.f, Dt = 0.f;
+  if (active) {
+    const float* qr = qkv_row(qkv, g, b, h, t, 0, HD);
+    const float* dr = dout + t * g.ld_out + b * g.NH * HD + h * HD;
+    for (int e = 0; e < HD; ++e) {
+      q[e] = qr[e];
+      dO[e] = dr[e];
+    }
+    L = lse[bh * g.S + t];
+    Dt = D[bh * g.S + t];
+  }
+  for (int e = 0; e < HD; ++e) dq[e] = 0.f;
+  const int64_t last = min(q0 + kTile, g.S);
+  for (int64_t k0 = 0; k0 < last; k0 += kTile) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
+      const int r = i / HD, e = i % HD;
+      const bool in = k0 + r < g.S;
+      ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
+      vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int r = 0; r < kTile; ++r) {
+      const int64_t k = k0 + r;
+      if (k >= g.S || !visible(t, k, seg)) continue;
+      float s = 0.f, dp = 0.f;
+      for (int e = 0; e < HD; ++e) {
+        s += q[e] * ks[r][e];
+        dp += dO[e] * vs[r][e];
+      }
+      const float ds = expf(s * scale - L) * (dp - Dt) * scale;
+      for (int e = 0; e < HD; ++e) dq[e] += ds * ks[r][e];
+    }
+  }
+  if (!active) return;
+  float* dst = dqkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD;
+  for (int e = 0; e < HD; ++e) dst[e] += dq[e];
+}
+
+// dK, dV: one thread per key row, query tiles (q, dO, lse, D) in shared memory.
+template <int HD>
+__global__ void dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                           const float* D, Geometry g, float scale, const int32_t* seg_start) {
+  __shared__ float qs[kTile][HD], dos[kTile][HD], ls[kTile], ds_[kTile];
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t k0 = int64_t(blockIdx.x) * kTile, j = k0 + threadIdx.x;
+  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  const bool active = j < g.S;
+  float k[HD], v[HD], dk[HD], dv[HD];
+  if (active) {
+    const float* kr = qkv_row(qkv, g, b, h, j, 1, HD);
+    const float* vr = qkv_row(qkv, g, b, h, j, 2, HD);
+    for (int e = 0; e < HD; ++e) {
+      k[e] = kr[e];
+      v[e] = vr[e];
+    }
+  }
+  for (int e = 0; e < HD; ++e) dk[e] = dv[e] = 0.f;
+  for (int64_t t0 = k0; t0 < g.S; t0 += kTile) {  // queries before k0 cannot see these keys
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
+      const int r = i / HD, e = i % HD;
+      const bool in = t0 + r < g.S;
+      qs[r][e] = in ? qkv_row(qkv, g, b, h, t0 + r, 0, HD)[e] : 0.f;
+      dos[r][e] = in ? dout[(t0 + r) * g.ld_out + b * g.NH * HD + h * HD + e] : 0.f;
+    }
+    if (threadIdx.x < kTile) {
+      const bool in = t0 + threadIdx.x < g.S;
+      ls[threadIdx.x] = in ? lse[bh * g.S + t0 + threadIdx.x] : 0.f;
+      ds_[threadIdx.x] = in ? D[bh * g.S + t0 + threadIdx.x] : 0.f;
+    }
+    __syncthreads();
+    if (!active) continue;
+    for (int r = 0; r < kTile; ++r) {
+      const int64_t t = t0 + r;
+      if (t >= g.S || !visible(t, j, seg)) continue;
+      float s = 0.f, dp = 0.f;
+      for (int e = 0; e < HD; ++e) {
+        s += qs[r][e] * k[e];
+        dp += dos[r][e] * v[e];
+      }
+      const float p = expf(s * scale - ls[r]);
+      const float ds = p * (dp - ds_[r]) * scale;
+      for (int e = 0; e < HD; ++e) {
+        dv[e] += p * dos[r][e];
+        dk[e] += ds * qs[r][e];
+      }
+    }
+  }
+  if (!active) return;
+  float* base = dqkv + j * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD;
+  for (int e = 0; e < HD; ++e) {
+    base[HD + e] += dk[e];
+    base[2 * HD + e] += dv[e];
+  }
+}
+
+Geometry geometry(int64_t B, int64_t S, int64_t NH, int64_t HD) {
+  return {B, S, NH, B * 3 * NH * HD, B * NH * HD};
+}
+
+template <int HD>
+void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
+             const int32_t* seg) {
+  const dim3 grid(unsigned((S + kTile - 1) / kTile), unsigned(B * NH));
+  forward_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(out, lse, qkv, geometry(B, S, NH, HD),
+                                                           1.0f / sqrtf(float(HD)), seg);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
+void backward(float* dqkv, const float* dout, const float* out, const float* qkv,
+              const float* lse, int64_t B, int64_t S, int64_t NH, const int32_t* seg) {
+  const Geometry g = geometry(B, S, NH, HD);
+  const float scale = 1.0f / sqrtf(float(HD));
+  Buffer D(size_t(B * NH * S) * sizeof(float));
+  const dim3 grid(unsigned((S + kTile - 1) / kTile), unsigned(B * NH));
+  dot_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(D.as<float>(), dout, out, g);
+  MG_CUDA_CHECK(cudaGetLastError());
+  dq_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, qkv, lse, D.as<float>(), g,
+                                                      scale, seg);
+  MG_CUDA_CHECK(cudaGetLastError());
+  dkv_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, qkv, lse, D.as<float>(), g,
+                                                       scale, seg);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
+                       int64_t NH, int64_t HD, const int32_t* seg_start) {
+  if (B * S * NH == 0) return;
+  if (HD == 64) return forward<64>(out, lse, qkv, B, S, NH, seg_start);
+  if (HD == 128) return forward<128>(out, lse, qkv, B, S, NH, seg_start);
+  if (HD == 32) return forward<32>(out, lse, qkv, B, S, NH, seg_start);
+  MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
+                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
+                        const int32_t* seg_start) {
+  if (B * S * NH == 0) return;
+  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,180 @@
+// Element-wise kernels: GELU (tanh approximation, as GPT-2), residual add, bias add and its
+// column-sum gradient, f32 <-> bf16/f16 casts (round to nearest even, as the CPU's), the
+// inf/NaN check and in-place scaling. Grid-stride loops over n elements.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/ops.h"
+
+namespace mg::cuda {
+
+namespace {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+
+#define MG_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  MG_GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                     int64_t n) {
+  MG_GRID_STRIDE(i, n) {
+    const float x = inp[i];
+    const float t = tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+__global__ void residual_forward_kernel(float* out, const float* a, const float* b, int64_t n) {
+  MG_GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+__global__ void residual_backward_kernel(float* da, float* db, const float* dout, int64_t n) {
+  MG_GRID_STRIDE(i, n) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+__global__ void bias_add_kernel(float* out, const float* bias, int64_t N, int64_t C) {
+  MG_GRID_STRIDE(i, N * C) out[i] += bias[i % C];
+}
+
+// One block of 32 x 8 threads per 32 columns: each of the 8 rows of threads sums a strided set
+// of rows, then the 8 partials are added in a fixed order.
+__global__ void column_sum_kernel(float* dbias, const float* dout, int64_t N, int64_t C) {
+  __shared__ float part[8][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float s = 0.f;
+  if (c < C)
+    for (int64_t n = threadIdx.y; n < N; n += 8) s += dout[n * C + c];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0.f;
+    for (int r = 0; r < 8; ++r) t += part[r][threadIdx.x];
+    dbias[c] += t;
+  }
+}
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16* dst, const float* src, int64_t n) {
+  MG_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+__global__ void f32_to_f16_kernel(__half* dst, const float* src, int64_t n) {
+  MG_GRID_STRIDE(i, n) dst[i] = __float2half_rn(src[i]);
+}
+__global__ void bf16_to_f32_kernel(float* dst, const __nv_bfloat16* src, int64_t n) {
+  MG_GRID_STRIDE(i, n) dst[i] = __bfloat162float(src[i]);
+}
+__global__ void f16_to_f32_kernel(float* dst, const __half* src, int64_t n) {
+  MG_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
+}
+
+__global__ void inf_nan_kernel(int* flag, const float* x, int64_t n) {
+  int bad = 0;
+  MG_GRID_STRIDE(i, n) bad |= !isfinite(x[i]);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  MG_GRID_STRIDE(i, n) x[i] *= s;
+}
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(out, inp, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(dinp, inp, dout, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  if (n == 0) return;
+  residual_forward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(out, a, b, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+  if (n == 0) return;
+  residual_backward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(da, db, dout, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
+  if (N * C == 0) return;
+  bias_add_kernel<<<blocks_for(N * C), kThreads, 0, compute_stream()>>>(out, bias, N, C);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
+  if (C == 0) return;
+  column_sum_kernel<<<unsigned((C + 31) / 32), dim3(32, 8), 0, compute_stream()>>>(dbias, dout,
+                                                                                 N, C);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
+  if (n == 0) return;
+  if (t == DType::F32) {
+    if (dst != src) copy_on_device(dst, src, size_t(n) * 4);
+    return;
+  }
+  MG_CHECK(t == DType::BF16 || t == DType::F16, "cast to ", dtype_name(t));
+  if (t == DType::BF16)
+    f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<__nv_bfloat16*>(dst), src, n);
+  else
+    f32_to_f16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<__half*>(dst), src, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_to_f32(float* dst, const void* src, DType t, int64_t n) {
+  if (n == 0) return;
+  if (t == DType::F32) {
+    if (dst != src) copy_on_device(dst, src, size_t(n) * 4);
+    return;
+  }
+  MG_CHECK(t == DType::BF16 || t == DType::F16, "cast from ", dtype_name(t));
+  if (t == DType::BF16)
+    bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dst, static_cast<const __nv_bfloat16*>(src), n);
+  else
+    f16_to_f32_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dst, static_cast<const __half*>(src), n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+bool has_inf_or_nan(const float* x, int64_t n) {
+  if (n == 0) return false;
+  static Buffer flag(sizeof(int));
+  memset_zero(flag.get(), sizeof(int));
+  inf_nan_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(flag.as<int>(), x, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+  int host = 0;
+  copy_to_host(&host, flag.get(), sizeof(int));
+  return host != 0;
+}
+
+void scale_inplace(float* x, float s, int64_t n) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(x, s, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,154 @@
+// GEMMs on cuBLASLt. Our matrices are row-major; cuBLASLt's are column-major, so
+// C[M,N] = op(A) op(B) is computed as C^T[N,M] = op(B)^T op(A)^T: the operands swap places and
+// each keeps its own transpose flag. f32 runs with CUBLAS_COMPUTE_32F (no TF32: results track the
+// CPU to f32 rounding); bf16/f16 operands accumulate in fp32 into an f32 C. The linear layer's
+// bias rides in the epilogue (CUBLASLT_EPILOGUE_BIAS: one value per row of the column-major
+// output, i.e. per output feature). Descriptors and the heuristic's algorithm are built once per
+// shape and cached.
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "backend/cuda/check.cuh"
+#include "backend/cuda/ops.h"
+
+namespace mg::cuda {
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: MG_CHECK(false, "GEMM operand of dtype ", dtype_name(t));
+  }
+  return CUDA_R_32F;
+}
+
+struct Key {
+  bool ta, tb, bias;
+  int64_t M, N, K, lda, ldb, ldc;
+  DType t;
+  auto tie() const { return std::tie(ta, tb, bias, M, N, K, lda, ldb, ldc, t); }
+  bool operator<(const Key& o) const { return tie() < o.tie(); }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (= our B), B, C
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+cublasLtHandle_t handle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x = nullptr;
+    MG_CUBLAS_CHECK(cublasLtCreate(&x));
+    return x;
+  }();
+  return h;
+}
+
+void* workspace() {
+  static Buffer w(kWorkspaceBytes);
+  return w.get();
+}
+
+Plan* plan(const Key& k) {
+  static std::mutex mu;
+  static std::map<Key, std::unique_ptr<Plan>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(k);
+  if (it != cache.end()) return it->second.get();
+  auto p = std::make_unique<Plan>();
+  MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // Column-major view: m = N, n = M; cuBLASLt's A is our B, its B is our A.
+  const cublasOperation_t op_a = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                 sizeof(op_a)));
+  MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                 sizeof(op_b)));
+  if (k.bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_32F;
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                   sizeof(epi)));
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  const cudaDataType_t t = lt_type(k.t);
+  // A stored (column-major) as m x k when not transposed, k x m when transposed.
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, t, k.tb ? k.K : k.N, k.tb ? k.N : k.K, k.ldb));
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, t, k.ta ? k.M : k.K, k.ta ? k.K : k.M, k.lda));
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, k.N, k.M, k.ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = kWorkspaceBytes;
+  MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  MG_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(), p->desc, p->a, p->b, p->c, p->c, pref,
+                                                 1, &result, &found));
+  cublasLtMatmulPreferenceDestroy(pref);
+  MG_CHECK(found > 0, "cuBLASLt has no algorithm for M=", k.M, " N=", k.N, " K=", k.K, " in ",
+           dtype_name(k.t));
+  p->algo = result.algo;
+  return (cache[k] = std::move(p)).get();
+}
+
+void run(const Key& k, float alpha, const void* A, const void* B, float beta, float* C,
+         const float* bias) {
+  Plan* p = plan(k);
+  if (bias)
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &bias, sizeof(bias)));
+  MG_CUBLAS_CHECK(cublasLtMatmul(handle(), p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C,
+                                 p->c, &p->algo, workspace(), kWorkspaceBytes, compute_stream()));
+}
+
+}  // namespace
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Mat A, int64_t lda,
+          Mat B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  MG_CHECK(A.dtype == B.dtype, "GEMM operands ", dtype_name(A.dtype), " x ", dtype_name(B.dtype));
+  if (M == 0 || N == 0) return;
+  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype}, alpha, A.data, B.data, beta, C, nullptr);
+}
+
+void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT) {
+  MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
+           dtype_name(weight.dtype));
+  if (N == 0 || OUT == 0) return;
+  run({false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype}, 1.0f, inp.data,
+      weight.data, 0.0f, out, bias);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT) {
+  MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
+           dtype_name(weight.dtype));
+  if (dbias) bias_backward(dbias, dout, N, OUT);
+  Mat d = dout;
+  Buffer d16;
+  if (inp.dtype != DType::F32) {  // dout rounded to the 16-bit dtype, as on the CPU
+    d16 = Buffer(size_t(N * OUT) * 2);
+    cast_from_f32(d16.get(), inp.dtype, dout, N * OUT);
+    d = Mat{d16.get(), inp.dtype};
+  }
+  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, d, OUT, weight, IN, 1.0f, dinp, IN);
+  gemm(true, false, OUT, IN, N, 1.0f, d, OUT, inp, IN, 1.0f, dweight, IN);
+}
+
+}  // namespace mg::cuda

@@ -1,0 +1,79 @@
+// The CUDA op set: the same forward/backward pairs, arguments and conventions as backend/cpu
+// (../ops.h: row-major, dimensions last, backward ADDS into gradients), on device pointers,
+// queued on the compute stream (device.h). f32 and bf16/f16 storage with fp32 accumulation.
+// Every op is checked against its CPU twin by tests/backend/cuda_parity_test.cpp (label gpu).
+#pragma once
+#include <cstdint>
+
+#include "backend/ops.h"
+
+namespace mg::cuda {
+
+using cpu::Mat;
+
+void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
+void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
+bool has_inf_or_nan(const float* x, int64_t n);
+
+// C[M,N] = alpha op(A) op(B) + beta C through cuBLASLt; A and B f32 (fp32 compute, no TF32) or
+// both bf16/f16 (fp32 accumulation); C f32.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, Mat A,
+          int64_t lda, Mat B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+// out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias (the bias add fused into the GEMM epilogue).
+void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT);
+
+void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
+                       int64_t row_end, int64_t N, int64_t H, bool accumulate);
+// Deterministic: each column walks the tokens in order, as the CPU loop does (no atomics).
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t row_begin,
+                        int64_t row_end, int64_t N, int64_t H);
+
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C);
+
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void residual_backward(float* da, float* db, const float* dout, int64_t n);
+
+// Flash attention (causal, online softmax, lse saved, no S x S tensor); qkv[S,B,NH,3,HD] as on
+// the CPU. HD must be 32, 64 or 128.
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
+                       int64_t NH, int64_t HD, const int32_t* seg_start = nullptr);
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
+                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
+                        const int32_t* seg_start = nullptr);
+
+void cross_entropy_forward(float* losses, float* lse, const float* logits,
+                           const int32_t* targets, int64_t N, int64_t V);
+void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
+void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
+                           int64_t V);
+void cross_entropy_target_logit(float* target_logit, const float* logits,
+                                const int32_t* targets, int64_t v_begin, int64_t N, int64_t V);
+void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                            const int32_t* targets, const float* dlosses, int64_t v_begin,
+                            int64_t N, int64_t V);
+
+// AdamW / SGD over a flat buffer; clip (the global-norm clip factor, 1 for none) scales the
+// gradient as it is read, so clipping costs no separate pass.
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                  float clip = 1.0f);
+void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, int64_t t, float clip = 1.0f);
+// Sum of squares in double, reduced on the device in a fixed order (bitwise reproducible).
+double sum_squares(const float* x, int64_t n);
+void scale_inplace(float* x, float s, int64_t n);
+
+}  // namespace mg::cuda

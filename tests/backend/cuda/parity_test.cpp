@@ -1,0 +1,361 @@
+// CPU vs CUDA kernel parity (label gpu): every op of backend/cuda, forward and backward, on
+// random data of several shapes (ragged tails included), against its backend/cpu twin. The
+// error printed and checked is normalised: max |gpu - cpu| / max |cpu| over the output, with
+// dtype-aware tolerances (f32 1e-5, bf16/f16 1e-2). Without a GPU every test reports SKIPPED.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/half.h"
+#include "backend/cuda/device.h"
+#include "backend/cuda/ops.h"
+#include "backend/ops.h"
+
+namespace mg {
+namespace {
+
+using Vec = std::vector<float>;
+constexpr double kTolF32 = 1e-5, kTol16 = 1e-2;
+
+#define MG_REQUIRE_GPU()                                             \
+  do {                                                               \
+    std::string why;                                                 \
+    if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  Vec v(n);
+  for (float& x : v) x = d(gen);
+  return v;
+}
+
+// A device copy of a host vector, and back.
+template <typename T>
+cuda::Buffer up(const std::vector<T>& h) {
+  cuda::Buffer b(h.size() * sizeof(T));
+  if (!h.empty()) cuda::copy_to_device(b.get(), h.data(), h.size() * sizeof(T));
+  return b;
+}
+Vec down(const cuda::Buffer& b, size_t n) {
+  Vec h(n);
+  if (n) cuda::copy_to_host(h.data(), b.get(), n * sizeof(float));
+  return h;
+}
+
+double norm_err(const Vec& gpu, const Vec& cpu) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    diff = std::max(diff, std::fabs(double(gpu[i]) - double(cpu[i])));
+    ref = std::max(ref, std::fabs(double(cpu[i])));
+  }
+  return ref > 0 ? diff / ref : diff;
+}
+
+void expect_close(const char* what, const std::string& shape, const Vec& gpu, const Vec& cpu,
+                  double tol) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  const double e = norm_err(gpu, cpu);
+  std::printf("  %-28s %-26s max err %.3e (tol %.0e)\n", what, shape.c_str(), e, tol);
+  EXPECT_LE(e, tol) << what << " " << shape;
+}
+
+std::vector<uint16_t> to16(const Vec& x, DType t) {
+  std::vector<uint16_t> r(x.size());
+  cpu::cast_from_f32(r.data(), t, x.data(), int64_t(x.size()));
+  return r;
+}
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  return s;
+}
+
+TEST(CudaParity, Gemm) {
+  MG_REQUIRE_GPU();
+  std::printf("%s\n", cuda::device_name().c_str());
+  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{64, 48, 32}, {77, 129, 65},
+                         {256, 768, 512}}) {
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb)
+        for (DType t : {DType::F32, DType::BF16}) {
+          const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+          Vec A = random_vec(size_t(M * K), 1), B = random_vec(size_t(K * N), 2),
+              C0 = random_vec(size_t(M * N), 3);
+          Vec ref = C0;
+          if (t == DType::F32) {
+            cpu::gemm(ta, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, ref.data(), N);
+            auto a = up(A), b = up(B), c = up(C0);
+            cuda::gemm(ta, tb, M, N, K, 0.5f, a.as<float>(), lda, b.as<float>(), ldb, 1.0f,
+                       c.as<float>(), N);
+            expect_close(ta ? (tb ? "gemm f32 TT" : "gemm f32 TN") : (tb ? "gemm f32 NT" : "gemm f32 NN"),
+                         dims({M, N, K}), down(c, ref.size()), ref, kTolF32);
+          } else {
+            const auto A16 = to16(A, t), B16 = to16(B, t);
+            cpu::gemm_lowp(ta, tb, M, N, K, {A16.data(), t}, lda, {B16.data(), t}, ldb, true,
+                           ref.data(), N);
+            auto a = up(A16), b = up(B16), c = up(C0);
+            cuda::gemm(ta, tb, M, N, K, 1.0f, {a.get(), t}, lda, {b.get(), t}, ldb, 1.0f,
+                       c.as<float>(), N);
+            expect_close("gemm bf16 (fp32 accum)", dims({M, N, K}), down(c, ref.size()), ref,
+                         kTolF32 * 10);  // same rounded operands: only the sum order differs
+          }
+        }
+  }
+}
+
+TEST(CudaParity, LinearForwardBackward) {
+  MG_REQUIRE_GPU();
+  for (auto [N, IN, OUT] : {std::tuple<int64_t, int64_t, int64_t>{33, 40, 24}, {256, 768, 2304}}) {
+    for (DType t : {DType::F32, DType::BF16}) {
+      const double tol = t == DType::F32 ? kTolF32 : kTol16;
+      Vec x = random_vec(size_t(N * IN), 4), w = random_vec(size_t(OUT * IN), 5, 0.05f),
+          bias = random_vec(static_cast<size_t>(OUT), 6), dy = random_vec(size_t(N * OUT), 7);
+      const auto x16 = to16(x, t), w16 = to16(w, t);
+      const cpu::Mat xm = t == DType::F32 ? cpu::Mat(x.data()) : cpu::Mat(x16.data(), t);
+      const cpu::Mat wm = t == DType::F32 ? cpu::Mat(w.data()) : cpu::Mat(w16.data(), t);
+      Vec y(size_t(N * OUT)), dx(size_t(N * IN), 0.5f), dw(size_t(OUT * IN), 0.25f),
+          db(static_cast<size_t>(OUT), 1.0f);
+      Vec dx0 = dx, dw0 = dw, db0 = db;
+      cpu::linear_forward(y.data(), xm, wm, bias.data(), N, IN, OUT);
+      cpu::linear_backward(dx.data(), dw.data(), db.data(), dy.data(), xm, wm, N, IN, OUT);
+      auto gx = t == DType::F32 ? up(x) : up(x16), gw = t == DType::F32 ? up(w) : up(w16);
+      auto gb = up(bias), gdy = up(dy), gy = cuda::Buffer(y.size() * 4), gdx = up(dx0),
+           gdw = up(dw0), gdb = up(db0);
+      const cuda::Mat gxm{gx.get(), t}, gwm{gw.get(), t};
+      cuda::linear_forward(gy.as<float>(), gxm, gwm, gb.as<float>(), N, IN, OUT);
+      cuda::linear_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(), gdy.as<float>(),
+                            gxm, gwm, N, IN, OUT);
+      const std::string s = dims({N, IN, OUT}) + (t == DType::F32 ? " f32" : " bf16");
+      expect_close("linear forward (bias epilogue)", s, down(gy, y.size()), y, tol);
+      expect_close("linear backward dinp", s, down(gdx, dx.size()), dx, tol);
+      expect_close("linear backward dweight", s, down(gdw, dw.size()), dw, tol);
+      expect_close("linear backward dbias", s, down(gdb, db.size()), db, kTolF32);
+    }
+  }
+}
+
+TEST(CudaParity, EmbeddingForwardBackward) {
+  MG_REQUIRE_GPU();
+  const int64_t V = 97, H = 48, N = 131, rb = 20, re = 80;  // a vocab-parallel shard [20, 80)
+  std::vector<int32_t> ids(N);
+  std::mt19937 gen(8);
+  for (auto& i : ids) i = int32_t(gen() % V);
+  ids[3] = ids[7] = ids[11] = 33;  // repeated tokens sum in order
+  Vec table = random_vec(size_t((re - rb) * H), 9), dout = random_vec(size_t(N * H), 10);
+  Vec out(size_t(N * H)), dtable(table.size(), 0.f);
+  cpu::embedding_forward(out.data(), ids.data(), table.data(), rb, re, N, H, false);
+  cpu::embedding_backward(dtable.data(), dout.data(), ids.data(), rb, re, N, H);
+  auto gids = up(ids), gt = up(table), gout = cuda::Buffer(out.size() * 4), gd = up(dout),
+       gdt = up(Vec(table.size(), 0.f));
+  cuda::embedding_forward(gout.as<float>(), gids.as<int32_t>(), gt.as<float>(), rb, re, N, H,
+                          false);
+  cuda::embedding_backward(gdt.as<float>(), gd.as<float>(), gids.as<int32_t>(), rb, re, N, H);
+  expect_close("embedding forward", dims({N, H}), down(gout, out.size()), out, 0.0);
+  expect_close("embedding backward", dims({N, H}), down(gdt, dtable.size()), dtable, kTolF32);
+}
+
+TEST(CudaParity, LayerNormGeluResidualBias) {
+  MG_REQUIRE_GPU();
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 40}, {256, 768}}) {
+    const size_t n = size_t(N * C);
+    Vec x = random_vec(n, 11), w = random_vec(static_cast<size_t>(C), 12), b = random_vec(static_cast<size_t>(C), 13),
+        dy = random_vec(n, 14);
+    Vec y(n), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dx(n, 0.1f), dw(static_cast<size_t>(C), 0.f),
+        db(static_cast<size_t>(C), 0.f);
+    cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                           1e-5f);
+    cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                            mean.data(), rstd.data(), N, C);
+    auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gy = cuda::Buffer(n * 4),
+         gm = cuda::Buffer(static_cast<size_t>(N) * 4), gr = cuda::Buffer(static_cast<size_t>(N) * 4), gdx = up(Vec(n, 0.1f)),
+         gdw = up(Vec(static_cast<size_t>(C), 0.f)), gdb = up(Vec(static_cast<size_t>(C), 0.f));
+    cuda::layernorm_forward(gy.as<float>(), gm.as<float>(), gr.as<float>(), gx.as<float>(),
+                            gw.as<float>(), gb.as<float>(), N, C, 1e-5f);
+    cuda::layernorm_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(), gdy.as<float>(),
+                             gx.as<float>(), gw.as<float>(), gm.as<float>(), gr.as<float>(), N, C);
+    const std::string s = dims({N, C});
+    expect_close("layernorm forward", s, down(gy, n), y, kTolF32);
+    expect_close("layernorm rstd", s, down(gr, static_cast<size_t>(N)), rstd, kTolF32);
+    expect_close("layernorm backward dinp", s, down(gdx, n), dx, kTolF32);
+    expect_close("layernorm backward dweight", s, down(gdw, static_cast<size_t>(C)), dw, kTolF32);
+    expect_close("layernorm backward dbias", s, down(gdb, static_cast<size_t>(C)), db, kTolF32);
+
+    Vec g(n), dg(n, 0.2f);
+    cpu::gelu_forward(g.data(), x.data(), int64_t(n));
+    cpu::gelu_backward(dg.data(), x.data(), dy.data(), int64_t(n));
+    auto gg = cuda::Buffer(n * 4), gdg = up(Vec(n, 0.2f));
+    cuda::gelu_forward(gg.as<float>(), gx.as<float>(), int64_t(n));
+    cuda::gelu_backward(gdg.as<float>(), gx.as<float>(), gdy.as<float>(), int64_t(n));
+    expect_close("gelu forward", s, down(gg, n), g, kTolF32);
+    expect_close("gelu backward", s, down(gdg, n), dg, kTolF32);
+
+    Vec r(n), da(n, 1.f), dbb(n, 2.f);
+    cpu::residual_forward(r.data(), x.data(), dy.data(), int64_t(n));
+    cpu::residual_backward(da.data(), dbb.data(), dy.data(), int64_t(n));
+    auto grr = cuda::Buffer(n * 4), gda = up(Vec(n, 1.f)), gdbb = up(Vec(n, 2.f));
+    cuda::residual_forward(grr.as<float>(), gx.as<float>(), gdy.as<float>(), int64_t(n));
+    cuda::residual_backward(gda.as<float>(), gdbb.as<float>(), gdy.as<float>(), int64_t(n));
+    expect_close("residual forward", s, down(grr, n), r, 0.0);
+    expect_close("residual backward", s, down(gda, n), da, 0.0);
+
+    Vec ob = x, bsum(static_cast<size_t>(C), 0.5f);
+    cpu::bias_add_forward(ob.data(), b.data(), N, C);
+    cpu::bias_backward(bsum.data(), dy.data(), N, C);
+    auto gob = up(x), gbs = up(Vec(static_cast<size_t>(C), 0.5f));
+    cuda::bias_add_forward(gob.as<float>(), gb.as<float>(), N, C);
+    cuda::bias_backward(gbs.as<float>(), gdy.as<float>(), N, C);
+    expect_close("bias add", s, down(gob, n), ob, 0.0);
+    expect_close("bias backward", s, down(gbs, static_cast<size_t>(C)), bsum, kTolF32);
+  }
+}
+
+TEST(CudaParity, FlashAttentionForwardBackward) {
+  MG_REQUIRE_GPU();
+  struct Case { int64_t B, S, NH, HD; bool segments; };
+  for (const Case& c : {Case{1, 17, 2, 32, false}, Case{2, 77, 3, 64, false},
+                        Case{2, 130, 2, 64, true}, Case{1, 64, 2, 128, false}}) {
+    const int64_t H = c.NH * c.HD, N = c.B * c.S;
+    Vec qkv = random_vec(size_t(N * 3 * H), 15), dout = random_vec(size_t(N * H), 16);
+    std::vector<int32_t> seg;
+    if (c.segments) {  // documents starting at 0, 40 and 95 in every row
+      seg.resize(size_t(c.B * c.S));
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t t = 0; t < c.S; ++t) seg[b * c.S + t] = t >= 95 ? 95 : (t >= 40 ? 40 : 0);
+    }
+    const int32_t* cs = c.segments ? seg.data() : nullptr;
+    Vec out(size_t(N * H)), lse(size_t(c.B * c.NH * c.S)), dqkv(qkv.size(), 0.f);
+    cpu::attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.S, c.NH, c.HD, cs);
+    cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), c.B,
+                            c.S, c.NH, c.HD, cs);
+    auto gq = up(qkv), gd = up(dout), go = cuda::Buffer(out.size() * 4),
+         gl = cuda::Buffer(lse.size() * 4), gdq = up(Vec(qkv.size(), 0.f));
+    cuda::Buffer gseg = c.segments ? up(seg) : cuda::Buffer();
+    const int32_t* gs = c.segments ? gseg.as<int32_t>() : nullptr;
+    cuda::attention_forward(go.as<float>(), gl.as<float>(), gq.as<float>(), c.B, c.S, c.NH, c.HD,
+                            gs);
+    cuda::attention_backward(gdq.as<float>(), gd.as<float>(), go.as<float>(), gq.as<float>(),
+                             gl.as<float>(), c.B, c.S, c.NH, c.HD, gs);
+    const std::string s = dims({c.B, c.S, c.NH, c.HD}) + (c.segments ? " segments" : "");
+    expect_close("attention forward", s, down(go, out.size()), out, kTolF32);
+    expect_close("attention lse", s, down(gl, lse.size()), lse, kTolF32);
+    expect_close("attention backward dqkv", s, down(gdq, dqkv.size()), dqkv, kTolF32 * 10);
+  }
+}
+
+TEST(CudaParity, CrossEntropy) {
+  MG_REQUIRE_GPU();
+  for (auto [N, V] : {std::pair<int64_t, int64_t>{13, 101}, {64, 50304}}) {
+    Vec logits = random_vec(size_t(N * V), 17, 3.f), dl = random_vec(static_cast<size_t>(N), 18);
+    std::vector<int32_t> tg(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) tg[n] = int32_t((n * 7919) % V);
+    tg[1] = -1;  // ignored
+    Vec loss(static_cast<size_t>(N)), lse(static_cast<size_t>(N)), mx(static_cast<size_t>(N)), se(static_cast<size_t>(N)), tl(static_cast<size_t>(N)),
+        dlog(logits.size());
+    cpu::cross_entropy_forward(loss.data(), lse.data(), logits.data(), tg.data(), N, V);
+    cpu::cross_entropy_row_max(mx.data(), logits.data(), N, V);
+    cpu::cross_entropy_sum_exp(se.data(), logits.data(), mx.data(), N, V);
+    cpu::cross_entropy_target_logit(tl.data(), logits.data(), tg.data(), 5, N, V);
+    cpu::cross_entropy_backward(dlog.data(), logits.data(), lse.data(), tg.data(), dl.data(), 0, N,
+                                V);
+    auto glg = up(logits), gtg = up(tg), gdl = up(dl), gloss = cuda::Buffer(static_cast<size_t>(N) * 4),
+         glse = cuda::Buffer(static_cast<size_t>(N) * 4), gmx = cuda::Buffer(static_cast<size_t>(N) * 4),
+         gse = cuda::Buffer(static_cast<size_t>(N) * 4), gtl = cuda::Buffer(static_cast<size_t>(N) * 4);
+    cuda::cross_entropy_forward(gloss.as<float>(), glse.as<float>(), glg.as<float>(),
+                                gtg.as<int32_t>(), N, V);
+    cuda::cross_entropy_row_max(gmx.as<float>(), glg.as<float>(), N, V);
+    cuda::cross_entropy_sum_exp(gse.as<float>(), glg.as<float>(), gmx.as<float>(), N, V);
+    cuda::cross_entropy_target_logit(gtl.as<float>(), glg.as<float>(), gtg.as<int32_t>(), 5, N, V);
+    const std::string s = dims({N, V});
+    expect_close("cross-entropy loss", s, down(gloss, static_cast<size_t>(N)), loss, kTolF32);
+    expect_close("cross-entropy lse", s, down(glse, static_cast<size_t>(N)), lse, kTolF32);
+    expect_close("cross-entropy row max", s, down(gmx, static_cast<size_t>(N)), mx, 0.0);
+    expect_close("cross-entropy sum exp", s, down(gse, static_cast<size_t>(N)), se, kTolF32);
+    expect_close("cross-entropy target logit", s, down(gtl, static_cast<size_t>(N)), tl, 0.0);
+    // In place, as the model calls it: the gradient overwrites the logits.
+    cuda::cross_entropy_backward(glg.as<float>(), glg.as<float>(), glse.as<float>(),
+                                 gtg.as<int32_t>(), gdl.as<float>(), 0, N, V);
+    expect_close("cross-entropy backward", s, down(glg, dlog.size()), dlog, kTolF32);
+  }
+}
+
+TEST(CudaParity, OptimizerAndReductions) {
+  MG_REQUIRE_GPU();
+  const int64_t n = 1000003;
+  Vec p = random_vec(static_cast<size_t>(n), 19), g = random_vec(static_cast<size_t>(n), 20), m = random_vec(static_cast<size_t>(n), 21, 0.1f),
+      v = random_vec(static_cast<size_t>(n), 22, 0.1f);
+  for (float& x : v) x = x * x;
+  auto gp = up(p), gg = up(g), gm = up(m), gv = up(v);
+  Vec pc = p, mc = m, vc = v;
+  cpu::adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                    7);
+  cuda::adamw_update(gp.as<float>(), gg.as<float>(), gm.as<float>(), gv.as<float>(), n, 3e-4f,
+                     0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  expect_close("adamw params", dims({n}), down(gp, static_cast<size_t>(n)), pc, kTolF32);
+  expect_close("adamw exp_avg", dims({n}), down(gm, static_cast<size_t>(n)), mc, kTolF32);
+  expect_close("adamw exp_avg_sq", dims({n}), down(gv, static_cast<size_t>(n)), vc, kTolF32);
+  // The clip factor folded into the update equals scaling the gradient first.
+  Vec gs = g;
+  cpu::scale_inplace(gs.data(), 0.37f, n);
+  Vec p2 = p, m2 = m, v2 = v;
+  cpu::adamw_update(p2.data(), gs.data(), m2.data(), v2.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                    1);
+  auto hp = up(p), hm = up(m), hv = up(v);
+  cuda::adamw_update(hp.as<float>(), gg.as<float>(), hm.as<float>(), hv.as<float>(), n, 3e-4f,
+                     0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.37f);
+  expect_close("adamw with clip factor", dims({n}), down(hp, static_cast<size_t>(n)), p2, kTolF32);
+
+  Vec ps = p, buf(static_cast<size_t>(n), 0.f);
+  cpu::sgd_update(ps.data(), g.data(), buf.data(), n, 0.1f, 0.9f, 0.01f, 1);
+  auto sp = up(p), sb = up(Vec(static_cast<size_t>(n), 0.f));
+  cuda::sgd_update(sp.as<float>(), gg.as<float>(), sb.as<float>(), n, 0.1f, 0.9f, 0.01f, 1);
+  expect_close("sgd params", dims({n}), down(sp, static_cast<size_t>(n)), ps, kTolF32);
+
+  const double ref = cpu::sum_squares(g.data(), n), got = cuda::sum_squares(gg.as<float>(), n);
+  std::printf("  %-28s %-26s %.10g vs %.10g\n", "sum of squares", dims({n}).c_str(), got, ref);
+  EXPECT_NEAR(got, ref, 1e-9 * ref);
+  EXPECT_EQ(got, cuda::sum_squares(gg.as<float>(), n)) << "the reduction order must be fixed";
+
+  EXPECT_FALSE(cuda::has_inf_or_nan(gg.as<float>(), n));
+  const float inf = INFINITY;
+  cuda::copy_to_device(gg.as<float>() + n - 1, &inf, sizeof(float));
+  EXPECT_TRUE(cuda::has_inf_or_nan(gg.as<float>(), n));
+
+  for (DType t : {DType::BF16, DType::F16}) {
+    const auto ref16 = to16(g, t);
+    cuda::Buffer g16(static_cast<size_t>(n) * 2);
+    cuda::cast_from_f32(g16.get(), t, up(g).as<float>(), n);
+    std::vector<uint16_t> got16(static_cast<size_t>(n));
+    cuda::copy_to_host(got16.data(), g16.get(), static_cast<size_t>(n) * 2);
+    EXPECT_EQ(got16, ref16) << "f32 -> " << dtype_name(t) << " rounds to nearest even";
+    cuda::Buffer back(static_cast<size_t>(n) * 4);
+    cuda::cast_to_f32(back.as<float>(), g16.get(), t, n);
+    Vec ref32(static_cast<size_t>(n));
+    cpu::cast_to_f32(ref32.data(), ref16.data(), t, n);
+    expect_close(t == DType::BF16 ? "cast bf16 -> f32" : "cast f16 -> f32", dims({n}),
+                 down(back, static_cast<size_t>(n)), ref32, 0.0);
+  }
+}
+
+TEST(CudaParity, AllocatorReusesBlocksAndCountsThePeak) {
+  MG_REQUIRE_GPU();
+  const int64_t live0 = cuda::bytes_live();
+  void* a = cuda::alloc(3 << 20);
+  EXPECT_EQ(cuda::bytes_live() - live0, 4 << 20);  // rounded to 2 MiB
+  cuda::release(a);
+  void* b = cuda::alloc(3 << 20);
+  EXPECT_EQ(a, b) << "a released block of the same rounded size is handed out again";
+  EXPECT_GE(cuda::bytes_peak(), live0 + (4 << 20));
+  cuda::release(b);
+  EXPECT_EQ(cuda::bytes_live(), live0);
+}
+
+}  // namespace
+}  // namespace mg
