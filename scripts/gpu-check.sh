@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU check: CPU-vs-CUDA kernel parity (ctest label gpu) on a GPU machine, with a log.
+#
+# The GPU machines here have CUDA 13, CMake and ninja but none of our other build dependencies
+# (oneDNN, OpenMPI, GoogleTest, nlohmann-json) and no package registry, so the test binary is
+# built on a development machine and carried over with the one non-system library it needs:
+#   here:  scripts/gpu-check.sh pack   -> gpu-pack/ (git-ignored, ~45 MB): gpu_tests built for
+#          x86-64-v3 (AVX2 + FMA, so any recent server CPU runs the CPU reference), sm_90 + PTX,
+#          and libdnnl / libOpenCL / libgomp from this machine
+#   there: scripts/gpu-check.sh        (device run with carry ["gpu-pack"]; well under 8 minutes)
+#          -> $OUT/gpu-check.log (or gpu-pack/gpu-check.log): nvidia-smi, every op's max error
+#          against its tolerance, and the gtest summary; exit status 0 only if all passed.
+# cuBLASLt and the CUDA runtime's driver come from the GPU machine's own CUDA 13.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${1:-run}" = pack ]; then
+  set -e
+  ./scripts/setup.sh
+  mkdir -p build-gpu
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON -DMG_NATIVE=OFF \
+    -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu/configure.log 2>&1 ||
+    { tail -20 build-gpu/configure.log >&2; exit 1; }
+  cmake --build build-gpu --target gpu_tests -j2 >>build-gpu/configure.log 2>&1 ||
+    { tail -20 build-gpu/configure.log >&2; exit 1; }
+  rm -rf gpu-pack && mkdir -p gpu-pack/lib
+  cp build-gpu/tests/gpu_tests gpu-pack/
+  for lib in libdnnl.so.2 libOpenCL.so.1 libgomp.so.1; do
+    cp -L "$(ldd build-gpu/tests/gpu_tests | awk -v l=$lib '$1 == l { print $3 }')" gpu-pack/lib/
+  done
+  du -sh gpu-pack
+  echo "gpu-check: packed; on the GPU machine run scripts/gpu-check.sh with carry [\"gpu-pack\"]"
+  exit 0
+fi
+
+LOG=${OUT:-gpu-pack}/gpu-check.log
+mkdir -p "$(dirname "$LOG")"
+[ -x gpu-pack/gpu_tests ] || { echo "gpu-check: no gpu-pack/gpu_tests: run 'scripts/gpu-check.sh pack' on a development machine and carry gpu-pack" | tee "$LOG"; exit 1; }
+# cuBLASLt 13: the toolkit's library folder, else the pip wheel PyTorch brings.
+CUBLAS_DIR=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-13*/lib64 \
+         $(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null); do
+  [ -e "$d/libcublasLt.so.13" ] && { CUBLAS_DIR=$d; break; }
+done
+export LD_LIBRARY_PATH="$PWD/gpu-pack/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  echo "== gpu-check $(date -u +%FT%TZ) on $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1
+  echo "cuBLASLt from: ${CUBLAS_DIR:-not found}"
+  echo "== CPU vs CUDA kernel parity (label gpu)"
+} | tee "$LOG"
+OMP_NUM_THREADS=8 timeout 420 gpu-pack/gpu_tests 2>&1 | tee -a "$LOG"
+status=${PIPESTATUS[0]}
+# On the GPU machine a skipped test means the device was not usable: that is a failure here.
+if [ "$status" -eq 0 ] && grep -q '^\[  SKIPPED \]' "$LOG"; then
+  echo "gpu-check: tests were skipped (no usable CUDA device): failing" | tee -a "$LOG"
+  status=1
+fi
+echo "== gpu-check exit status $status" | tee -a "$LOG"
+exit "$status"
