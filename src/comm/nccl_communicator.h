@@ -1,0 +1,24 @@
+// NCCL implementation of Communicator for ranks that each own one GPU: buffers are device
+// pointers, collectives are queued on the CUDA compute stream (backend/cuda/device.h) and the
+// blocking calls return once that stream has finished them. Bootstrapped through MPI: rank 0 of
+// the group makes the NCCL unique id and broadcasts it over the group's MPI communicator. Built
+// only with the CUDA backend (MG_HAS_CUDA). Byte counters follow the MPI communicator's
+// (formulas.md's ring convention), so both backends report the same figures.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mg {
+
+// Picks this rank's GPU: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+// SLURM_LOCALID) modulo the visible devices. Returns the device ordinal chosen.
+int select_local_gpu();
+
+// The whole job over NCCL (every rank must call it).
+std::unique_ptr<Communicator> nccl_world();
+// As mpi_group: this rank's group of the given disjoint groups of world ranks, or nullptr.
+std::unique_ptr<Communicator> nccl_group(const std::vector<std::vector<int>>& groups);
+
+}  // namespace mg

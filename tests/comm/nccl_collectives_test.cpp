@@ -1,0 +1,108 @@
+// Exact NCCL collective tests with rank-encoded inputs (label gpu, under mpirun -np 2): the same
+// closed forms and byte counts as the MPI tests, on device buffers, one GPU per rank. Skipped
+// (every rank) where fewer GPUs than ranks are visible: NCCL refuses two ranks on one GPU.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device.h"
+#include "comm/mpi_communicator.h"
+#include "comm/nccl_communicator.h"
+
+namespace mg {
+namespace {
+
+// Skips on every rank alike (a skip on one rank only would leave the others in a collective).
+bool enough_gpus(std::string* why) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int ok = cuda::available(why) && cuda::device_count() >= world ? 1 : 0;
+  if (ok == 0 && why->empty()) *why = "fewer GPUs than ranks";
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return ok == 1;
+}
+
+#define MG_REQUIRE_GPUS()                                                        \
+  do {                                                                           \
+    std::string why;                                                             \
+    if (!enough_gpus(&why)) GTEST_SKIP() << "needs one CUDA device per rank: " << why; \
+    select_local_gpu();                                                          \
+  } while (0)
+
+std::vector<float> on_host(const cuda::Buffer& b, size_t n) {
+  std::vector<float> h(n);
+  cuda::copy_to_host(h.data(), b.get(), n * sizeof(float));
+  return h;
+}
+cuda::Buffer on_device(const std::vector<float>& h) {
+  cuda::Buffer b(h.size() * sizeof(float));
+  cuda::copy_to_device(b.get(), h.data(), h.size() * sizeof(float));
+  return b;
+}
+
+TEST(NcclCollectives, AllReduceReduceScatterAllGather) {
+  MG_REQUIRE_GPUS();
+  auto w = nccl_world();
+  const int p = w->size(), r = w->rank();
+  std::vector<float> x(6);
+  for (int i = 0; i < 6; ++i) x[i] = float(r * 10 + i);
+  auto dx = on_device(x);
+  w->all_reduce(dx.as<float>(), 6);
+  x = on_host(dx, 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(x[i], float(10 * p * (p - 1) / 2 + p * i));
+  EXPECT_EQ(w->stats().all_reduce_bytes, 2 * (p - 1) * 6 * 4 / p);
+
+  const int n = 3;
+  std::vector<float> in(size_t(p * n));
+  for (int i = 0; i < p * n; ++i) in[i] = float(r + 100 * i);
+  auto din = on_device(in);
+  cuda::Buffer dout(n * sizeof(float));
+  w->reduce_scatter(din.as<float>(), dout.as<float>(), n);
+  const auto out = on_host(dout, n);
+  for (int j = 0; j < n; ++j) EXPECT_EQ(out[j], float(p * (p - 1) / 2 + 100 * p * (r * n + j)));
+
+  auto mine = on_device({float(r), float(r * r)});
+  cuda::Buffer all(size_t(2 * p) * sizeof(float));
+  auto req = w->iall_gather(mine.get(), all.get(), 2);
+  req->wait();
+  const auto a = on_host(all, size_t(2 * p));
+  for (int q = 0; q < p; ++q) {
+    EXPECT_EQ(a[2 * q], float(q));
+    EXPECT_EQ(a[2 * q + 1], float(q * q));
+  }
+}
+
+TEST(NcclCollectives, BroadcastAndPointToPoint) {
+  MG_REQUIRE_GPUS();
+  auto w = nccl_world();
+  const int p = w->size(), r = w->rank();
+  auto b = on_device({float(r + 1), float(r + 2)});
+  w->broadcast(b.as<float>(), 2, p - 1);
+  const auto bh = on_host(b, 2);
+  EXPECT_EQ(bh[0], float(p));
+  EXPECT_EQ(bh[1], float(p + 1));
+  // A ring: send r*7 to the next rank, receive from the previous.
+  auto send = on_device({float(r * 7)});
+  cuda::Buffer recv(sizeof(float));
+  w->batch_isend_irecv({{true, send.as<float>(), 1, (r + 1) % p},
+                        {false, recv.as<float>(), 1, (r + p - 1) % p}});
+  EXPECT_EQ(on_host(recv, 1)[0], float(((r + p - 1) % p) * 7));
+  EXPECT_EQ(w->stats().p2p_bytes, 4);
+}
+
+}  // namespace
+}  // namespace mg
+
+int main(int argc, char** argv) {
+  mg::MpiSession mpi(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (mpi.world_rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int failed = RUN_ALL_TESTS();
+  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return failed;
+}
