@@ -228,6 +228,8 @@ void backward(float* dqkv, const float* dout, const float* out, const float* qkv
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
                        int64_t NH, int64_t HD, const int32_t* seg_start) {
   if (B * S * NH == 0) return;
+  MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
+           B * NH, " exceeds 65535");
   if (HD == 64) return forward<64>(out, lse, qkv, B, S, NH, seg_start);
   if (HD == 128) return forward<128>(out, lse, qkv, B, S, NH, seg_start);
   if (HD == 32) return forward<32>(out, lse, qkv, B, S, NH, seg_start);
@@ -238,6 +240,8 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
                         const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
                         const int32_t* seg_start) {
   if (B * S * NH == 0) return;
+  MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
+           B * NH, " exceeds 65535");
   if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
   if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
   if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);

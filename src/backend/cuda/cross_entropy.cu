@@ -68,7 +68,9 @@ __global__ void loss_kernel(float* losses, float* lse, const float* logits,
   if (threadIdx.x == 0) {
     const float l = m + logf(s);
     lse[n] = l;
-    losses[n] = targets[n] < 0 ? 0.f : l - row[targets[n]];
+    // As the CPU: a target outside [0, V) contributes a target logit of 0.
+    const int64_t t = targets[n];
+    losses[n] = t < 0 ? 0.f : l - (t < V ? row[t] : 0.f);
   }
 }
 

@@ -1,7 +1,10 @@
-// Device selection, the compute stream and the caching allocator. Blocks are rounded up (512
+// Device selection, the compute stream and the caching allocator. The stream (and gemm.cu's
+// cuBLASLt handle and workspace) are created on first use on the then-current device: select
+// the device (set_device / select_local_gpu) before any other CUDA call. Blocks are rounded up (512
 // bytes below 1 MiB, 2 MiB above) and kept on a per-size free list when released; since every
 // op runs on the one compute stream, a block released after its last use is safe to hand out
 // again to work queued later on the same stream.
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -76,8 +79,11 @@ void* alloc(size_t bytes) {
   const size_t n = rounded(bytes == 0 ? 1 : bytes);
   std::lock_guard<std::mutex> lock(a.mu);
   void* p = nullptr;
-  auto it = a.free_blocks.find(n);
-  if (it != a.free_blocks.end()) {
+  // Last in, first out among blocks of this size: the most recently released is the likeliest
+  // to be warm in L2.
+  auto it = a.free_blocks.upper_bound(n);
+  if (it != a.free_blocks.begin() && std::prev(it)->first == n) {
+    --it;
     p = it->second;
     a.free_blocks.erase(it);
   } else {
@@ -109,8 +115,14 @@ void release(void* p) {
   a.in_use.erase(it);
 }
 
-int64_t bytes_live() { return allocator().live; }
-int64_t bytes_peak() { return allocator().peak; }
+int64_t bytes_live() {
+  std::lock_guard<std::mutex> lock(allocator().mu);
+  return allocator().live;
+}
+int64_t bytes_peak() {
+  std::lock_guard<std::mutex> lock(allocator().mu);
+  return allocator().peak;
+}
 
 void empty_cache() {
   Allocator& a = allocator();

@@ -29,11 +29,23 @@ cudaDataType_t lt_type(DType t) {
   return CUDA_R_32F;
 }
 
+// The largest power of two (up to 256) dividing the address: cuBLASLt must only pick kernels
+// whose alignment needs the operands meet (slices of flat buffers are not 256-byte aligned).
+uint32_t alignment(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
 struct Key {
   bool ta, tb, bias;
   int64_t M, N, K, lda, ldb, ldc;
   DType t;
-  auto tie() const { return std::tie(ta, tb, bias, M, N, K, lda, ldb, ldc, t); }
+  uint32_t align_a, align_b, align_c;
+  auto tie() const {
+    return std::tie(ta, tb, bias, M, N, K, lda, ldb, ldc, t, align_a, align_b, align_c);
+  }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
 
@@ -96,6 +108,14 @@ Plan* plan(const Key& k) {
   const size_t ws = kWorkspaceBytes;
   MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt's A is our B and its B our A.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_c}};
+  for (const auto& [attr, al] : aligns)
+    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   MG_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(), p->desc, p->a, p->b, p->c, p->c, pref,
@@ -107,9 +127,15 @@ Plan* plan(const Key& k) {
   return (cache[k] = std::move(p)).get();
 }
 
-void run(const Key& k, float alpha, const void* A, const void* B, float beta, float* C,
+void run(Key k, float alpha, const void* A, const void* B, float beta, float* C,
          const float* bias) {
+  k.align_a = alignment(A);
+  k.align_b = alignment(B);
+  k.align_c = alignment(C);
   Plan* p = plan(k);
+  // The bias pointer is set on the shared cached descriptor: one GEMM at a time.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   if (bias)
     MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof(bias)));
@@ -123,7 +149,17 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Mat A,
           Mat B, int64_t ldb, float beta, float* C, int64_t ldc) {
   MG_CHECK(A.dtype == B.dtype, "GEMM operands ", dtype_name(A.dtype), " x ", dtype_name(B.dtype));
   if (M == 0 || N == 0) return;
-  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype}, alpha, A.data, B.data, beta, C, nullptr);
+  if (K == 0) {  // an empty sum: C = beta C
+    if (beta == 1.f) return;
+    MG_CHECK(beta == 0.f || ldc == N, "GEMM with K = 0, beta ", beta, " and ldc != N");
+    if (beta == 0.f)
+      for (int64_t m = 0; m < M; ++m) memset_zero(C + m * ldc, size_t(N) * sizeof(float));
+    else
+      scale_inplace(C, beta, M * N);
+    return;
+  }
+  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype, 0, 0, 0}, alpha, A.data, B.data, beta, C,
+      nullptr);
 }
 
 void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
@@ -131,8 +167,13 @@ void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t 
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
   if (N == 0 || OUT == 0) return;
-  run({false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype}, 1.0f, inp.data,
-      weight.data, 0.0f, out, bias);
+  if (IN == 0) {  // no inputs: out = bias (or 0)
+    memset_zero(out, size_t(N * OUT) * sizeof(float));
+    if (bias) bias_add_forward(out, bias, N, OUT);
+    return;
+  }
+  run({false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype, 0, 0, 0}, 1.0f,
+      inp.data, weight.data, 0.0f, out, bias);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,

@@ -1,7 +1,7 @@
 // The CUDA op set: the same forward/backward pairs, arguments and conventions as backend/cpu
 // (../ops.h: row-major, dimensions last, backward ADDS into gradients), on device pointers,
 // queued on the compute stream (device.h). f32 and bf16/f16 storage with fp32 accumulation.
-// Every op is checked against its CPU twin by tests/backend/cuda_parity_test.cpp (label gpu).
+// Every op is checked against its CPU twin by tests/backend/cuda/parity_test.cpp (label gpu).
 #pragma once
 #include <cstdint>
 

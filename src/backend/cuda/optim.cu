@@ -45,6 +45,7 @@ __device__ double block_sum(double v) {
   __syncthreads();
   double r = 0;
   for (int i = 0; i < kThreads / 32; ++i) r += part[i];
+  __syncthreads();  // part may be reused by a later call
   return r;
 }
 

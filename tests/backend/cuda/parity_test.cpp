@@ -49,9 +49,11 @@ Vec down(const cuda::Buffer& b, size_t n) {
   return h;
 }
 
+// Infinite where the GPU has a non-finite value the CPU does not (std::max would skip a NaN).
 double norm_err(const Vec& gpu, const Vec& cpu) {
   double diff = 0, ref = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
+    if (std::isfinite(gpu[i]) != std::isfinite(cpu[i])) return INFINITY;
     diff = std::max(diff, std::fabs(double(gpu[i]) - double(cpu[i])));
     ref = std::max(ref, std::fabs(double(cpu[i])));
   }
@@ -138,6 +140,10 @@ TEST(CudaParity, LinearForwardBackward) {
       expect_close("linear backward dinp", s, down(gdx, dx.size()), dx, tol);
       expect_close("linear backward dweight", s, down(gdw, dw.size()), dw, tol);
       expect_close("linear backward dbias", s, down(gdb, db.size()), db, kTolF32);
+      Vec y0(y.size());
+      cpu::linear_forward(y0.data(), xm, wm, nullptr, N, IN, OUT);
+      cuda::linear_forward(gy.as<float>(), gxm, gwm, nullptr, N, IN, OUT);
+      expect_close("linear forward (no bias)", s, down(gy, y0.size()), y0, tol);
     }
   }
 }
@@ -150,16 +156,25 @@ TEST(CudaParity, EmbeddingForwardBackward) {
   for (auto& i : ids) i = int32_t(gen() % V);
   ids[3] = ids[7] = ids[11] = 33;  // repeated tokens sum in order
   Vec table = random_vec(size_t((re - rb) * H), 9), dout = random_vec(size_t(N * H), 10);
-  Vec out(size_t(N * H)), dtable(table.size(), 0.f);
+  Vec out(static_cast<size_t>(N * H)), dtable = random_vec(table.size(), 30);  // += checked
+  const Vec dtable0 = dtable;
   cpu::embedding_forward(out.data(), ids.data(), table.data(), rb, re, N, H, false);
   cpu::embedding_backward(dtable.data(), dout.data(), ids.data(), rb, re, N, H);
   auto gids = up(ids), gt = up(table), gout = cuda::Buffer(out.size() * 4), gd = up(dout),
-       gdt = up(Vec(table.size(), 0.f));
+       gdt = up(dtable0);
   cuda::embedding_forward(gout.as<float>(), gids.as<int32_t>(), gt.as<float>(), rb, re, N, H,
                           false);
   cuda::embedding_backward(gdt.as<float>(), gd.as<float>(), gids.as<int32_t>(), rb, re, N, H);
   expect_close("embedding forward", dims({N, H}), down(gout, out.size()), out, 0.0);
   expect_close("embedding backward", dims({N, H}), down(gdt, dtable.size()), dtable, kTolF32);
+  // A bf16 table, accumulating into the output.
+  const auto t16 = to16(table, DType::BF16);
+  Vec acc = dout;
+  cpu::embedding_forward(acc.data(), ids.data(), {t16.data(), DType::BF16}, rb, re, N, H, true);
+  auto gt16 = up(t16), gacc = up(dout);
+  cuda::embedding_forward(gacc.as<float>(), gids.as<int32_t>(), {gt16.get(), DType::BF16}, rb, re,
+                          N, H, true);
+  expect_close("embedding forward bf16 +=", dims({N, H}), down(gacc, acc.size()), acc, 0.0);
 }
 
 TEST(CudaParity, LayerNormGeluResidualBias) {
@@ -168,15 +183,15 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     const size_t n = size_t(N * C);
     Vec x = random_vec(n, 11), w = random_vec(static_cast<size_t>(C), 12), b = random_vec(static_cast<size_t>(C), 13),
         dy = random_vec(n, 14);
-    Vec y(n), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dx(n, 0.1f), dw(static_cast<size_t>(C), 0.f),
-        db(static_cast<size_t>(C), 0.f);
+    Vec y(n), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dx(n, 0.1f),
+        dw(static_cast<size_t>(C), 0.3f), db(static_cast<size_t>(C), -0.2f);  // += checked
     cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
                            1e-5f);
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                             mean.data(), rstd.data(), N, C);
     auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gy = cuda::Buffer(n * 4),
          gm = cuda::Buffer(static_cast<size_t>(N) * 4), gr = cuda::Buffer(static_cast<size_t>(N) * 4), gdx = up(Vec(n, 0.1f)),
-         gdw = up(Vec(static_cast<size_t>(C), 0.f)), gdb = up(Vec(static_cast<size_t>(C), 0.f));
+         gdw = up(Vec(static_cast<size_t>(C), 0.3f)), gdb = up(Vec(static_cast<size_t>(C), -0.2f));
     cuda::layernorm_forward(gy.as<float>(), gm.as<float>(), gr.as<float>(), gx.as<float>(),
                             gw.as<float>(), gb.as<float>(), N, C, 1e-5f);
     cuda::layernorm_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(), gdy.as<float>(),
@@ -204,7 +219,13 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     cuda::residual_forward(grr.as<float>(), gx.as<float>(), gdy.as<float>(), int64_t(n));
     cuda::residual_backward(gda.as<float>(), gdbb.as<float>(), gdy.as<float>(), int64_t(n));
     expect_close("residual forward", s, down(grr, n), r, 0.0);
-    expect_close("residual backward", s, down(gda, n), da, 0.0);
+    expect_close("residual backward da", s, down(gda, n), da, 0.0);
+    expect_close("residual backward db", s, down(gdbb, n), dbb, 0.0);
+    Vec sc = x;
+    cpu::scale_inplace(sc.data(), 0.37f, int64_t(n));
+    auto gsc = up(x);
+    cuda::scale_inplace(gsc.as<float>(), 0.37f, int64_t(n));
+    expect_close("scale in place", s, down(gsc, n), sc, 0.0);
 
     Vec ob = x, bsum(static_cast<size_t>(C), 0.5f);
     cpu::bias_add_forward(ob.data(), b.data(), N, C);
@@ -225,18 +246,23 @@ TEST(CudaParity, FlashAttentionForwardBackward) {
     const int64_t H = c.NH * c.HD, N = c.B * c.S;
     Vec qkv = random_vec(size_t(N * 3 * H), 15), dout = random_vec(size_t(N * H), 16);
     std::vector<int32_t> seg;
-    if (c.segments) {  // documents starting at 0, 40 and 95 in every row
-      seg.resize(size_t(c.B * c.S));
-      for (int64_t b = 0; b < c.B; ++b)
-        for (int64_t t = 0; t < c.S; ++t) seg[b * c.S + t] = t >= 95 ? 95 : (t >= 40 ? 40 : 0);
+    if (c.segments) {  // documents starting at 0, 40 + 13 b and 95 - 20 b in row b
+      seg.resize(static_cast<size_t>(c.B * c.S));
+      for (int64_t b = 0; b < c.B; ++b) {
+        const int64_t s1 = 40 + 13 * b, s2 = 95 - 20 * b;
+        for (int64_t t = 0; t < c.S; ++t)
+          seg[b * c.S + t] = int32_t(t >= s2 ? s2 : (t >= s1 ? s1 : 0));
+      }
     }
     const int32_t* cs = c.segments ? seg.data() : nullptr;
-    Vec out(size_t(N * H)), lse(size_t(c.B * c.NH * c.S)), dqkv(qkv.size(), 0.f);
+    Vec out(static_cast<size_t>(N * H)), lse(static_cast<size_t>(c.B * c.NH * c.S)),
+        dqkv = random_vec(qkv.size(), 31);  // += checked
+    const Vec dqkv0 = dqkv;
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.S, c.NH, c.HD, cs);
     cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), c.B,
                             c.S, c.NH, c.HD, cs);
     auto gq = up(qkv), gd = up(dout), go = cuda::Buffer(out.size() * 4),
-         gl = cuda::Buffer(lse.size() * 4), gdq = up(Vec(qkv.size(), 0.f));
+         gl = cuda::Buffer(lse.size() * 4), gdq = up(dqkv0);
     cuda::Buffer gseg = c.segments ? up(seg) : cuda::Buffer();
     const int32_t* gs = c.segments ? gseg.as<int32_t>() : nullptr;
     cuda::attention_forward(go.as<float>(), gl.as<float>(), gq.as<float>(), c.B, c.S, c.NH, c.HD,
@@ -283,6 +309,14 @@ TEST(CudaParity, CrossEntropy) {
     cuda::cross_entropy_backward(glg.as<float>(), glg.as<float>(), glse.as<float>(),
                                  gtg.as<int32_t>(), gdl.as<float>(), 0, N, V);
     expect_close("cross-entropy backward", s, down(glg, dlog.size()), dlog, kTolF32);
+    // As a vocab-parallel shard starting at column 7: targets shift, some fall outside.
+    Vec dshard(logits.size());
+    cpu::cross_entropy_backward(dshard.data(), logits.data(), lse.data(), tg.data(), dl.data(), 7,
+                                N, V);
+    auto glg2 = up(logits), gsh = cuda::Buffer(logits.size() * 4);
+    cuda::cross_entropy_backward(gsh.as<float>(), glg2.as<float>(), glse.as<float>(),
+                                 gtg.as<int32_t>(), gdl.as<float>(), 7, N, V);
+    expect_close("cross-entropy backward shard", s, down(gsh, dshard.size()), dshard, kTolF32);
   }
 }
 
@@ -317,6 +351,9 @@ TEST(CudaParity, OptimizerAndReductions) {
   auto sp = up(p), sb = up(Vec(static_cast<size_t>(n), 0.f));
   cuda::sgd_update(sp.as<float>(), gg.as<float>(), sb.as<float>(), n, 0.1f, 0.9f, 0.01f, 1);
   expect_close("sgd params", dims({n}), down(sp, static_cast<size_t>(n)), ps, kTolF32);
+  cpu::sgd_update(ps.data(), g.data(), buf.data(), n, 0.1f, 0.9f, 0.01f, 2);  // with momentum
+  cuda::sgd_update(sp.as<float>(), gg.as<float>(), sb.as<float>(), n, 0.1f, 0.9f, 0.01f, 2);
+  expect_close("sgd params, step 2", dims({n}), down(sp, static_cast<size_t>(n)), ps, kTolF32);
 
   const double ref = cpu::sum_squares(g.data(), n), got = cuda::sum_squares(gg.as<float>(), n);
   std::printf("  %-28s %-26s %.10g vs %.10g\n", "sum of squares", dims({n}).c_str(), got, ref);
@@ -346,6 +383,7 @@ TEST(CudaParity, OptimizerAndReductions) {
 
 TEST(CudaParity, AllocatorReusesBlocksAndCountsThePeak) {
   MG_REQUIRE_GPU();
+  cuda::empty_cache();  // earlier tests in this process left blocks of the same size cached
   const int64_t live0 = cuda::bytes_live();
   void* a = cuda::alloc(3 << 20);
   EXPECT_EQ(cuda::bytes_live() - live0, 4 << 20);  // rounded to 2 MiB
