@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm/mpi_split.h"
 #include "core/error.h"
 
 namespace mg {
@@ -192,7 +193,7 @@ std::unique_ptr<Communicator> mpi_world() {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }
 
-std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups) {
+MPI_Comm split_world(const std::vector<std::vector<int>>& groups) {
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int color = MPI_UNDEFINED, key = 0;
@@ -205,6 +206,11 @@ std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& gro
   }
   MPI_Comm comm;
   check_mpi(MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm), "MPI_Comm_split");
+  return comm;
+}
+
+std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups) {
+  MPI_Comm comm = split_world(groups);
   if (comm == MPI_COMM_NULL) return nullptr;
   return std::make_unique<MpiCommunicator>(comm, true);
 }

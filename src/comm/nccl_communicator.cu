@@ -4,11 +4,11 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "backend/cuda/check.cuh"
+#include "comm/mpi_split.h"
 #include "comm/nccl_communicator.h"
 
 #define MG_NCCL_CHECK(call)                                                              \
@@ -178,18 +178,7 @@ std::unique_ptr<Communicator> nccl_world() {
 }
 
 std::unique_ptr<Communicator> nccl_group(const std::vector<std::vector<int>>& groups) {
-  int me = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  int color = MPI_UNDEFINED, key = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    auto it = std::find(groups[g].begin(), groups[g].end(), me);
-    if (it != groups[g].end()) {
-      color = int(g);
-      key = int(it - groups[g].begin());
-    }
-  }
-  MPI_Comm comm;
-  MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
+  MPI_Comm comm = split_world(groups);
   if (comm == MPI_COMM_NULL) return nullptr;
   return std::make_unique<NcclCommunicator>(comm);
 }

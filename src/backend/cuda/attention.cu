@@ -25,6 +25,19 @@ __device__ const float* qkv_row(const float* qkv, const Geometry& g, int64_t b, 
   return qkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD;
 }
 
+// Keys and values of rows [k0, k0 + kTile) into shared memory (zeros past S); all kTile threads
+// of the block take part.
+template <int HD>
+__device__ void load_kv_tile(float (*ks)[HD], float (*vs)[HD], const float* qkv,
+                             const Geometry& g, int64_t b, int64_t h, int64_t k0) {
+  for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
+    const int r = i / HD, e = i % HD;
+    const bool in = k0 + r < g.S;
+    ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
+    vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
+  }
+}
+
 __device__ bool visible(int64_t q, int64_t k, const int32_t* seg) {
   return k <= q && (!seg || k >= seg[q]);
 }
@@ -47,12 +60,7 @@ __global__ void forward_kernel(float* out, float* lse, const float* qkv, Geometr
   const int64_t last = min(q0 + kTile, g.S);  // keys beyond the block's last query are masked
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
-    for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
-      const int r = i / HD, e = i % HD;
-      const bool in = k0 + r < g.S;
-      ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
-      vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
-    }
+    load_kv_tile<HD>(ks, vs, qkv, g, b, h, k0);
     __syncthreads();
     if (!active) continue;
     for (int r = 0; r < kTile; ++r) {
@@ -110,12 +118,7 @@ __global__ void dq_kernel(float* dqkv, const float* dout, const float* qkv, cons
   const int64_t last = min(q0 + kTile, g.S);
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
-    for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
-      const int r = i / HD, e = i % HD;
-      const bool in = k0 + r < g.S;
-      ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
-      vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
-    }
+    load_kv_tile<HD>(ks, vs, qkv, g, b, h, k0);
     __syncthreads();
     if (!active) continue;
     for (int r = 0; r < kTile; ++r) {
