@@ -116,13 +116,16 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 // AdamW (decoupled weight decay, torch.optim.AdamW's formula) on n elements, step t >= 1:
 // p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps).
+// g is grad * clip (the global-norm clip factor, rounded as a stored clipped grad would be), so
+// clipping costs no pass of its own; the grad buffer is left as it was.
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t t);
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                  float clip = 1.0f);
 
 // SGD with momentum (torch.optim.SGD, no dampening): g += wd p; buf = g (t = 1) or
 // momentum buf + g; p -= lr buf.
 void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
-                float weight_decay, int64_t t);
+                float weight_decay, int64_t t, float clip = 1.0f);
 
 // Sum of squares in double (for the global grad norm), and in-place scaling.
 double sum_squares(const float* x, int64_t n);

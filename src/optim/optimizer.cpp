@@ -78,15 +78,15 @@ void Optimizer::step(void* model_params, float* grads, float lr, float wd, doubl
   float* state = state_.data<float>();
   int64_t s = 0;  // state offset of the current run
   for (const ParamRun& r : runs_) {
-    float* g = grads + r.offset;
-    if (coeff < 1.0) cpu::scale_inplace(g, float(coeff), r.numel);
+    const float* g = grads + r.offset;
+    const float clip = coeff < 1.0 ? float(coeff) : 1.0f;  // applied as the update reads g
     const float decay = r.decay ? wd : 0.f;
     float* p = main_.empty() ? static_cast<float*>(model_params) + r.offset : main_.data<float>() + s;
     if (cfg_.kind == "adam")
       cpu::adamw_update(p, g, state + s, state + numel_ + s, r.numel, lr, cfg_.beta1, cfg_.beta2,
-                        cfg_.eps, decay, t_);
+                        cfg_.eps, decay, t_, clip);
     else
-      cpu::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_);
+      cpu::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_, clip);
     if (!main_.empty())  // copy the main params back to the model, rounded
       cpu::cast_from_f32(static_cast<char*>(model_params) + r.offset * esize, dtype_, p, r.numel);
     s += r.numel;

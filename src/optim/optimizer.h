@@ -42,7 +42,8 @@ class Optimizer {
             DType model_dtype = DType::F32, const void* model_params = nullptr)
       : Optimizer(param_runs(layout), cfg, model_dtype, model_params) {}
 
-  // Clips the runs' grads given the global grad norm (computed over all ranks by the caller),
+  // Clips the runs' grads given the global grad norm (computed over all ranks by the caller; the
+  // clip factor is applied as the update reads each grad, the grad buffer is not rewritten),
   // then updates the runs' params (the model's flat buffer, in model_dtype) with learning rate
   // lr and weight decay wd.
   void step(void* params, float* grads, float lr, float wd, double grad_norm);

@@ -7,14 +7,15 @@
 namespace mg::cpu {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                  float clip) {
   const float bc1 = 1.0f - std::pow(beta1, float(t));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, float(t)));
   const float step = lr / bc1;
   const float decay = 1.0f - lr * weight_decay;
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * clip;
     const float mi = beta1 * m[i] + (1.0f - beta1) * g;
     const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
     m[i] = mi;
@@ -24,10 +25,10 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
 }
 
 void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
-                float weight_decay, int64_t t) {
+                float weight_decay, int64_t t, float clip) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i] + weight_decay * param[i];
+    const float g = grad[i] * clip + weight_decay * param[i];
     const float b = t == 1 ? g : momentum * buf[i] + g;
     buf[i] = b;
     param[i] -= lr * b;

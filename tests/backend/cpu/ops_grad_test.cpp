@@ -291,6 +291,29 @@ TEST(OpsGrad, CrossEntropyInPlace) {
   for (int64_t i = 0; i < N * V; ++i) EXPECT_FLOAT_EQ(logits[i], sep[i]);
 }
 
+// The clip factor folded into the update equals clipping the stored grads first, bit for bit.
+TEST(OpsGrad, ClipFactorInTheUpdateEqualsClippingFirst) {
+  const int64_t n = 1037;
+  std::vector<float> g(n), p(n), m(n, 0.01f), v(n, 0.02f);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = std::sin(0.37f * float(i));
+    p[i] = std::cos(0.11f * float(i));
+  }
+  std::vector<float> gc = g, p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v, b1(n), b2(n);
+  cpu::scale_inplace(gc.data(), 0.3f, n);
+  cpu::adamw_update(p1.data(), gc.data(), m1.data(), v1.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                    0.1f, 3);
+  cpu::adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
+                    0.1f, 3, 0.3f);
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+  std::vector<float> q1 = p, q2 = p;
+  cpu::sgd_update(q1.data(), gc.data(), b1.data(), n, 0.1f, 0.9f, 0.01f, 1);
+  cpu::sgd_update(q2.data(), g.data(), b2.data(), n, 0.1f, 0.9f, 0.01f, 1, 0.3f);
+  EXPECT_EQ(q1, q2);
+}
+
 TEST(OpsGrad, AdamWMatchesClosedForm) {
   // One element, two steps, against the formula evaluated in double.
   float p = 0.5f, m = 0.f, v = 0.f;
