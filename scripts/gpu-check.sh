@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The GPU check: CPU-vs-CUDA kernel parity (ctest label gpu) on a GPU machine, with a log.
+# The GPU check: CPU-vs-CUDA kernel parity and GPU training parity (ctest label gpu) on a GPU
+# machine, with a log.
 #
 # The GPU machines here have CUDA 13, CMake and ninja but none of our other build dependencies
 # (oneDNN, OpenMPI, GoogleTest, nlohmann-json) and no package registry, so the test binary is
 # built on a development machine and carried over with the one non-system library it needs:
-#   here:  scripts/gpu-check.sh pack   -> gpu-pack/ (git-ignored, ~45 MB): gpu_tests built for
-#          x86-64-v3 (AVX2 + FMA, so any recent server CPU runs the CPU reference), sm_90 + PTX,
-#          and libdnnl / libOpenCL / libgomp from this machine
+#   here:  scripts/gpu-check.sh pack   -> gpu-pack/ (git-ignored): gpu_tests and megatron built
+#          for x86-64-v3 (AVX2 + FMA, so any recent server CPU runs the CPU reference), sm_90 +
+#          PTX, and the shared libraries they need from this machine (oneDNN, OpenMPI, ...)
 #   there: scripts/gpu-check.sh        (device run with carry ["gpu-pack"]; well under 8 minutes)
 #          -> $OUT/gpu-check.log (or gpu-pack/gpu-check.log): nvidia-smi, every op's max error
-#          against its tolerance, and the gtest summary; exit status 0 only if all passed.
+#          against its tolerance, the training-parity curves, the gtest summary, then the GPU
+#          throughput benchmark; exit status 0 only if all tests passed.
 # cuBLASLt and the CUDA runtime's driver come from the GPU machine's own CUDA 13.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,13 +23,16 @@ if [ "${1:-run}" = pack ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON -DMG_NATIVE=OFF \
     -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu/configure.log 2>&1 ||
     { tail -20 build-gpu/configure.log >&2; exit 1; }
-  cmake --build build-gpu --target gpu_tests -j2 >>build-gpu/configure.log 2>&1 ||
+  cmake --build build-gpu --target gpu_tests megatron -j2 >>build-gpu/configure.log 2>&1 ||
     { tail -20 build-gpu/configure.log >&2; exit 1; }
   rm -rf gpu-pack && mkdir -p gpu-pack/lib
-  cp build-gpu/tests/gpu_tests gpu-pack/
-  for lib in libdnnl.so.2 libOpenCL.so.1 libgomp.so.1; do
-    cp -L "$(ldd build-gpu/tests/gpu_tests | awk -v l=$lib '$1 == l { print $3 }')" gpu-pack/lib/
-  done
+  cp build-gpu/tests/gpu_tests build-gpu/megatron gpu-pack/
+  # Every shared library the two binaries load, except the C/C++ runtime and CUDA's own
+  # (oneDNN, OpenCL, OpenMP, OpenMPI and its helpers; OpenMPI is only loaded, never initialized,
+  # by a rank started without mpirun).
+  ldd build-gpu/tests/gpu_tests build-gpu/megatron | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
+    grep -Ev '^(libc|libm|libmvec|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libcuda|libcublas|libcublasLt|libnccl|libcudart)\.so' |
+    sort -u | while read -r name path; do cp -L "$path" "gpu-pack/lib/$name"; done
   du -sh gpu-pack
   echo "gpu-check: packed; on the GPU machine run scripts/gpu-check.sh with carry [\"gpu-pack\"]"
   exit 0
@@ -49,10 +54,16 @@ export LD_LIBRARY_PATH="$PWD/gpu-pack/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY
   echo "cuBLASLt from: ${CUBLAS_DIR:-not found}"
   echo "== CPU vs CUDA kernel parity (label gpu)"
 } | tee "$LOG"
-OMP_NUM_THREADS=8 timeout 420 gpu-pack/gpu_tests 2>&1 | tee -a "$LOG"
+# The training-parity test runs `megatron train --device cuda|cpu` from the pack.
+export MG_BINARY="$PWD/gpu-pack/megatron"
+OMP_NUM_THREADS=8 timeout 200 gpu-pack/gpu_tests 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
-# On the GPU machine a skipped test means the device was not usable: that is a failure here.
-if [ "$status" -eq 0 ] && grep -q '^\[  SKIPPED \]' "$LOG"; then
+# The GPU benchmark (figures only; it does not change the exit status). At most 6 x 45 s.
+echo "== GPU training throughput (bench/gpu_train_throughput.sh)" | tee -a "$LOG"
+TIMEOUT=45 bench/gpu_train_throughput.sh gpt2-124m gpt2-774m 2>&1 | tee -a "$LOG"
+# On the GPU machine a test skipped for want of a device means it was not usable: a failure
+# here. (The two-rank tests skip, and say so, where the machine has no mpirun.)
+if [ "$status" -eq 0 ] && grep -q 'no CUDA device' "$LOG"; then
   echo "gpu-check: tests were skipped (no usable CUDA device): failing" | tee -a "$LOG"
   status=1
 fi

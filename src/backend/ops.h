@@ -106,6 +106,11 @@ void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shi
                            int64_t V);
 void cross_entropy_target_logit(float* target_logit, const float* logits,
                                 const int32_t* targets, int64_t v_begin, int64_t N, int64_t V);
+// The last step of a (vocab-parallel) cross-entropy, once the pieces above are reduced over
+// the shards: lse[n] = row_max[n] + log(sum_exp[n]); on entry losses holds the target logits,
+// on return losses[n] = lse[n] - target (0 where targets[n] < 0). lse may alias row_max.
+void cross_entropy_combine(float* losses, float* lse, const float* row_max,
+                           const float* sum_exp, const int32_t* targets, int64_t N);
 // dlogits[n,:] = dlosses[n] * (softmax(logits[n]) - onehot(targets[n] - v_begin)), with
 // softmax = exp(logit - lse[n]). OVERWRITES dlogits, which may alias logits (the logits are not
 // needed after their gradient is formed).

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/dispatch.h"
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
@@ -51,8 +52,12 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
   mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  // A GPU run selects its GPU before any NCCL group exists.
+  if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA);
   mg::ProcessGroups groups =
-      mpi.active() ? mg::make_mpi_process_groups(grid) : mg::make_single_process_groups();
+      !mpi.active()          ? mg::make_single_process_groups()
+      : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
+                             : mg::make_mpi_process_groups(grid);
   try {
     mg::run_training(cfg, groups);
   } catch (const std::exception& e) {

@@ -180,6 +180,14 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(exit_duration_in_mins)),
       // logging and evaluation
       valued<C>("--log-interval", "N", "iterations per log line", MG_FIELD(log_interval)),
+      valued<C>("--device", "cpu|cuda",
+                "where params, grads, optimizer state and activations live and the ops run "
+                "(cuda: one GPU per rank, by node-local rank; needs the CUDA backend)",
+                MG_FIELD(device)),
+      valued<C>("--distributed-backend", "nccl|mpi",
+                "GPU runs: nccl (default) or mpi (GPU buffers staged through host memory; "
+                "several ranks may share one GPU); CPU runs always use mpi",
+                MG_FIELD(distributed_backend)),
       valued<C>("--timing-log-level", "N",
                 "phase timers after each log line: 0 off, 1 step phases, 2 also communication, "
                 "optimizer parts and compute by kind of op",

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 #include "core/timers.h"
 
 namespace mg {
@@ -67,7 +67,7 @@ DistributedOptimizer::~DistributedOptimizer() {
 void DistributedOptimizer::launch_reduce_scatter(size_t b) {
   const auto [begin, end] = model_.layout().buckets()[b];
   float* G = model_.grads() + begin;
-  cpu::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
+  ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
   grad_req_[b] = g_.dp->ireduce_scatter(G, grad_shard_[b].data(), int64_t(grad_shard_[b].size()));
 }
 
@@ -99,7 +99,8 @@ void DistributedOptimizer::wait_params() {
 
 double DistributedOptimizer::grad_norm() {
   double local = 0;
-  for (const ParamRun& r : counted_runs_) local += cpu::sum_squares(model_.grads() + r.offset, r.numel);
+  for (const ParamRun& r : counted_runs_)
+    local += ops::sum_squares(model_.grads() + r.offset, r.numel);
   return std::sqrt(all_reduce_sum(*g_.world, local));
 }
 

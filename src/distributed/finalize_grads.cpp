@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 #include "core/timers.h"
 
 namespace mg {
@@ -10,14 +10,25 @@ namespace mg {
 void finalize_grads(GPTModel& model, ProcessGroups& g) {
   float* G = model.grads();
   if (model.spec().sequence_parallel && g.tp->size() > 1) {
-    std::vector<float> packed;
+    // The SP-partial grads packed into one buffer on the compute device: one all-reduce.
+    const Device dev = ops::device();
+    int64_t n = 0;
     for (const ParamSpec& p : model.layout().params())
-      if (p.sequence_parallel) packed.insert(packed.end(), G + p.offset, G + p.offset + p.numel());
-    g.tp->all_reduce(packed.data(), int64_t(packed.size()));
-    size_t k = 0;
+      if (p.sequence_parallel) n += p.numel();
+    Tensor packed({n}, DType::F32, dev);
+    float* k = packed.data<float>();
     for (const ParamSpec& p : model.layout().params())
-      if (p.sequence_parallel)
-        for (int64_t i = 0; i < p.numel(); ++i) G[p.offset + i] = packed[k++];
+      if (p.sequence_parallel) {
+        ops::copy(k, dev, G + p.offset, dev, size_t(p.numel()) * sizeof(float));
+        k += p.numel();
+      }
+    g.tp->all_reduce(packed.data<float>(), n);
+    k = packed.data<float>();
+    for (const ParamSpec& p : model.layout().params())
+      if (p.sequence_parallel) {
+        ops::copy(G + p.offset, dev, k, dev, size_t(p.numel()) * sizeof(float));
+        k += p.numel();
+      }
   }
   if (g.grid.pp > 1 && (g.first_stage() || g.last_stage())) {
     timers::Scope timer(timers::kEmbeddingGradsAllReduce);
@@ -40,7 +51,7 @@ void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g) {
 double global_grad_norm(GPTModel& model, ProcessGroups& g) {
   double local = 0;
   for (const ParamSpec& p : model.layout().params())
-    if (counted_once(p, g.coord.tp)) local += cpu::sum_squares(model.grads() + p.offset, p.numel());
+    if (counted_once(p, g.coord.tp)) local += ops::sum_squares(model.grads() + p.offset, p.numel());
   return std::sqrt(all_reduce_sum(*g.model_parallel, local));
 }
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 
 namespace mg {
 
@@ -59,7 +59,7 @@ void GradReducer::ready(const std::vector<int>& params) {
 void GradReducer::launch(size_t b) {
   const auto [begin, end] = model_.layout().buckets()[b];
   float* G = model_.grads() + begin;
-  cpu::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
+  ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
   requests_[b] = g_.dp->iall_reduce(G, end - begin);
 }
 

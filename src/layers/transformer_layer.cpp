@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 #include "tensor_parallel/parallel_linear.h"
 
 namespace mg {
@@ -19,19 +19,30 @@ int64_t stage_width(const LayerDims& d, bool a) {
 }  // namespace
 
 LayerCache::LayerCache(const LayerDims& d)
-    : ln1({d.local_rows(), d.H}, d.dtype), ln1_mean({d.local_rows()}), ln1_rstd({d.local_rows()}),
-      ln1_full({d.sp ? d.rows() : 0, d.H}, d.dtype), qkv({d.rows(), 3 * d.H_local()}, d.dtype),
-      lse({d.B, d.NH_local(), d.S}), attn({d.rows(), d.H_local()}, d.dtype),
-      x_mid({d.local_rows(), d.H}), ln2({d.local_rows(), d.H}, d.dtype),
-      ln2_mean({d.local_rows()}), ln2_rstd({d.local_rows()}),
-      ln2_full({d.sp ? d.rows() : 0, d.H}, d.dtype), fc1({d.rows(), d.F_local()}, d.dtype),
-      gelu({d.rows(), d.F_local()}, d.dtype) {}
+    : ln1({d.local_rows(), d.H}, d.dtype, d.device),
+      ln1_mean({d.local_rows()}, DType::F32, d.device),
+      ln1_rstd({d.local_rows()}, DType::F32, d.device),
+      ln1_full({d.sp ? d.rows() : 0, d.H}, d.dtype, d.device),
+      qkv({d.rows(), 3 * d.H_local()}, d.dtype, d.device),
+      lse({d.B, d.NH_local(), d.S}, DType::F32, d.device),
+      attn({d.rows(), d.H_local()}, d.dtype, d.device),
+      x_mid({d.local_rows(), d.H}, DType::F32, d.device),
+      ln2({d.local_rows(), d.H}, d.dtype, d.device),
+      ln2_mean({d.local_rows()}, DType::F32, d.device),
+      ln2_rstd({d.local_rows()}, DType::F32, d.device),
+      ln2_full({d.sp ? d.rows() : 0, d.H}, d.dtype, d.device),
+      fc1({d.rows(), d.F_local()}, d.dtype, d.device),
+      gelu({d.rows(), d.F_local()}, d.dtype, d.device) {}
 
 LayerScratch::LayerScratch(const LayerDims& d)
-    : full({d.rows(), d.H}), d_ln({d.local_rows(), d.H}), d_qkv({d.rows(), 3 * d.H_local()}),
-      d_attn({d.rows(), d.H_local()}), d_fc1({d.rows(), d.F_local()}),
-      d_gelu({d.rows(), d.F_local()}),
-      stage_a({d.rows(), stage_width(d, true)}), stage_b({d.rows(), stage_width(d, false)}) {}
+    : full({d.rows(), d.H}, DType::F32, d.device),
+      d_ln({d.local_rows(), d.H}, DType::F32, d.device),
+      d_qkv({d.rows(), 3 * d.H_local()}, DType::F32, d.device),
+      d_attn({d.rows(), d.H_local()}, DType::F32, d.device),
+      d_fc1({d.rows(), d.F_local()}, DType::F32, d.device),
+      d_gelu({d.rows(), d.F_local()}, DType::F32, d.device),
+      stage_a({d.rows(), stage_width(d, true)}, DType::F32, d.device),
+      stage_b({d.rows(), stage_width(d, false)}, DType::F32, d.device) {}
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
@@ -46,34 +57,34 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   };
   // Attention block.
   float* ln1 = out(c.ln1, s.stage_b);
-  cpu::layernorm_forward(ln1, c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), x, w.ln1_w,
+  ops::layernorm_forward(ln1, c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), x, w.ln1_w,
                          w.ln1_b, R, H, d.eps);
-  if (lp) cpu::cast_from_f32(c.ln1.raw(), d.dtype, ln1, R * H);
+  if (lp) ops::cast_from_f32(c.ln1.raw(), d.dtype, ln1, R * H);
   float* qkv = out(c.qkv, s.stage_a);
   tp::column_parallel_forward(g, qkv, c.ln1.raw(), c.ln1_full.raw(), weight(w.qkv_w, d),
                               w.qkv_b, {N, H, 3 * d.H_local()});
-  if (lp) cpu::store_rounded(c.qkv.raw(), d.dtype, qkv, N * 3 * d.H_local());
+  if (lp) ops::store_rounded(c.qkv.raw(), d.dtype, qkv, N * 3 * d.H_local());
   float* attn = out(c.attn, s.stage_b);
-  cpu::attention_forward(attn, c.lse.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start);
-  if (lp) cpu::cast_from_f32(c.attn.raw(), d.dtype, attn, N * d.H_local());
+  ops::attention_forward(attn, c.lse.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start);
+  if (lp) ops::cast_from_f32(c.attn.raw(), d.dtype, attn, N * d.H_local());
   tp::row_parallel_forward(g, c.x_mid.data<float>(), full, act(c.attn), weight(w.proj_w, d),
                            w.proj_b, {N, d.H_local(), H});
-  cpu::residual_forward(c.x_mid.data<float>(), x, c.x_mid.data<float>(), R * H);
+  ops::residual_forward(c.x_mid.data<float>(), x, c.x_mid.data<float>(), R * H);
   // MLP block.
   float* ln2 = out(c.ln2, s.stage_b);
-  cpu::layernorm_forward(ln2, c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
+  ops::layernorm_forward(ln2, c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
                          c.x_mid.data<float>(), w.ln2_w, w.ln2_b, R, H, d.eps);
-  if (lp) cpu::cast_from_f32(c.ln2.raw(), d.dtype, ln2, R * H);
+  if (lp) ops::cast_from_f32(c.ln2.raw(), d.dtype, ln2, R * H);
   float* fc1 = out(c.fc1, s.stage_a);
   tp::column_parallel_forward(g, fc1, c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
                               w.fc1_b, {N, H, d.F_local()});
-  if (lp) cpu::store_rounded(c.fc1.raw(), d.dtype, fc1, N * d.F_local());
+  if (lp) ops::store_rounded(c.fc1.raw(), d.dtype, fc1, N * d.F_local());
   float* gelu = out(c.gelu, s.stage_b);
-  cpu::gelu_forward(gelu, fc1, N * d.F_local());
-  if (lp) cpu::cast_from_f32(c.gelu.raw(), d.dtype, gelu, N * d.F_local());
+  ops::gelu_forward(gelu, fc1, N * d.F_local());
+  if (lp) ops::cast_from_f32(c.gelu.raw(), d.dtype, gelu, N * d.F_local());
   tp::row_parallel_forward(g, y, full, act(c.gelu), weight(w.fc2_w, d), w.fc2_b,
                            {N, d.F_local(), H});
-  cpu::residual_forward(y, c.x_mid.data<float>(), y, R * H);
+  ops::residual_forward(y, c.x_mid.data<float>(), y, R * H);
 }
 
 // d_resid is the residual-stream gradient: it passes through both residual adds unchanged, and
@@ -89,7 +100,7 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   // A saved activation as f32 (widened into a staging buffer under mixed precision).
   auto widen = [&](const Tensor& cache, int64_t n, Tensor& stage) -> const float* {
     if (!d.low_precision()) return cache.data<float>();
-    cpu::cast_to_f32(stage.data<float>(), cache.raw(), cache.dtype(), n);
+    ops::cast_to_f32(stage.data<float>(), cache.raw(), cache.dtype(), n);
     return stage.data<float>();
   };
   // MLP block.
@@ -97,13 +108,13 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   s.d_fc1.zero();
   tp::row_parallel_backward(g, s.d_gelu.data<float>(), f32(gw.fc2_w), gw.fc2_b, d_resid, full,
                             act(c.gelu), weight(w.fc2_w, d), {N, d.F_local(), H});
-  cpu::gelu_backward(s.d_fc1.data<float>(), widen(c.fc1, N * d.F_local(), s.stage_a),
+  ops::gelu_backward(s.d_fc1.data<float>(), widen(c.fc1, N * d.F_local(), s.stage_a),
                      s.d_gelu.data<float>(),
                      N * d.F_local());
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
                                s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
                                {N, H, d.F_local()});
-  cpu::layernorm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(),
+  ops::layernorm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(),
                           c.x_mid.data<float>(), w.ln2_w, c.ln2_mean.data<float>(),
                           c.ln2_rstd.data<float>(), R, H);
   // Attention block.
@@ -111,14 +122,14 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   s.d_qkv.zero();
   tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b, d_resid, full,
                             act(c.attn), weight(w.proj_w, d), {N, d.H_local(), H});
-  cpu::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(),
+  ops::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(),
                           widen(c.attn, N * d.H_local(), s.stage_b),
                           widen(c.qkv, N * 3 * d.H_local(), s.stage_a), c.lse.data<float>(), d.B,
                           d.S, d.NH_local(), HD, seg_start);
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
                                {N, H, 3 * d.H_local()});
-  cpu::layernorm_backward(d_resid, gw.ln1_w, gw.ln1_b, s.d_ln.data<float>(), x, w.ln1_w,
+  ops::layernorm_backward(d_resid, gw.ln1_w, gw.ln1_b, s.d_ln.data<float>(), x, w.ln1_w,
                           c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), R, H);
 }
 

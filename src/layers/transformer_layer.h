@@ -41,6 +41,7 @@ struct LayerDims {
   bool sp = false;         // sequence parallel
   float eps;
   DType dtype = DType::F32;  // storage of GEMM weights and saved GEMM inputs/outputs
+  Device device = Device::CPU;  // where the activations live (the compute device)
   int64_t rows() const { return S * B; }                    // full-sequence rows
   int64_t local_rows() const { return sp ? rows() / tp : rows(); }  // rows of x / y
   int64_t NH_local() const { return NH / tp; }

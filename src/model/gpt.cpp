@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 #include "tensor_parallel/parallel_linear.h"
 #include "tensor_parallel/vocab_parallel.h"
 
@@ -11,7 +11,7 @@ namespace mg {
 namespace {
 LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   LayerDims d{B, c.seq_length, c.hidden_size, c.num_attention_heads, c.ffn(), 1, false,
-              c.norm_epsilon, s.dtype};
+              c.norm_epsilon, s.dtype, ops::device()};
   d.tp = s.shard.tp_size;
   d.sp = s.sequence_parallel && d.tp > 1;
   return d;
@@ -28,8 +28,10 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
       tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp},
-      layout_(bucketed_layout(cfg, spec)), params_({layout_.total_numel()}, spec.dtype),
-      grads_({layout_.total_numel()}), scratch_(dims_) {
+      layout_(bucketed_layout(cfg, spec)),
+      params_({layout_.total_numel()}, spec.dtype, dims_.device),
+      grads_({layout_.total_numel()}, DType::F32, dims_.device), scratch_(dims_),
+      dev_(dims_.device) {
   MG_CHECK(spec.dtype == DType::F32 || spec.dtype == DType::BF16 || spec.dtype == DType::F16,
            "model dtype ", dtype_name(spec.dtype));
   MG_CHECK(tp_.size() == spec.shard.tp_size, "TP group size ", tp_.size(), " != shard TP ",
@@ -45,7 +47,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     small_offset_.push_back(is_small ? small : -1);
     if (is_small) small += p.numel();
   }
-  small_ = Tensor({small});
+  small_ = Tensor({small}, DType::F32, dev_);
   for (int64_t l = 0; l < num_layers_; ++l) {
     layer_params_.push_back(layer_view(false, sh.layer_begin + l));
     layer_grads_.push_back(layer_view(true, sh.layer_begin + l));
@@ -73,56 +75,80 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   }
   slots_.resize(size_t(spec.num_slots));
   for (Slot& s : slots_) {
-    for (int64_t l = 0; l <= num_layers_; ++l) s.resid.emplace_back(Shape{R, H});
+    for (int64_t l = 0; l <= num_layers_; ++l) s.resid.emplace_back(Shape{R, H}, DType::F32, dev_);
     for (int64_t l = 0; l < num_layers_; ++l)
       s.caches.push_back(recomputed(l) ? nullptr : std::make_unique<LayerCache>(dims_));
-    s.tokens = Tensor({N}, DType::I32);
-    s.positions = Tensor({N}, DType::I32);
-    s.labels = Tensor({N}, DType::I32);
+    s.tokens = Tensor({N}, DType::I32, dev_);
+    s.positions = Tensor({N}, DType::I32, dev_);
+    s.labels = Tensor({N}, DType::I32, dev_);
+    s.tokens_h = Tensor({N}, DType::I32);
+    s.positions_h = Tensor({N}, DType::I32);
+    s.labels_h = Tensor({N}, DType::I32);
     s.mask = Tensor({N});
-    s.attention_start = Tensor({N}, DType::I32);
+    s.attention_start = Tensor({N}, DType::I32, dev_);
     if (sh.last_stage) {
-      s.lnf = Tensor({R, H}, spec.dtype);
-      s.lnf_mean = Tensor({R});
-      s.lnf_rstd = Tensor({R});
-      s.lnf_full = Tensor({dims_.sp ? N : 0, H}, spec.dtype);
-      s.logits = Tensor({N, V_local});
-      s.losses = Tensor({N});
-      s.lse = Tensor({N});
+      s.lnf = Tensor({R, H}, spec.dtype, dev_);
+      s.lnf_mean = Tensor({R}, DType::F32, dev_);
+      s.lnf_rstd = Tensor({R}, DType::F32, dev_);
+      s.lnf_full = Tensor({dims_.sp ? N : 0, H}, spec.dtype, dev_);
+      s.logits = Tensor({N, V_local}, DType::F32, dev_);
+      s.losses = Tensor({N}, DType::F32, dev_);
+      s.losses_h = Tensor({N});
+      s.lse = Tensor({N}, DType::F32, dev_);
     }
   }
-  if (sh.first_stage) emb_full_ = Tensor({N, H});
-  d_resid_ = Tensor({R, H});
-  d_lnf_ = Tensor({R, H});
-  d_full_ = Tensor({N, H});
-  dlosses_ = Tensor({N});
-  ce_scratch_ = Tensor({N});
-  if (sh.last_stage && dims_.low_precision()) lnf_stage_ = Tensor({R, H});
+  if (sh.first_stage) emb_full_ = Tensor({N, H}, DType::F32, dev_);
+  d_resid_ = Tensor({R, H}, DType::F32, dev_);
+  d_lnf_ = Tensor({R, H}, DType::F32, dev_);
+  d_full_ = Tensor({N, H}, DType::F32, dev_);
+  dlosses_ = Tensor({N}, DType::F32, dev_);
+  dlosses_h_ = Tensor({N});
+  ce_scratch_ = Tensor({N}, DType::F32, dev_);
+  if (sh.last_stage && dims_.low_precision()) lnf_stage_ = Tensor({R, H}, DType::F32, dev_);
 }
 
+// Parameters are initialized on the host in f32 (the same values on every device), then stored
+// in the model's dtype on its device: Megatron's order (init in f32, then round).
 void GPTModel::init(uint64_t seed) {
-  if (dtype() == DType::F32) return init_params(layout_, params(), seed, spec_.shard);
-  Tensor full({layout_.total_numel()});  // init in f32, then round: Megatron's order
+  if (dtype() == DType::F32 && dev_ == Device::CPU)
+    return init_params(layout_, params(), seed, spec_.shard);
+  Tensor full({layout_.total_numel()});
   init_params(layout_, full.data<float>(), seed, spec_.shard);
-  cpu::cast_from_f32(param_data(), dtype(), full.data<float>(), full.numel());
+  if (dev_ == Device::CPU)
+    return ops::cast_from_f32(param_data(), dtype(), full.data<float>(), full.numel());
+  Tensor staged({full.numel()}, DType::F32, dev_);
+  ops::copy(staged.raw(), dev_, full.raw(), Device::CPU, full.nbytes());
+  ops::cast_from_f32(param_data(), dtype(), staged.data<float>(), full.numel());
 }
 
+char* GPTModel::param_bytes(const ParamSpec& p) const {
+  return static_cast<char*>(params_.raw()) + p.offset * int64_t(dtype_size(dtype()));
+}
+
+// Host <-> device: the cast runs on the compute device into a staging buffer there.
 void GPTModel::read_param(const ParamSpec& p, float* out) const {
-  const char* base = static_cast<const char*>(params_.raw());
-  cpu::cast_to_f32(out, base + p.offset * int64_t(dtype_size(dtype())), dtype(), p.numel());
+  if (dev_ == Device::CPU) return ops::cast_to_f32(out, param_bytes(p), dtype(), p.numel());
+  Tensor staged({p.numel()}, DType::F32, dev_);
+  ops::cast_to_f32(staged.data<float>(), param_bytes(p), dtype(), p.numel());
+  ops::copy(out, Device::CPU, staged.raw(), dev_, staged.nbytes());
 }
 
 void GPTModel::write_param(const ParamSpec& p, const float* in) {
-  char* base = static_cast<char*>(params_.raw());
-  cpu::cast_from_f32(base + p.offset * int64_t(dtype_size(dtype())), dtype(), in, p.numel());
+  if (dev_ == Device::CPU) return ops::cast_from_f32(param_bytes(p), dtype(), in, p.numel());
+  Tensor staged({p.numel()}, DType::F32, dev_);
+  ops::copy(staged.raw(), dev_, in, Device::CPU, staged.nbytes());
+  ops::cast_from_f32(param_bytes(p), dtype(), staged.data<float>(), p.numel());
 }
 
 void GPTModel::need(const std::vector<int>& ids) {
   if (params_needed_ && !ids.empty()) params_needed_(ids);
   if (!dims_.low_precision()) return;
   for (int i : ids)
-    if (small_offset_[size_t(i)] >= 0)
-      read_param(layout_.params()[size_t(i)], small_.data<float>() + small_offset_[size_t(i)]);
+    if (small_offset_[size_t(i)] >= 0) {
+      const ParamSpec& p = layout_.params()[size_t(i)];
+      ops::cast_to_f32(small_.data<float>() + small_offset_[size_t(i)], param_bytes(p), dtype(),
+                       p.numel());
+    }
 }
 
 float* GPTModel::param(const char* name) {
@@ -189,22 +215,28 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
                       " entries; preprocess with the tokenizer given to train (--tokenizer-type)");
         MG_CHECK(mb.position_ids[i] >= 0 && mb.position_ids[i] < cfg_.max_positions(),
                  "position id ", mb.position_ids[i], " outside the position table");
-        s.tokens.data<int32_t>()[row] = mb.tokens[i];
-        s.positions.data<int32_t>()[row] = mb.position_ids[i];
+        s.tokens_h.data<int32_t>()[row] = mb.tokens[i];
+        s.positions_h.data<int32_t>()[row] = mb.position_ids[i];
       }
       if (sh.last_stage) {
         MG_USER_CHECK(mb.labels[i] < V && (mb.labels[i] >= 0 || mb.loss_mask[i] == 0.f),
                       "the data holds token id ", mb.labels[i], " but the model's vocabulary has ",
                       V, " entries; preprocess with the tokenizer given to train");
-        s.labels.data<int32_t>()[row] = mb.labels[i];
+        s.labels_h.data<int32_t>()[row] = mb.labels[i];
         s.mask.data<float>()[row] = mb.loss_mask[i];
       }
     }
+  const size_t ids_bytes = size_t(N) * sizeof(int32_t);
+  if (sh.first_stage) {
+    ops::copy(s.tokens.raw(), dev_, s.tokens_h.raw(), Device::CPU, ids_bytes);
+    ops::copy(s.positions.raw(), dev_, s.positions_h.raw(), Device::CPU, ids_bytes);
+  }
+  if (sh.last_stage) ops::copy(s.labels.raw(), dev_, s.labels_h.raw(), Device::CPU, ids_bytes);
 
   // Every stage runs attention, so every stage needs the (optional) attention starts.
   s.has_attention_start = mb.attention_start != nullptr;
   if (s.has_attention_start)
-    std::memcpy(s.attention_start.data<int32_t>(), mb.attention_start, N * sizeof(int32_t));
+    ops::copy(s.attention_start.raw(), dev_, mb.attention_start, Device::CPU, ids_bytes);
   const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
   if (sh.first_stage) {
     need(embedding_params_);
@@ -227,10 +259,10 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
 
   const bool lp = dims_.low_precision();
   float* lnf = lp ? lnf_stage_.data<float>() : s.lnf.data<float>();
-  cpu::layernorm_forward(lnf, s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
+  ops::layernorm_forward(lnf, s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
                          s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
                          param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
-  if (lp) cpu::cast_from_f32(s.lnf.raw(), dtype(), lnf, R * H);
+  if (lp) ops::cast_from_f32(s.lnf.raw(), dtype(), lnf, R * H);
   // Output layer: column-parallel over the vocab with the tied word embedding, no bias. The
   // logits come out of the GEMM in f32, and the loss is computed in f32.
   tp::column_parallel_forward(tp_, s.logits.data<float>(), s.lnf.raw(), s.lnf_full.raw(),
@@ -238,10 +270,11 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
   tp::vocab_parallel_cross_entropy_forward(tp_, s.losses.data<float>(), s.lse.data<float>(),
                                            ce_scratch_.data<float>(), s.logits.data<float>(),
                                            s.labels.data<int32_t>(), N, V_local);
+  ops::copy(s.losses_h.raw(), Device::CPU, s.losses.raw(), dev_, s.losses.nbytes());
   double sum = 0;
   s.mask_sum = 0;
   for (int64_t n = 0; n < N; ++n) {
-    sum += double(s.losses.data<float>()[n]) * s.mask.data<float>()[n];
+    sum += double(s.losses_h.data<float>()[n]) * s.mask.data<float>()[n];
     s.mask_sum += s.mask.data<float>()[n];
   }
   return s.mask_sum > 0 ? sum / s.mask_sum : 0.0;
@@ -254,7 +287,8 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   const ShardSpec& sh = spec_.shard;
   if (sh.last_stage) {
     const float inv = s.mask_sum > 0 ? float(loss_scale / s.mask_sum) : 0.f;
-    for (int64_t n = 0; n < N; ++n) dlosses_.data<float>()[n] = s.mask.data<float>()[n] * inv;
+    for (int64_t n = 0; n < N; ++n) dlosses_h_.data<float>()[n] = s.mask.data<float>()[n] * inv;
+    ops::copy(dlosses_.raw(), dev_, dlosses_h_.raw(), Device::CPU, dlosses_.nbytes());
     float* dlogits = s.logits.data<float>();  // the gradient replaces the logits in place
     tp::vocab_parallel_cross_entropy_backward(tp_, dlogits, s.logits.data<float>(),
                                               s.lse.data<float>(), s.labels.data<int32_t>(),
@@ -264,13 +298,13 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                                  {(dims_.sp ? s.lnf_full : s.lnf).raw(), dtype()},
                                  matrix(word_embedding_name()), {N, H, V_local});
     d_resid_.zero();
-    cpu::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
+    ops::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
                             grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(),
                             s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
                             s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(), R, H);
     notify(head_params_);
   } else {
-    std::memcpy(d_resid_.data<float>(), d_output, R * H * sizeof(float));
+    ops::copy(d_resid_.raw(), dev_, d_output, dev_, R * H * sizeof(float));
   }
   const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
   for (int64_t l = num_layers_ - 1; l >= 0; --l) {

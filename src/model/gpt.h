@@ -95,10 +95,13 @@ class GPTModel {
   struct Slot {
     std::vector<Tensor> resid;  // layers+1 x (R, H): each layer's input, then the output
     std::vector<std::unique_ptr<LayerCache>> caches;  // layers that are not recomputed
-    Tensor tokens, positions, labels, mask;  // (S*B) in [S, B] order
+    Tensor tokens, positions, labels;        // (S*B) in [S, B] order, on the compute device
+    Tensor tokens_h, positions_h, labels_h;  // their host staging (the reorder runs on the host)
+    Tensor mask;                             // (S*B) host: the loss is summed on the host
     Tensor attention_start;                  // (B, S), when the batch restricts attention
     bool has_attention_start = false;
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
+    Tensor losses_h;  // (S*B) host copy of losses
     double mask_sum = 0;
   };
   LayerWeights layer_view(bool grads, int64_t layer);
@@ -112,6 +115,8 @@ class GPTModel {
   float* param(const char* name);
   cpu::Mat matrix(const char* name);
   float* grad(const char* name) { return grads() + layout_.get(name).offset; }
+  // Bytes of parameter p inside the flat buffer (on the compute device).
+  char* param_bytes(const ParamSpec& p) const;
   const char* word_embedding_name() const;
 
   GPTConfig cfg_;
@@ -132,6 +137,8 @@ class GPTModel {
   Tensor d_resid_, d_lnf_;           // (R, H)
   Tensor d_full_;                    // (S*B, H)
   Tensor dlosses_, ce_scratch_;      // (S*B)
+  Tensor dlosses_h_;                 // (S*B) host: dlosses is formed from the host mask
+  Device dev_ = Device::CPU;         // the compute device every model buffer lives on
   Tensor lnf_stage_;                 // (R, H) f32 final LayerNorm output (mixed precision)
   GradReadyHook grad_ready_, params_needed_;
   std::vector<int> head_params_, embedding_params_;

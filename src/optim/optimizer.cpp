@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 
 namespace mg {
 
@@ -33,15 +33,15 @@ Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DTy
                      const void* model_params)
     : cfg_(cfg), runs_(std::move(runs)), dtype_(model_dtype) {
   for (const ParamRun& r : runs_) numel_ += r.numel;
-  state_ = Tensor({(cfg_.kind == "adam" ? 2 : 1) * numel_});
+  state_ = Tensor({(cfg_.kind == "adam" ? 2 : 1) * numel_}, DType::F32, ops::device());
   if (dtype_ == DType::F32) return;
   MG_CHECK(model_params, "a 16-bit model needs its params to seed the fp32 main params");
-  main_ = Tensor({numel_});
+  main_ = Tensor({numel_}, DType::F32, ops::device());
   const int64_t esize = int64_t(dtype_size(dtype_));
   int64_t s = 0;
   for (const ParamRun& r : runs_) {
     const char* src = static_cast<const char*>(model_params) + r.offset * esize;
-    cpu::cast_to_f32(main_.data<float>() + s, src, dtype_, r.numel);
+    ops::cast_to_f32(main_.data<float>() + s, src, dtype_, r.numel);
     s += r.numel;
   }
 }
@@ -49,7 +49,7 @@ Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DTy
 
 double Optimizer::step(float* params, float* grads, float lr) {
   double ss = 0;
-  for (const ParamRun& r : runs_) ss += cpu::sum_squares(grads + r.offset, r.numel);
+  for (const ParamRun& r : runs_) ss += ops::sum_squares(grads + r.offset, r.numel);
   const double norm = std::sqrt(ss);
   step(params, grads, lr, cfg_.weight_decay, norm);
   return norm;
@@ -83,12 +83,12 @@ void Optimizer::step(void* model_params, float* grads, float lr, float wd, doubl
     const float decay = r.decay ? wd : 0.f;
     float* p = main_.empty() ? static_cast<float*>(model_params) + r.offset : main_.data<float>() + s;
     if (cfg_.kind == "adam")
-      cpu::adamw_update(p, g, state + s, state + numel_ + s, r.numel, lr, cfg_.beta1, cfg_.beta2,
+      ops::adamw_update(p, g, state + s, state + numel_ + s, r.numel, lr, cfg_.beta1, cfg_.beta2,
                         cfg_.eps, decay, t_, clip);
     else
-      cpu::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_, clip);
+      ops::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_, clip);
     if (!main_.empty())  // copy the main params back to the model, rounded
-      cpu::cast_from_f32(static_cast<char*>(model_params) + r.offset * esize, dtype_, p, r.numel);
+      ops::cast_from_f32(static_cast<char*>(model_params) + r.offset * esize, dtype_, p, r.numel);
     s += r.numel;
   }
 }

@@ -1,7 +1,11 @@
 #include "parallel/process_groups.h"
 
 #include "comm/mpi_communicator.h"
+#include "comm/staging_communicator.h"
 #include "core/error.h"
+#ifdef MG_HAS_CUDA
+#include "comm/nccl_communicator.h"
+#endif
 
 namespace mg {
 
@@ -20,6 +24,33 @@ ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
   g.model_parallel = mpi_group(grid.groups("tp-pp"));
   g.embedding = mpi_group(grid.embedding_groups());
   return g;
+}
+
+ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& backend) {
+  ProcessGroups g = make_mpi_process_groups(grid);
+  auto host = [](std::unique_ptr<Communicator>& c) {
+    c = make_staging_communicator(std::move(c), Device::CPU);
+  };
+  host(g.world);
+  if (backend == "mpi") {
+    for (auto* c : {&g.tp, &g.pp, &g.dp, &g.model_parallel, &g.embedding}) host(*c);
+    return g;
+  }
+  MG_USER_CHECK(backend == "nccl", "--distributed-backend '", backend, "'");
+#ifdef MG_HAS_CUDA
+  auto nccl = [](const std::vector<std::vector<int>>& groups) {
+    return make_staging_communicator(nccl_group(groups), Device::CUDA);
+  };
+  g.tp = nccl(grid.groups("tp"));
+  g.pp = nccl(grid.groups("pp"));
+  g.dp = nccl(grid.groups("dp"));
+  g.model_parallel = nccl(grid.groups("tp-pp"));
+  g.embedding = nccl(grid.embedding_groups());
+  return g;
+#else
+  MG_USER_CHECK(false, "--distributed-backend nccl needs a build with the CUDA backend");
+  return g;
+#endif
 }
 
 ProcessGroups make_single_process_groups() {

@@ -2,6 +2,7 @@
 // explicitly to whatever needs them (no global state).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "parallel/rank_grid.h"
@@ -25,6 +26,10 @@ struct ProcessGroups {
 
 // Over MPI_COMM_WORLD (which must have grid.world() ranks).
 ProcessGroups make_mpi_process_groups(const RankGrid& grid);
+// For GPU training over MPI_COMM_WORLD: backend "mpi" wraps the MPI groups so GPU buffers are
+// staged through host memory; "nccl" builds every group but the world over NCCL (host values
+// such as loss sums are staged through the device), the world over MPI. Needs the GPU selected.
+ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& backend);
 // A single process: every group is this rank alone.
 ProcessGroups make_single_process_groups();
 

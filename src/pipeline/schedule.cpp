@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/dispatch.h"
 #include "core/timers.h"
 
 namespace mg {
@@ -17,7 +18,7 @@ class StageLinks {
  public:
   StageLinks(GPTModel& model, Communicator& pp)
       : model_(model), pp_(pp), r_(pp.rank()), n_(model.activation_numel()),
-        d_output_({n_}) {}
+        d_output_({n_}, DType::F32, ops::device()) {}
   bool first() const { return r_ == 0; }
   bool last() const { return r_ == pp_.size() - 1; }
   float* d_output() { return d_output_.data<float>(); }

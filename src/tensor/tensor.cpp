@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/dispatch.h"
+
 namespace mg {
 
 const char* dtype_name(DType t) {
@@ -37,16 +39,21 @@ int64_t tensor_bytes_live() { return g_live.load(); }
 int64_t tensor_bytes_peak() { return g_peak.load(); }
 
 void TensorFree::operator()(void* p) const {
-  g_live -= int64_t(bytes);
-  std::free(p);
+  if (device == Device::CPU) g_live -= int64_t(bytes);
+  ops::release(p, device);
 }
 
-Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+Tensor::Tensor(Shape shape, DType dtype, Device device)
+    : shape_(std::move(shape)), dtype_(dtype), device_(device) {
   for (int64_t d : shape_) MG_CHECK(d >= 0, "negative dimension in ", shape_str(shape_));
   size_t bytes = (nbytes() + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  void* p = ops::alloc(bytes ? bytes : 64, device);
   MG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for ", shape_str(shape_));
-  buf_ = std::unique_ptr<void, TensorFree>(p, TensorFree{bytes});
+  buf_ = std::unique_ptr<void, TensorFree>(p, TensorFree{bytes, device});
+  if (device != Device::CPU) {
+    zero();
+    return;
+  }
   const int64_t live = g_live += int64_t(bytes);
   for (int64_t peak = g_peak.load(); live > peak && !g_peak.compare_exchange_weak(peak, live);) {
   }
@@ -54,7 +61,7 @@ Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtyp
 }
 
 void Tensor::zero() {
-  if (buf_) std::memset(buf_.get(), 0, nbytes());
+  if (buf_) ops::memset_zero(buf_.get(), nbytes(), device_);
 }
 
 }  // namespace mg

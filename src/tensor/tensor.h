@@ -49,25 +49,28 @@ class TensorView {
   Device device_ = Device::CPU;
 };
 
-// Frees a Tensor's buffer and keeps the live-bytes count.
+// Frees a Tensor's buffer and keeps the live-bytes count (host tensors; device memory is
+// counted by the device allocator).
 struct TensorFree {
   size_t bytes = 0;
+  Device device = Device::CPU;
   void operator()(void* p) const;
 };
 
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-filled CPU tensor.
-  Tensor(Shape shape, DType dtype = DType::F32);
+  // Zero-filled tensor on `device` (a GPU tensor needs the CUDA backend: backend/dispatch.h).
+  Tensor(Shape shape, DType dtype = DType::F32, Device device = Device::CPU);
 
-  TensorView view() const { return {buf_.get(), shape_, dtype_}; }
+  TensorView view() const { return {buf_.get(), shape_, dtype_, device_}; }
   operator TensorView() const { return view(); }
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   bool empty() const { return !buf_; }
 
   template <typename T>
@@ -80,6 +83,7 @@ class Tensor {
   std::unique_ptr<void, TensorFree> buf_;
   Shape shape_;
   DType dtype_ = DType::F32;
+  Device device_ = Device::CPU;
 };
 
 }  // namespace mg

@@ -1,8 +1,6 @@
 #include "tensor_parallel/parallel_linear.h"
 
-#include <cstring>
-
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 
 namespace mg::tp {
 
@@ -19,46 +17,47 @@ void column_parallel_forward(const TPGroup& g, float* y, const void* x_local, vo
     gather_from_sp_region_forward(g, x_local, x_full, local_rows(g, s.rows) * s.in, weight.dtype);
     x = x_full;
   }  // else copy_to_region: identity
-  cpu::linear_forward(y, {x, weight.dtype}, weight, bias, s.rows, s.in, s.out);
+  ops::linear_forward(y, {x, weight.dtype}, weight, bias, s.rows, s.in, s.out);
 }
 
 void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
                               float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
                               const LinearShape& s) {
-  std::memset(dx_full, 0, s.rows * s.in * sizeof(float));
-  cpu::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
+  ops::memset_zero(dx_full, s.rows * s.in * sizeof(float), ops::device());
+  ops::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
   if (g.sequence_parallel) {
     gather_from_sp_region_backward(g, dx_full, dx_local, local_rows(g, s.rows) * s.in);
   } else {
     copy_to_region_backward(g, dx_full, s.rows * s.in);
-    if (dx_local != dx_full) std::memcpy(dx_local, dx_full, s.rows * s.in * sizeof(float));
+    if (dx_local != dx_full)
+      ops::copy(dx_local, ops::device(), dx_full, ops::device(), s.rows * s.in * sizeof(float));
   }
 }
 
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
                           cpu::Mat weight, const float* bias, const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
-  cpu::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
+  ops::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
   if (g.sequence_parallel) {
     reduce_scatter_to_sp_forward(g, partial, y_local, R * s.out);
   } else {
     reduce_from_region_forward(g, partial, s.rows * s.out);
-    std::memcpy(y_local, partial, s.rows * s.out * sizeof(float));
+    ops::copy(y_local, ops::device(), partial, ops::device(), s.rows * s.out * sizeof(float));
   }
-  if (bias) cpu::bias_add_forward(y_local, bias, R, s.out);
+  if (bias) ops::bias_add_forward(y_local, bias, R, s.out);
 }
 
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,
                            const float* dy_local, float* dy_full, cpu::Mat x, cpu::Mat weight,
                            const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
-  if (dbias) cpu::bias_backward(dbias, dy_local, R, s.out);
+  if (dbias) ops::bias_backward(dbias, dy_local, R, s.out);
   const float* dy = dy_local;  // reduce_from_region backward: identity
   if (g.sequence_parallel) {
     reduce_scatter_to_sp_backward(g, dy_local, dy_full, R * s.out);
     dy = dy_full;
   }
-  cpu::linear_backward(dx, dweight, nullptr, dy, x, weight, s.rows, s.in, s.out);
+  ops::linear_backward(dx, dweight, nullptr, dy, x, weight, s.rows, s.in, s.out);
 }
 
 }  // namespace mg::tp

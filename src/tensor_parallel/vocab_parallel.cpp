@@ -1,8 +1,6 @@
 #include "tensor_parallel/vocab_parallel.h"
 
-#include <cmath>
-
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 #include "core/timers.h"
 
 namespace mg::tp {
@@ -13,9 +11,9 @@ void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_
                                       int64_t H) {
   timers::Scope timer(timers::kEmbedding);
   const int64_t v0 = g.rank() * vocab_local;
-  cpu::embedding_forward(out, tokens, word_local, v0, v0 + vocab_local, rows, H, false);
+  ops::embedding_forward(out, tokens, word_local, v0, v0 + vocab_local, rows, H, false);
   reduce_from_region_forward(g, out, rows * H);
-  cpu::embedding_forward(out, positions, position, 0, INT32_MAX, rows, H, true);
+  ops::embedding_forward(out, positions, position, 0, INT32_MAX, rows, H, true);
 }
 
 void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, float* dposition,
@@ -24,8 +22,8 @@ void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, flo
                                        int64_t rows, int64_t H) {
   timers::Scope timer(timers::kEmbedding);
   const int64_t v0 = g.rank() * vocab_local;
-  cpu::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
-  cpu::embedding_backward(dword_local, dout, tokens, v0, v0 + vocab_local, rows, H);
+  ops::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
+  ops::embedding_backward(dword_local, dout, tokens, v0, v0 + vocab_local, rows, H);
 }
 
 void vocab_parallel_cross_entropy_forward(const TPGroup& g, float* losses, float* lse,
@@ -34,17 +32,14 @@ void vocab_parallel_cross_entropy_forward(const TPGroup& g, float* losses, float
                                           int64_t vocab_local) {
   timers::Scope timer(timers::kCrossEntropy);
   float* row_max = lse;  // lse is built in place from the global row maximum
-  cpu::cross_entropy_row_max(row_max, logits, rows, vocab_local);
+  ops::cross_entropy_row_max(row_max, logits, rows, vocab_local);
   g.comm->all_reduce(row_max, rows, ReduceOp::Max);
-  cpu::cross_entropy_sum_exp(scratch, logits, row_max, rows, vocab_local);
+  ops::cross_entropy_sum_exp(scratch, logits, row_max, rows, vocab_local);
   g.comm->all_reduce(scratch, rows);
-  cpu::cross_entropy_target_logit(losses, logits, targets, g.rank() * vocab_local, rows,
+  ops::cross_entropy_target_logit(losses, logits, targets, g.rank() * vocab_local, rows,
                                   vocab_local);
   g.comm->all_reduce(losses, rows);
-  for (int64_t n = 0; n < rows; ++n) {
-    lse[n] = row_max[n] + std::log(scratch[n]);
-    losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
-  }
+  ops::cross_entropy_combine(losses, lse, row_max, scratch, targets, rows);
 }
 
 void vocab_parallel_cross_entropy_backward(const TPGroup& g, float* dlogits, const float* logits,
@@ -52,7 +47,7 @@ void vocab_parallel_cross_entropy_backward(const TPGroup& g, float* dlogits, con
                                            const float* dlosses, int64_t rows,
                                            int64_t vocab_local) {
   timers::Scope timer(timers::kCrossEntropy);
-  cpu::cross_entropy_backward(dlogits, logits, lse, targets, dlosses, g.rank() * vocab_local,
+  ops::cross_entropy_backward(dlogits, logits, lse, targets, dlosses, g.rank() * vocab_local,
                               rows, vocab_local);
 }
 

@@ -51,6 +51,10 @@ struct TrainConfig {
   std::vector<std::string> inject_grad_overflow;  // --inject-grad-overflow ITER...: testing aid
   std::vector<int64_t> overflow_iters;            // derived: those iterations
 
+  std::string device = "cpu";     // --device cpu|cuda: where params, grads and activations live
+  // --distributed-backend nccl|mpi (GPU runs; default nccl there): mpi stages GPU buffers
+  // through host memory, which also lets several ranks share one GPU. CPU runs use MPI.
+  std::string distributed_backend;
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
   int64_t timing_log_level = 0;   // --timing-log-level 0|1|2: phase timers in the log

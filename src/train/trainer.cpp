@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/ops.h"
+#include "backend/dispatch.h"
 #include "checkpoint/checkpoint.h"
 #include "core/log.h"
 #include "core/timers.h"
@@ -177,6 +177,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   const GPTConfig& mc = cfg.model;
   const int64_t S = mc.seq_length, M = cfg.num_micro_batches();
   const int P = g.grid.pp, stage = g.coord.pp;
+  ops::set_device(cfg.device == "cuda" ? Device::CUDA : Device::CPU);
   const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(mc.num_layers, stage);
 
   int32_t eod = 0;
@@ -233,6 +234,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   timers::reset();
 
   const LRSchedule sched = cfg.lr_schedule();
+  if (ops::on_cuda()) log_line(str_cat(" > device: ", ops::device_description()));
   log_line(str_cat(" > layout: world ", g.grid.world(), " = TP ", g.grid.tp, " x PP ", P,
                    " x DP ", g.grid.dp, cfg.parallel.sequence_parallel ? " (sequence parallel)" : "",
                    "; micro-batches per iteration per DP rank: ", M));
@@ -249,6 +251,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
                                  (cfg.use_distributed_optimizer ? double(g.grid.dp) : 1.0);
   log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
                    model.dtype() == DType::F32 ? ""
+                   : ops::on_cuda() ? " (GEMMs: cuBLASLt, fp32 accumulation)"
                    : cpu::native_lowp_gemm(model.dtype())
                        ? " (GEMMs: native 16-bit kernels, fp32 accumulation)"
                        : " (GEMMs: no native 16-bit kernel on this CPU, operands widened to fp32)",
@@ -302,7 +305,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     if (g.world_rank == g.grid.world() - 1 &&
         std::find(cfg.overflow_iters.begin(), cfg.overflow_iters.end(), iter) !=
             cfg.overflow_iters.end())
-      model.grads()[0] = INFINITY;
+      model.grads()[0] = INFINITY;  // --inject-grad-overflow: CPU only (validated)
     // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
     {
       timers::Scope timer(timers::kAllGradsSync);
@@ -320,8 +323,8 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
       // step on every rank (and the LR schedule does not advance).
       if (scaler) {
         timers::Scope timer(timers::kOptimizerUnscaleAndCheckInf);
-        cpu::scale_inplace(model.grads(), float(1.0 / loss_scale), model.num_params());
-        float found = cpu::has_inf_or_nan(model.grads(), model.num_params()) ? 1.f : 0.f;
+        ops::scale_inplace(model.grads(), float(1.0 / loss_scale), model.num_params());
+        float found = ops::has_inf_or_nan(model.grads(), model.num_params()) ? 1.f : 0.f;
         g.world->all_reduce(&found, 1, ReduceOp::Max);
         skipped = found > 0.f;
         scaler->update(skipped);
@@ -350,6 +353,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
       }
     }
     consumed += cfg.global_batch_size;
+    ops::synchronize();  // the step's GPU work belongs to its time
     const double secs = timer.seconds();
     for (int k = 0; k < 4; ++k)
       if (groups[k]) {
@@ -439,7 +443,10 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     getrusage(RUSAGE_SELF, &ru);
     log_line(str_cat(" > peak memory of rank ", g.world_rank, " (MiB): resident ",
                      double(ru.ru_maxrss) / 1024.0, " | tensors ",
-                     double(tensor_bytes_peak()) / (1024.0 * 1024.0)),
+                     double(tensor_bytes_peak()) / (1024.0 * 1024.0),
+                     ops::on_cuda() ? str_cat(" | device ", double(ops::device_bytes_peak()) /
+                                                                (1024.0 * 1024.0))
+                                    : std::string()),
              /*all_ranks=*/true);
   }
   if (!cfg.dump_final_params.empty()) {

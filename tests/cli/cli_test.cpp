@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backend/dispatch.h"
 #include "testing/subprocess.h"
 
 namespace mg {
@@ -36,6 +37,14 @@ TEST(Cli, HeadsMustDivideHidden) {
 TEST(Cli, UnknownFlag) { expect_usage_error(kTiny + " --hiden-size 8", "--hiden-size"); }
 TEST(Cli, MissingValue) { expect_usage_error(kTiny + " --lr", "--lr"); }
 TEST(Cli, NotANumber) { expect_usage_error(kTiny + " --hidden-size big", "--hidden-size"); }
+TEST(Cli, UnknownDevice) { expect_usage_error(kTiny + " --device tpu", "--device"); }
+TEST(Cli, CudaDeviceWithoutAGpuSaysWhy) {
+  if (ops::cuda_available()) GTEST_SKIP() << "a GPU is present: the CUDA run is tested (label gpu)";
+  expect_usage_error(kTiny + " --device cuda", "--device cuda");
+}
+TEST(Cli, CudaDeviceRefusesCheckpointsForNow) {
+  expect_usage_error(kTiny + " --device cuda --save /tmp/mg_never_written", "--save");
+}
 TEST(Cli, TrailingGarbage) { expect_usage_error(kTiny + " --seq-length 8x", "--seq-length"); }
 TEST(Cli, GlobalBatchMultipleOfMicroBatch) {
   expect_usage_error(kTiny + " --global-batch-size 5", "--global-batch-size");

@@ -32,6 +32,14 @@ void cross_entropy_target_logit(float* target_logit, const float* logits,
   }
 }
 
+void cross_entropy_combine(float* losses, float* lse, const float* row_max,
+                           const float* sum_exp, const int32_t* targets, int64_t N) {
+  for (int64_t n = 0; n < N; ++n) {
+    lse[n] = row_max[n] + std::log(sum_exp[n]);
+    losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
+  }
+}
+
 void cross_entropy_forward(float* losses, float* lse, const float* logits,
                            const int32_t* targets, int64_t N, int64_t V) {
   cross_entropy_row_max(lse, logits, N, V);

@@ -55,6 +55,14 @@ __global__ void target_logit_kernel(float* target_logit, const float* logits,
   target_logit[n] = targets[n] >= 0 && t >= 0 && t < V ? logits[n * V + t] : 0.f;
 }
 
+__global__ void combine_kernel(float* losses, float* lse, const float* row_max,
+                               const float* sum_exp, const int32_t* targets, int64_t N) {
+  const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (n >= N) return;
+  lse[n] = row_max[n] + logf(sum_exp[n]);
+  losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
+}
+
 __global__ void loss_kernel(float* losses, float* lse, const float* logits,
                             const int32_t* targets, int64_t V) {
   const int64_t n = blockIdx.x;
@@ -110,6 +118,14 @@ void cross_entropy_target_logit(float* target_logit, const float* logits,
   if (N == 0) return;
   target_logit_kernel<<<unsigned((N + 255) / 256), 256, 0, compute_stream()>>>(
       target_logit, logits, targets, v_begin, N, V);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_combine(float* losses, float* lse, const float* row_max,
+                           const float* sum_exp, const int32_t* targets, int64_t N) {
+  if (N == 0) return;
+  combine_kernel<<<unsigned((N + 255) / 256), 256, 0, compute_stream()>>>(losses, lse, row_max,
+                                                                         sum_exp, targets, N);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -146,4 +146,13 @@ void memset_zero(void* dst, size_t bytes) {
   MG_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, compute_stream()));
 }
 
+bool is_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // unregistered host memory on old runtimes: clear the error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 }  // namespace mg::cuda

@@ -35,6 +35,8 @@ void copy_to_device(void* dst, const void* src, size_t bytes);    // queued on t
 void copy_to_host(void* dst, const void* src, size_t bytes);      // returns once copied
 void copy_on_device(void* dst, const void* src, size_t bytes);    // queued on the stream
 void memset_zero(void* dst, size_t bytes);                         // queued on the stream
+// Whether p points into device memory (host memory, registered or not, is false).
+bool is_device_pointer(const void* p);
 
 // An owning device buffer (RAII over alloc/release).
 class Buffer {

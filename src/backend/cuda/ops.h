@@ -61,6 +61,8 @@ void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shi
                            int64_t V);
 void cross_entropy_target_logit(float* target_logit, const float* logits,
                                 const int32_t* targets, int64_t v_begin, int64_t N, int64_t V);
+void cross_entropy_combine(float* losses, float* lse, const float* row_max,
+                           const float* sum_exp, const int32_t* targets, int64_t N);
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                             const int32_t* targets, const float* dlosses, int64_t v_begin,
                             int64_t N, int64_t V);

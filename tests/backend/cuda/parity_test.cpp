@@ -305,6 +305,15 @@ TEST(CudaParity, CrossEntropy) {
     expect_close("cross-entropy row max", s, down(gmx, static_cast<size_t>(N)), mx, 0.0);
     expect_close("cross-entropy sum exp", s, down(gse, static_cast<size_t>(N)), se, kTolF32);
     expect_close("cross-entropy target logit", s, down(gtl, static_cast<size_t>(N)), tl, 0.0);
+    // The combine step of the vocab-parallel loss, on the pieces above (lse built in place over
+    // the row maxima, as the model calls it).
+    Vec closs = tl, clse = mx;
+    cpu::cross_entropy_combine(closs.data(), clse.data(), clse.data(), se.data(), tg.data(), N);
+    cuda::cross_entropy_combine(gtl.as<float>(), gmx.as<float>(), gmx.as<float>(), gse.as<float>(),
+                                gtg.as<int32_t>(), N);
+    expect_close("cross-entropy combine loss", s, down(gtl, static_cast<size_t>(N)), closs,
+                 kTolF32);
+    expect_close("cross-entropy combine lse", s, down(gmx, static_cast<size_t>(N)), clse, kTolF32);
     // In place, as the model calls it: the gradient overwrites the logits.
     cuda::cross_entropy_backward(glg.as<float>(), glg.as<float>(), glse.as<float>(),
                                  gtg.as<int32_t>(), gdl.as<float>(), 0, N, V);

@@ -1,0 +1,88 @@
+// The op set the model, the optimizer and the trainer call: backend/ops.h's functions under
+// the same names and conventions, sent to backend/cpu or backend/cuda according to the
+// process's compute device (set once at start-up: `megatron train --device cpu|cuda`). The
+// pointers an op gets must live on that device: Tensor(shape, dtype, ops::device()) allocates
+// them there, and copy() moves bytes between host and device. With no CUDA backend built,
+// choosing CUDA is a clear error.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend/ops.h"
+#include "tensor/tensor.h"
+
+namespace mg::ops {
+
+using cpu::Mat;
+
+// The compute device of this process. set_device(CUDA) checks that a GPU is usable and selects
+// the GPU of this rank: its node-local rank (from the launcher) modulo the GPU count.
+void set_device(Device d);
+Device device();
+bool on_cuda();
+// Whether this build has the CUDA backend and the runtime finds a GPU; *why says why not.
+bool cuda_available(std::string* why = nullptr);
+// "cpu", or "cuda: NVIDIA H200 (sm_90, 139.8 GiB)" for the log.
+std::string device_description();
+// The most device memory ever live at once (the CUDA caching allocator's count; 0 on the CPU).
+int64_t device_bytes_peak();
+// Waits for the compute stream (no-op on the CPU); the trainer's timers call it so that
+// measured phases contain their GPU work.
+void synchronize();
+
+// Memory on a device, and copies where either side may be host or device.
+void* alloc(size_t bytes, Device d);
+void release(void* p, Device d);
+void memset_zero(void* p, size_t bytes, Device d);
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+// Where p points: CUDA for device memory, else CPU (always CPU without the CUDA backend).
+Device where(const void* p);
+
+void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
+void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
+void store_rounded(void* dst, DType dst_dtype, float* x, int64_t n);
+bool has_inf_or_nan(const float* x, int64_t n);
+
+void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+                    int64_t OUT);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT);
+void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
+                       int64_t row_end, int64_t N, int64_t H, bool accumulate);
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t row_begin,
+                        int64_t row_end, int64_t N, int64_t H);
+void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C);
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start = nullptr);
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
+                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
+                        const int32_t* seg_start = nullptr);
+void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
+void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
+                           int64_t V);
+void cross_entropy_target_logit(float* target_logit, const float* logits, const int32_t* targets,
+                                int64_t v_begin, int64_t N, int64_t V);
+void cross_entropy_combine(float* losses, float* lse, const float* row_max, const float* sum_exp,
+                           const int32_t* targets, int64_t N);
+void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                            const int32_t* targets, const float* dlosses, int64_t v_begin,
+                            int64_t N, int64_t V);
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                  float clip = 1.0f);
+void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+                float weight_decay, int64_t t, float clip = 1.0f);
+double sum_squares(const float* x, int64_t n);
+void scale_inplace(float* x, float s, int64_t n);
+
+}  // namespace mg::ops
