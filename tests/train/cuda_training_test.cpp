@@ -150,7 +150,8 @@ TEST_P(CudaLayouts, TwoRanksOnOneGpuTrackTheSingleRankCpuRun) {
 
 INSTANTIATE_TEST_SUITE_P(, CudaLayouts,
                          ::testing::Values("--tensor-model-parallel-size 2",
-                                           "--pipeline-model-parallel-size 2"));
+                                           "--pipeline-model-parallel-size 2"),
+                         [](const auto& info) { return info.index == 0 ? "tp2" : "pp2"; });
 
 }  // namespace
 }  // namespace mg
