@@ -16,19 +16,19 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
     for (const ParamSpec& p : model.layout().params())
       if (p.sequence_parallel) n += p.numel();
     Tensor packed({n}, DType::F32, dev);
-    float* k = packed.data<float>();
-    for (const ParamSpec& p : model.layout().params())
-      if (p.sequence_parallel) {
-        ops::copy(k, dev, G + p.offset, dev, size_t(p.numel()) * sizeof(float));
-        k += p.numel();
-      }
+    auto move = [&](bool pack) {
+      float* k = packed.data<float>();
+      for (const ParamSpec& p : model.layout().params())
+        if (p.sequence_parallel) {
+          const size_t bytes = size_t(p.numel()) * sizeof(float);
+          if (pack) ops::copy(k, dev, G + p.offset, dev, bytes);
+          else ops::copy(G + p.offset, dev, k, dev, bytes);
+          k += p.numel();
+        }
+    };
+    move(true);
     g.tp->all_reduce(packed.data<float>(), n);
-    k = packed.data<float>();
-    for (const ParamSpec& p : model.layout().params())
-      if (p.sequence_parallel) {
-        ops::copy(G + p.offset, dev, k, dev, size_t(p.numel()) * sizeof(float));
-        k += p.numel();
-      }
+    move(false);
   }
   if (g.grid.pp > 1 && (g.first_stage() || g.last_stage())) {
     timers::Scope timer(timers::kEmbeddingGradsAllReduce);

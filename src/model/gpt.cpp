@@ -114,18 +114,21 @@ void GPTModel::init(uint64_t seed) {
     return init_params(layout_, params(), seed, spec_.shard);
   Tensor full({layout_.total_numel()});
   init_params(layout_, full.data<float>(), seed, spec_.shard);
-  if (dev_ == Device::CPU)
-    return ops::cast_from_f32(param_data(), dtype(), full.data<float>(), full.numel());
-  Tensor staged({full.numel()}, DType::F32, dev_);
-  ops::copy(staged.raw(), dev_, full.raw(), Device::CPU, full.nbytes());
-  ops::cast_from_f32(param_data(), dtype(), staged.data<float>(), full.numel());
+  store_from_host(static_cast<char*>(params_.raw()), full.data<float>(), full.numel());
 }
 
 char* GPTModel::param_bytes(const ParamSpec& p) const {
   return static_cast<char*>(params_.raw()) + p.offset * int64_t(dtype_size(dtype()));
 }
 
-// Host <-> device: the cast runs on the compute device into a staging buffer there.
+// Off the CPU the cast runs on the compute device, on a staging copy there.
+void GPTModel::store_from_host(char* dst, const float* in, int64_t n) {
+  if (dev_ == Device::CPU) return ops::cast_from_f32(dst, dtype(), in, n);
+  Tensor staged({n}, DType::F32, dev_);
+  ops::copy(staged.raw(), dev_, in, Device::CPU, staged.nbytes());
+  ops::cast_from_f32(dst, dtype(), staged.data<float>(), n);
+}
+
 void GPTModel::read_param(const ParamSpec& p, float* out) const {
   if (dev_ == Device::CPU) return ops::cast_to_f32(out, param_bytes(p), dtype(), p.numel());
   Tensor staged({p.numel()}, DType::F32, dev_);
@@ -134,10 +137,7 @@ void GPTModel::read_param(const ParamSpec& p, float* out) const {
 }
 
 void GPTModel::write_param(const ParamSpec& p, const float* in) {
-  if (dev_ == Device::CPU) return ops::cast_from_f32(param_bytes(p), dtype(), in, p.numel());
-  Tensor staged({p.numel()}, DType::F32, dev_);
-  ops::copy(staged.raw(), dev_, in, Device::CPU, staged.nbytes());
-  ops::cast_from_f32(param_bytes(p), dtype(), staged.data<float>(), p.numel());
+  store_from_host(param_bytes(p), in, p.numel());
 }
 
 void GPTModel::need(const std::vector<int>& ids) {

@@ -117,6 +117,8 @@ class GPTModel {
   float* grad(const char* name) { return grads() + layout_.get(name).offset; }
   // Bytes of parameter p inside the flat buffer (on the compute device).
   char* param_bytes(const ParamSpec& p) const;
+  // Stores n host f32 values at dst (in the flat buffer), rounded to dtype().
+  void store_from_host(char* dst, const float* in, int64_t n);
   const char* word_embedding_name() const;
 
   GPTConfig cfg_;

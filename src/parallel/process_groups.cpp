@@ -9,6 +9,19 @@
 
 namespace mg {
 
+namespace {
+// Every group but the world, each made by `make` from its lists of world ranks. Every rank
+// creates every group in the same order (a collective per split).
+template <typename Make>
+void make_groups(ProcessGroups& g, const RankGrid& grid, Make make) {
+  g.tp = make(grid.groups("tp"));
+  g.pp = make(grid.groups("pp"));
+  g.dp = make(grid.groups("dp"));
+  g.model_parallel = make(grid.groups("tp-pp"));
+  g.embedding = make(grid.embedding_groups());
+}
+}  // namespace
+
 ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
   ProcessGroups g;
   g.grid = grid;
@@ -17,12 +30,8 @@ ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
            grid.world());
   g.world_rank = g.world->rank();
   g.coord = grid.coord(g.world_rank);
-  // Every rank creates every group in the same order (a collective per split).
-  g.tp = mpi_group(grid.groups("tp"));
-  g.pp = mpi_group(grid.groups("pp"));
-  g.dp = mpi_group(grid.groups("dp"));
-  g.model_parallel = mpi_group(grid.groups("tp-pp"));
-  g.embedding = mpi_group(grid.embedding_groups());
+  make_groups(g, grid,
+              [](const std::vector<std::vector<int>>& groups) { return mpi_group(groups); });
   return g;
 }
 
@@ -38,14 +47,9 @@ ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& b
   }
   MG_USER_CHECK(backend == "nccl", "--distributed-backend '", backend, "'");
 #ifdef MG_HAS_CUDA
-  auto nccl = [](const std::vector<std::vector<int>>& groups) {
+  make_groups(g, grid, [](const std::vector<std::vector<int>>& groups) {
     return make_staging_communicator(nccl_group(groups), Device::CUDA);
-  };
-  g.tp = nccl(grid.groups("tp"));
-  g.pp = nccl(grid.groups("pp"));
-  g.dp = nccl(grid.groups("dp"));
-  g.model_parallel = nccl(grid.groups("tp-pp"));
-  g.embedding = nccl(grid.embedding_groups());
+  });
   return g;
 #else
   MG_USER_CHECK(false, "--distributed-backend nccl needs a build with the CUDA backend");

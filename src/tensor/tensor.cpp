@@ -50,12 +50,10 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
   void* p = ops::alloc(bytes ? bytes : 64, device);
   MG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for ", shape_str(shape_));
   buf_ = std::unique_ptr<void, TensorFree>(p, TensorFree{bytes, device});
-  if (device != Device::CPU) {
-    zero();
-    return;
-  }
-  const int64_t live = g_live += int64_t(bytes);
-  for (int64_t peak = g_peak.load(); live > peak && !g_peak.compare_exchange_weak(peak, live);) {
+  if (device == Device::CPU) {  // device memory is counted by the device allocator
+    const int64_t live = g_live += int64_t(bytes);
+    for (int64_t peak = g_peak.load(); live > peak && !g_peak.compare_exchange_weak(peak, live);) {
+    }
   }
   zero();
 }
