@@ -22,7 +22,9 @@ void make_groups(ProcessGroups& g, const RankGrid& grid, Make make) {
 }
 }  // namespace
 
-ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
+namespace {
+// The world over MPI and this rank's place in the grid; the other groups still to be made.
+ProcessGroups mpi_world_groups(const RankGrid& grid) {
   ProcessGroups g;
   g.grid = grid;
   g.world = mpi_world();
@@ -30,31 +32,34 @@ ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
            grid.world());
   g.world_rank = g.world->rank();
   g.coord = grid.coord(g.world_rank);
-  make_groups(g, grid,
-              [](const std::vector<std::vector<int>>& groups) { return mpi_group(groups); });
+  return g;
+}
+std::unique_ptr<Communicator> mpi_subgroup(const std::vector<std::vector<int>>& groups) {
+  return mpi_group(groups);
+}
+}  // namespace
+
+ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
+  ProcessGroups g = mpi_world_groups(grid);
+  make_groups(g, grid, mpi_subgroup);
   return g;
 }
 
 ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& backend) {
-  ProcessGroups g = make_mpi_process_groups(grid);
-  auto host = [](std::unique_ptr<Communicator>& c) {
-    c = make_staging_communicator(std::move(c), Device::CPU);
-  };
-  host(g.world);
-  if (backend == "mpi") {
-    for (auto* c : {&g.tp, &g.pp, &g.dp, &g.model_parallel, &g.embedding}) host(*c);
-    return g;
-  }
-  MG_USER_CHECK(backend == "nccl", "--distributed-backend '", backend, "'");
+  MG_USER_CHECK(backend == "mpi" || backend == "nccl", "--distributed-backend '", backend, "'");
+#ifndef MG_HAS_CUDA
+  MG_USER_CHECK(backend == "mpi", "--distributed-backend nccl needs a build with the CUDA backend");
+#endif
+  ProcessGroups g = mpi_world_groups(grid);
+  // The world stays on MPI (host values); its GPU buffers are staged through the host.
+  g.world = make_staging_communicator(std::move(g.world), Device::CPU);
+  make_groups(g, grid, [&](const std::vector<std::vector<int>>& groups) {
 #ifdef MG_HAS_CUDA
-  make_groups(g, grid, [](const std::vector<std::vector<int>>& groups) {
-    return make_staging_communicator(nccl_group(groups), Device::CUDA);
+    if (backend == "nccl") return make_staging_communicator(nccl_group(groups), Device::CUDA);
+#endif
+    return make_staging_communicator(mpi_group(groups), Device::CPU);
   });
   return g;
-#else
-  MG_USER_CHECK(false, "--distributed-backend nccl needs a build with the CUDA backend");
-  return g;
-#endif
 }
 
 ProcessGroups make_single_process_groups() {
