@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/half.h"
+#include "backend/dispatch.h"
 #include "backend/ops.h"
 #include "checkpoint/files.h"
 #include "core/log.h"
@@ -34,6 +35,23 @@ struct LocalPiece {
   DType dtype;
   char* data;
 };
+
+// A piece's bytes where the host can read them: the piece itself on the CPU, a copy of it
+// when the model and optimizer live on the GPU.
+const char* host_bytes(const LocalPiece& pc, std::vector<char>& staging) {
+  if (ops::device() == Device::CPU) return pc.data;
+  staging.resize(size_t(pc.n) * dtype_size(pc.dtype));
+  ops::copy(staging.data(), Device::CPU, pc.data, ops::device(), staging.size());
+  return staging.data();
+}
+
+// Stores f32 values into a piece, rounded to its dtype, on the device it lives on.
+void store_piece(const LocalPiece& pc, const float* values, std::vector<char>& staging) {
+  if (ops::device() == Device::CPU) return cpu::cast_from_f32(pc.data, pc.dtype, values, pc.n);
+  staging.resize(size_t(pc.n) * dtype_size(pc.dtype));
+  cpu::cast_from_f32(staging.data(), pc.dtype, values, pc.n);
+  ops::copy(pc.data, ops::device(), staging.data(), Device::CPU, staging.size());
+}
 
 // The last stage's tied output layer is the word embedding.
 std::string param_name(const ParamSpec& p) { return p.tied_copy ? kEmbedding : p.name; }
@@ -144,6 +162,7 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   json index = {{"format", kFormat}, {"version", kCheckpointVersion}, {"rank", g.world_rank}};
   json& list = index["pieces"] = json::array();
   const int64_t tp = g.grid.tp;
+  std::vector<char> staging;
   for (const LocalPiece& pc : pieces) {
     list.push_back({{"key", pc.key},
                     {"dtype", dtype_name(pc.dtype)},
@@ -155,7 +174,7 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
                     {"local_begin", pc.begin},
                     {"numel", pc.n},
                     {"offset", bin.bytes()}});
-    bin.write(pc.data, size_t(pc.n) * dtype_size(pc.dtype));
+    bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
   }
   bin.close();
   index["bin"] = name + ".bin";
@@ -421,6 +440,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     by_source[src].push_back(&pc);
   }
   std::vector<float> values;
+  std::vector<char> staging;
   for (const auto& [key, pieces] : by_source) {
     Shape shape;
     const std::vector<float> g = reader.global(key, shape);
@@ -443,10 +463,13 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
                       " (a shard file missing from its metadata?)");
         values[size_t(j)] = g[size_t(si)];
       }
-      cpu::cast_from_f32(pc->data, pc->dtype, values.data(), pc->n);
+      store_piece(*pc, values.data(), staging);
     }
   }
-  if (load_optim) io.optimizer.set_steps_taken(meta.at("optimizer").at("steps").get<int64_t>());
+  if (load_optim)
+    io.optimizer.set_steps_taken(meta.at("optimizer").at("steps").get<int64_t>());
+  else  // a 16-bit model's fp32 main params start from the loaded weights, not from init
+    io.optimizer.copy_main_from(io.model.param_data());
   if (!c.finetune) {
     progress.iteration = meta.at("iteration");
     progress.consumed_train_samples = meta.at("consumed_train_samples");

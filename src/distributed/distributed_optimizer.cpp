@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "backend/dispatch.h"
 #include "core/timers.h"
@@ -32,11 +31,9 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
             [](const ParamRun& x, const ParamRun& y) { return x.offset < y.offset; });
   optim_ = std::make_unique<Optimizer>(owned_runs_, cfg, model.dtype(), model.param_data());
   const auto& buckets = layout.buckets();
-  grad_shard_.resize(buckets.size());
-  param_shard_.resize(buckets.size());
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    grad_shard_[b].resize(size_t((buckets[b].second - buckets[b].first) / dp));
-    param_shard_[b].resize(grad_shard_[b].size() * dtype_size(model.dtype()));
+  for (const auto& [begin, end] : buckets) {
+    grad_shard_.emplace_back(Shape{(end - begin) / dp}, DType::F32, ops::device());
+    param_shard_.emplace_back(Shape{(end - begin) / dp}, model.dtype(), ops::device());
   }
   grad_req_.resize(buckets.size());
   param_req_.resize(buckets.size());
@@ -68,7 +65,7 @@ void DistributedOptimizer::launch_reduce_scatter(size_t b) {
   const auto [begin, end] = model_.layout().buckets()[b];
   float* G = model_.grads() + begin;
   ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
-  grad_req_[b] = g_.dp->ireduce_scatter(G, grad_shard_[b].data(), int64_t(grad_shard_[b].size()));
+  grad_req_[b] = g_.dp->ireduce_scatter(G, grad_shard_[b].data<float>(), grad_shard_[b].numel());
 }
 
 // Every bucket goes through the same non-blocking collective whether or not it started early,
@@ -82,8 +79,9 @@ void DistributedOptimizer::reduce_scatter_grads() {
   for (size_t b = 0; b < buckets.size(); ++b) {
     grad_req_[b]->wait();
     grad_req_[b].reset();
-    const int64_t n = int64_t(grad_shard_[b].size());
-    std::memcpy(G + buckets[b].first + d * n, grad_shard_[b].data(), size_t(n) * sizeof(float));
+    const Tensor& shard = grad_shard_[b];
+    ops::copy(G + buckets[b].first + d * shard.numel(), ops::device(), shard.raw(), ops::device(),
+              shard.nbytes());
   }
   tracker_.disarm();
 }
@@ -111,10 +109,11 @@ void DistributedOptimizer::step(float lr, float wd, double grad_norm) {
   const int64_t esize = int64_t(dtype_size(t)), d = g_.dp->rank();
   const auto& buckets = model_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
-    const int64_t n = int64_t(grad_shard_[b].size());
+    const Tensor& shard = param_shard_[b];
+    const int64_t n = shard.numel();
     char* bucket = P + buckets[b].first * esize;
-    std::memcpy(param_shard_[b].data(), bucket + d * n * esize, size_t(n * esize));
-    param_req_[b] = g_.dp->iall_gather(param_shard_[b].data(), bucket, n, t);
+    ops::copy(shard.raw(), ops::device(), bucket + d * n * esize, ops::device(), shard.nbytes());
+    param_req_[b] = g_.dp->iall_gather(shard.raw(), bucket, n, t);
   }
   if (!overlap_params_) wait_params();
 }

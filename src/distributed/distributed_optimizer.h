@@ -50,8 +50,9 @@ class DistributedOptimizer {
   std::unique_ptr<Optimizer> optim_;
   BucketTracker tracker_;
   bool overlap_grad_, overlap_params_;
-  std::vector<std::vector<float>> grad_shard_;  // per bucket, n / DP each
-  std::vector<std::vector<char>> param_shard_;  // per bucket, n / DP params in the model dtype
+  // Per bucket, on the compute device: n / DP reduced grads (f32), and n / DP params in the
+  // model dtype (the all-gather's input).
+  std::vector<Tensor> grad_shard_, param_shard_;
   std::vector<std::unique_ptr<CommRequest>> grad_req_, param_req_;
   int64_t owned_ = 0, early_ = 0;
   void launch_reduce_scatter(size_t b);

@@ -37,6 +37,11 @@ Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DTy
   if (dtype_ == DType::F32) return;
   MG_CHECK(model_params, "a 16-bit model needs its params to seed the fp32 main params");
   main_ = Tensor({numel_}, DType::F32, ops::device());
+  copy_main_from(model_params);
+}
+
+void Optimizer::copy_main_from(const void* model_params) {
+  if (main_.empty()) return;
   const int64_t esize = int64_t(dtype_size(dtype_));
   int64_t s = 0;
   for (const ParamRun& r : runs_) {
@@ -45,7 +50,6 @@ Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DTy
     s += r.numel;
   }
 }
-
 
 double Optimizer::step(float* params, float* grads, float lr) {
   double ss = 0;

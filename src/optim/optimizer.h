@@ -60,6 +60,9 @@ class Optimizer {
     float *exp_avg, *exp_avg_sq, *main;
   };
   StateSlice state_of(int64_t offset, int64_t n);
+  // A 16-bit model's fp32 main params set from the model's params (a load without optimizer
+  // state); nothing for an f32 model.
+  void copy_main_from(const void* model_params);
   // Optimizer state: moments, plus the fp32 main params of a 16-bit model.
   size_t state_bytes() const { return state_.nbytes() + main_.nbytes(); }
 

@@ -56,13 +56,6 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 "' is not available; use nccl or mpi");
   MG_USER_CHECK(distributed_backend == "mpi" || device == "cuda", "--distributed-backend nccl "
                 "moves GPU memory and needs --device cuda; CPU runs use mpi");
-  if (device == "cuda") {
-    MG_USER_CHECK(save.empty() && load.empty(), "--device cuda does not save or load "
-                  "checkpoints yet; drop --save/--load, or train with --device cpu");
-    MG_USER_CHECK(!use_distributed_optimizer, "--use-distributed-optimizer does not run with "
-                  "--device cuda yet; drop it, or train with --device cpu");
-    MG_USER_CHECK(inject_grad_overflow.empty(), "--inject-grad-overflow needs --device cpu");
-  }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");

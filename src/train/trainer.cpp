@@ -302,10 +302,14 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
           },
           loss_scale);
     }
-    if (g.world_rank == g.grid.world() - 1 &&
+    const bool inject_overflow =  // --inject-grad-overflow: the last rank's first grad -> inf
+        g.world_rank == g.grid.world() - 1 &&
         std::find(cfg.overflow_iters.begin(), cfg.overflow_iters.end(), iter) !=
-            cfg.overflow_iters.end())
-      model.grads()[0] = INFINITY;  // --inject-grad-overflow: CPU only (validated)
+            cfg.overflow_iters.end();
+    if (inject_overflow) {
+      const float inf = INFINITY;
+      ops::copy(model.grads(), ops::device(), &inf, Device::CPU, sizeof(float));
+    }
     // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
     {
       timers::Scope timer(timers::kAllGradsSync);

@@ -42,9 +42,6 @@ TEST(Cli, CudaDeviceWithoutAGpuSaysWhy) {
   if (ops::cuda_available()) GTEST_SKIP() << "a GPU is present: the CUDA run is tested (label gpu)";
   expect_usage_error(kTiny + " --device cuda", "--device cuda");
 }
-TEST(Cli, CudaDeviceRefusesCheckpointsForNow) {
-  expect_usage_error(kTiny + " --device cuda --save /tmp/mg_never_written", "--save");
-}
 TEST(Cli, TrailingGarbage) { expect_usage_error(kTiny + " --seq-length 8x", "--seq-length"); }
 TEST(Cli, GlobalBatchMultipleOfMicroBatch) {
   expect_usage_error(kTiny + " --global-batch-size 5", "--global-batch-size");

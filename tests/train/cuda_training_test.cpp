@@ -1,8 +1,10 @@
 // Training parity on the GPU (label gpu): a tiny GPT trained 20 steps with every buffer on the
 // GPU (--device cuda) tracks the same run on the CPU, the oracle: f32 losses and grad norms
-// within 1e-4 relative, bf16 within 2%. Checked twice: through the model and optimizer API,
-// and through `megatron train --device cuda` against `--device cpu` (the trainer, data and
-// log path). Without a GPU every test reports SKIPPED.
+// within 1e-4 relative, bf16 within 2%. Checked through the model and optimizer API, and
+// through `megatron train --device cuda` against `--device cpu` (the trainer, data and log
+// path): one rank; TP, PP and the distributed optimizer as two ranks on one GPU; fp16 overflow
+// skipping; checkpoints saved on one device and resumed on the other. Without a GPU every test
+// reports SKIPPED.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/dispatch.h"
@@ -115,20 +118,31 @@ const std::string kTrainArgs =
     " --seq-length 64 --vocab-size 256 --micro-batch-size 2 --global-batch-size 4"
     " --train-iters 20 --lr 1e-3 --log-interval 1";
 
-// Runs `gpu_command` and the single-rank CPU run of kTrainArgs; every iteration's lm loss must
-// agree within 1e-4 relative.
-void expect_same_losses_as_cpu(const std::string& gpu_command) {
-  const auto gpu = testing::run_command(gpu_command);
-  const auto cpu = testing::run_command(megatron_binary() + kTrainArgs + " --device cpu");
-  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
-  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
-  EXPECT_NE(gpu.output.find(" > device: cuda: "), std::string::npos) << gpu.output;
-  const auto a = testing::log_values(gpu.output, "lm loss");
-  const auto b = testing::log_values(cpu.output, "lm loss");
-  ASSERT_EQ(a.size(), 20u) << gpu.output;
-  ASSERT_EQ(b.size(), 20u) << cpu.output;
+testing::RunResult run_ok(const std::string& command) {
+  auto r = testing::run_command(command);
+  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+  return r;
+}
+
+// Every iteration's lm loss of `got` within rel_tol (relative) of `want`'s.
+void expect_same_losses(const std::string& got, const std::string& want, size_t iterations,
+                        double rel_tol = 1e-4) {
+  const auto a = testing::log_values(got, "lm loss");
+  const auto b = testing::log_values(want, "lm loss");
+  ASSERT_EQ(a.size(), iterations) << got;
+  ASSERT_EQ(b.size(), iterations) << want;
   for (size_t i = 0; i < b.size(); ++i)
-    EXPECT_LE(std::fabs(a[i] - b[i]), 1e-4 * b[i]) << "iteration " << i + 1;
+    EXPECT_LE(std::fabs(a[i] - b[i]), rel_tol * b[i]) << "iteration " << i + 1;
+}
+
+// Runs `gpu_command` and the single-rank CPU run of kTrainArgs + cpu_flags; every iteration's
+// lm loss must agree within rel_tol.
+void expect_same_losses_as_cpu(const std::string& gpu_command, const std::string& cpu_flags = "",
+                               double rel_tol = 1e-4) {
+  const auto gpu = run_ok(gpu_command);
+  const auto cpu = run_ok(megatron_binary() + kTrainArgs + " --device cpu " + cpu_flags);
+  EXPECT_NE(gpu.output.find(" > device: cuda: "), std::string::npos) << gpu.output;
+  expect_same_losses(gpu.output, cpu.output, 20, rel_tol);
 }
 
 TEST(CudaTraining, TrainCommandOnTheGpuMatchesTheCpu) {
@@ -150,8 +164,60 @@ TEST_P(CudaLayouts, TwoRanksOnOneGpuTrackTheSingleRankCpuRun) {
 
 INSTANTIATE_TEST_SUITE_P(, CudaLayouts,
                          ::testing::Values("--tensor-model-parallel-size 2",
-                                           "--pipeline-model-parallel-size 2"),
-                         [](const auto& info) { return info.index == 0 ? "tp2" : "pp2"; });
+                                           "--pipeline-model-parallel-size 2",
+                                           "--use-distributed-optimizer"),
+                         [](const auto& info) {
+                           return std::string(info.index == 0   ? "tp2"
+                                              : info.index == 1 ? "pp2"
+                                                                : "dp2_distributed_optimizer");
+                         });
+
+// fp16 with an inf injected into the grads at iteration 3: the GPU run skips that step and
+// halves the loss scale exactly as the CPU run does, and the losses track it (fp16: 2%).
+TEST(CudaTraining, Fp16OverflowSkipsTheStepLikeTheCpu) {
+  MG_REQUIRE_GPU();
+  const std::string fp16 = " --fp16 --initial-loss-scale 1024 --hysteresis 1"
+                           " --loss-scale-window 4 --inject-grad-overflow 3";
+  const auto gpu = run_ok(megatron_binary() + kTrainArgs + " --device cuda" + fp16);
+  const auto cpu = run_ok(megatron_binary() + kTrainArgs + " --device cpu" + fp16);
+  EXPECT_NE(gpu.output.find("iteration 3: inf/NaN in the fp16 grads, step skipped on all ranks"),
+            std::string::npos) << gpu.output;
+  EXPECT_EQ(testing::log_values(gpu.output, "loss scale"),
+            testing::log_values(cpu.output, "loss scale"));
+  expect_same_losses(gpu.output, cpu.output, 20, 2e-2);
+}
+
+// Checkpoints between devices: 10 steps on one device, saved (--exit-interval 10), then loaded
+// and trained to 20 on the other (or the same); iterations 11-20 must match the uninterrupted
+// CPU run within 1e-4, so what the GPU saved and what it loaded are the CPU's values.
+class CudaCheckpoints : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(CudaCheckpoints, ResumeTracksTheUninterruptedCpuRun) {
+  MG_REQUIRE_GPU();
+  const auto [save_device, load_device] = GetParam();
+  char tmpl[] = "/tmp/mg_cuda_ckpt_XXXXXX";
+  const std::string dir = std::string(mkdtemp(tmpl)) + "/ck";
+  const std::string base = megatron_binary() + kTrainArgs;
+  run_ok(base + " --device " + save_device + " --save " + dir + " --exit-interval 10");
+  const auto resumed = run_ok(base + " --device " + load_device + " --load " + dir);
+  const auto full = run_ok(base + " --device cpu");
+  EXPECT_NE(resumed.output.find("loaded checkpoint"), std::string::npos) << resumed.output;
+  auto last10 = testing::log_values(full.output, "lm loss");
+  ASSERT_EQ(last10.size(), 20u);
+  last10.erase(last10.begin(), last10.begin() + 10);
+  const auto got = testing::log_values(resumed.output, "lm loss");
+  ASSERT_EQ(got.size(), 10u) << resumed.output;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LE(std::fabs(got[i] - last10[i]), 1e-4 * last10[i]) << "iteration " << i + 11;
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaCheckpoints,
+                         ::testing::Values(std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"},
+                                           std::pair{"cuda", "cuda"}),
+                         [](const auto& info) {
+                           return info.param.first + "_to_" + info.param.second;
+                         });
 
 }  // namespace
 }  // namespace mg
