@@ -213,6 +213,9 @@ void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr
 double sum_squares(const float* x, int64_t n) {
   return MG_OP(sum_squares, x, n);
 }
+double sum_squares_ranges(const float* x, const Range* ranges, int64_t k) {
+  return MG_OP(sum_squares_ranges, x, ranges, k);
+}
 void scale_inplace(float* x, float s, int64_t n) {
   MG_OP(scale_inplace, x, s, n);
 }

@@ -83,6 +83,8 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
 void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, int64_t t, float clip = 1.0f);
 double sum_squares(const float* x, int64_t n);
+using cpu::Range;
+double sum_squares_ranges(const float* x, const Range* ranges, int64_t k);
 void scale_inplace(float* x, float s, int64_t n);
 
 }  // namespace mg::ops

@@ -134,6 +134,13 @@ void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr
 
 // Sum of squares in double (for the global grad norm), and in-place scaling.
 double sum_squares(const float* x, int64_t n);
+// Elements [offset, offset + n) of a flat buffer.
+struct Range {
+  int64_t offset, n;
+};
+// The sum over ranges[0..k) of sum_squares(x + offset, n), added in that order: a grad norm's
+// local part in one call (on the GPU one download in all, not one per range).
+double sum_squares_ranges(const float* x, const Range* ranges, int64_t k);
 void scale_inplace(float* x, float s, int64_t n);
 
 }  // namespace mg::cpu

@@ -96,9 +96,10 @@ void DistributedOptimizer::wait_params() {
 }
 
 double DistributedOptimizer::grad_norm() {
-  double local = 0;
-  for (const ParamRun& r : counted_runs_)
-    local += ops::sum_squares(model_.grads() + r.offset, r.numel);
+  std::vector<ops::Range> ranges;
+  for (const ParamRun& r : counted_runs_) ranges.push_back({r.offset, r.numel});
+  const double local =
+      ops::sum_squares_ranges(model_.grads(), ranges.data(), int64_t(ranges.size()));
   return std::sqrt(all_reduce_sum(*g_.world, local));
 }
 

@@ -49,9 +49,11 @@ void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g) {
 }
 
 double global_grad_norm(GPTModel& model, ProcessGroups& g) {
-  double local = 0;
+  std::vector<ops::Range> ranges;  // one download for all params on a GPU
   for (const ParamSpec& p : model.layout().params())
-    if (counted_once(p, g.coord.tp)) local += ops::sum_squares(model.grads() + p.offset, p.numel());
+    if (counted_once(p, g.coord.tp)) ranges.push_back({p.offset, p.numel()});
+  const double local =
+      ops::sum_squares_ranges(model.grads(), ranges.data(), int64_t(ranges.size()));
   return std::sqrt(all_reduce_sum(*g.model_parallel, local));
 }
 

@@ -52,9 +52,9 @@ void Optimizer::copy_main_from(const void* model_params) {
 }
 
 double Optimizer::step(float* params, float* grads, float lr) {
-  double ss = 0;
-  for (const ParamRun& r : runs_) ss += ops::sum_squares(grads + r.offset, r.numel);
-  const double norm = std::sqrt(ss);
+  std::vector<ops::Range> ranges;
+  for (const ParamRun& r : runs_) ranges.push_back({r.offset, r.numel});
+  const double norm = std::sqrt(ops::sum_squares_ranges(grads, ranges.data(), int64_t(ranges.size())));
   step(params, grads, lr, cfg_.weight_decay, norm);
   return norm;
 }

@@ -42,6 +42,12 @@ double sum_squares(const float* x, int64_t n) {
   return s;
 }
 
+double sum_squares_ranges(const float* x, const Range* ranges, int64_t k) {
+  double s = 0.0;
+  for (int64_t i = 0; i < k; ++i) s += sum_squares(x + ranges[i].offset, ranges[i].n);
+  return s;
+}
+
 void scale_inplace(float* x, float s, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= s;

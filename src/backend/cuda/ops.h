@@ -76,6 +76,9 @@ void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr
                 float weight_decay, int64_t t, float clip = 1.0f);
 // Sum of squares in double, reduced on the device in a fixed order (bitwise reproducible).
 double sum_squares(const float* x, int64_t n);
+// Each range reduced as sum_squares does, the per-range sums downloaded together and added on
+// the host in order.
+double sum_squares_ranges(const float* x, const cpu::Range* ranges, int64_t k);
 void scale_inplace(float* x, float s, int64_t n);
 
 }  // namespace mg::cuda

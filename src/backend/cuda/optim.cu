@@ -3,6 +3,7 @@
 // clipping needs no pass of its own; the sum of squares for the grad norm, reduced in double
 // in a fixed order (per-block partials, then one block) so it is bitwise reproducible.
 #include <cmath>
+#include <vector>
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
@@ -88,18 +89,38 @@ void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-double sum_squares(const float* x, int64_t n) {
-  if (n == 0) return 0;
-  static Buffer partial(kPartials * sizeof(double)), total(sizeof(double));
+namespace {
+// Sum of squares of x[0, n) into *out on the device (two fixed-order passes).
+void sum_squares_into(double* out, const float* x, int64_t n) {
+  static Buffer partial(kPartials * sizeof(double));
   sum_squares_partial_kernel<<<kPartials, kThreads, 0, compute_stream()>>>(
       partial.as<double>(), x, n);
   MG_CUDA_CHECK(cudaGetLastError());
-  sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(total.as<double>(),
-                                                            partial.as<double>(), kPartials);
+  sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(out, partial.as<double>(), kPartials);
   MG_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
+double sum_squares(const float* x, int64_t n) {
+  if (n == 0) return 0;
+  static Buffer total(sizeof(double));
+  sum_squares_into(total.as<double>(), x, n);
   double host = 0;
   copy_to_host(&host, total.get(), sizeof(double));
   return host;
+}
+
+double sum_squares_ranges(const float* x, const cpu::Range* ranges, int64_t k) {
+  if (k == 0) return 0;
+  Buffer sums(size_t(k) * sizeof(double));
+  MG_CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, size_t(k) * sizeof(double), compute_stream()));
+  for (int64_t i = 0; i < k; ++i)
+    if (ranges[i].n > 0) sum_squares_into(sums.as<double>() + i, x + ranges[i].offset, ranges[i].n);
+  std::vector<double> host(static_cast<size_t>(k));
+  copy_to_host(host.data(), sums.get(), size_t(k) * sizeof(double));
+  double s = 0;
+  for (double v : host) s += v;
+  return s;
 }
 
 }  // namespace mg::cuda

@@ -368,6 +368,13 @@ TEST(CudaParity, OptimizerAndReductions) {
   std::printf("  %-28s %-26s %.10g vs %.10g\n", "sum of squares", dims({n}).c_str(), got, ref);
   EXPECT_NEAR(got, ref, 1e-9 * ref);
   EXPECT_EQ(got, cuda::sum_squares(gg.as<float>(), n)) << "the reduction order must be fixed";
+  // Several ranges (one empty, one ragged, one reaching the end) in one call.
+  const cpu::Range ranges[] = {{0, n / 3}, {n / 3, 0}, {n / 3 + 1, n / 5 + 7}, {n / 2, n - n / 2}};
+  const double ref_r = cpu::sum_squares_ranges(g.data(), ranges, 4);
+  const double got_r = cuda::sum_squares_ranges(gg.as<float>(), ranges, 4);
+  std::printf("  %-28s %-26s %.10g vs %.10g\n", "sum of squares, 4 ranges", dims({n}).c_str(),
+              got_r, ref_r);
+  EXPECT_NEAR(got_r, ref_r, 1e-9 * ref_r);
 
   EXPECT_FALSE(cuda::has_inf_or_nan(gg.as<float>(), n));
   const float inf = INFINITY;
