@@ -174,13 +174,22 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   MG_OP(residual_forward, out, a, b, n);
 }
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start) {
-  MG_OP(attention_forward, out, lse, qkv, B, S, NH, HD, seg_start);
+                       int64_t HD, const int32_t* seg_start, DType operands) {
+#ifdef MG_HAS_CUDA
+  if (on_cuda()) return cuda::attention_forward(out, lse, qkv, B, S, NH, HD, seg_start, operands);
+#endif
+  (void)operands;
+  cpu::attention_forward(out, lse, qkv, B, S, NH, HD, seg_start);
 }
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                         const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start) {
-  MG_OP(attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start);
+                        const int32_t* seg_start, DType operands) {
+#ifdef MG_HAS_CUDA
+  if (on_cuda())
+    return cuda::attention_backward(dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start, operands);
+#endif
+  (void)operands;
+  cpu::attention_backward(dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start);
 }
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V) {
   MG_OP(cross_entropy_row_max, row_max, logits, N, V);

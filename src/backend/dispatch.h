@@ -62,11 +62,14 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
+// operands: the dtype the GPU may round attention's matmul operands to (a 16-bit model's dtype:
+// tensor cores); the CPU always computes in fp32.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start = nullptr);
+                       int64_t HD, const int32_t* seg_start = nullptr,
+                       DType operands = DType::F32);
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                         const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr);
+                        const int32_t* seg_start = nullptr, DType operands = DType::F32);
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
 void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
                            int64_t V);

@@ -65,7 +65,8 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                               w.qkv_b, {N, H, 3 * d.H_local()});
   if (lp) ops::store_rounded(c.qkv.raw(), d.dtype, qkv, N * 3 * d.H_local());
   float* attn = out(c.attn, s.stage_b);
-  ops::attention_forward(attn, c.lse.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start);
+  ops::attention_forward(attn, c.lse.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start,
+                         d.dtype);
   if (lp) ops::cast_from_f32(c.attn.raw(), d.dtype, attn, N * d.H_local());
   tp::row_parallel_forward(g, c.x_mid.data<float>(), full, act(c.attn), weight(w.proj_w, d),
                            w.proj_b, {N, d.H_local(), H});
@@ -125,7 +126,7 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   ops::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(),
                           widen(c.attn, N * d.H_local(), s.stage_b),
                           widen(c.qkv, N * 3 * d.H_local(), s.stage_a), c.lse.data<float>(), d.B,
-                          d.S, d.NH_local(), HD, seg_start);
+                          d.S, d.NH_local(), HD, seg_start, d.dtype);
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
                                {N, H, 3 * d.H_local()});

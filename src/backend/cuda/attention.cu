@@ -6,7 +6,9 @@
 // D = rowsum(dO O), dQ += dS K / sqrt(HD), dK += dS^T Q / sqrt(HD). Nothing of size S x S is
 // stored. Layout as the CPU: qkv[S,B,NH,3,HD] (q, k, v per head), out[S,B,NH*HD], lse[B,NH,S];
 // seg_start (B, S) limits row t to keys [seg_start, t] (--reset-attention-mask).
-// The tensor-core (mma) version is the next step; this one is the GPU's reference.
+// This is the f32 path and the GPU's reference; 16-bit models take the tensor-core kernels of
+// attention_tc.cu (the same D = rowsum(dO O) from here).
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
 
@@ -14,16 +16,12 @@ namespace mg::cuda {
 
 namespace {
 
+using attn::Geometry;
+using attn::geometry;
+using attn::qkv_row;
+using attn::visible;
+
 constexpr int kTile = 32;  // rows per block and rows per shared-memory tile
-
-struct Geometry {
-  int64_t B, S, NH, ld_qkv, ld_out;  // row strides of qkv and out
-};
-
-__device__ const float* qkv_row(const float* qkv, const Geometry& g, int64_t b, int64_t h,
-                                int64_t t, int part, int HD) {
-  return qkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD;
-}
 
 // Keys and values of rows [k0, k0 + kTile) into shared memory (zeros past S); all kTile threads
 // of the block take part.
@@ -36,10 +34,6 @@ __device__ void load_kv_tile(float (*ks)[HD], float (*vs)[HD], const float* qkv,
     ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
     vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
   }
-}
-
-__device__ bool visible(int64_t q, int64_t k, const int32_t* seg) {
-  return k <= q && (!seg || k >= seg[q]);
 }
 
 template <int HD>
@@ -196,10 +190,6 @@ __global__ void dkv_kernel(float* dqkv, const float* dout, const float* qkv, con
   }
 }
 
-Geometry geometry(int64_t B, int64_t S, int64_t NH, int64_t HD) {
-  return {B, S, NH, B * 3 * NH * HD, B * NH * HD};
-}
-
 template <int HD>
 void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
              const int32_t* seg) {
@@ -211,13 +201,16 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int
 
 template <int HD>
 void backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-              const float* lse, int64_t B, int64_t S, int64_t NH, const int32_t* seg) {
+              const float* lse, int64_t B, int64_t S, int64_t NH, const int32_t* seg,
+              DType operands) {
   const Geometry g = geometry(B, S, NH, HD);
   const float scale = 1.0f / sqrtf(float(HD));
   Buffer D(size_t(B * NH * S) * sizeof(float));
   const dim3 grid(unsigned((S + kTile - 1) / kTile), unsigned(B * NH));
   dot_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(D.as<float>(), dout, out, g);
   MG_CUDA_CHECK(cudaGetLastError());
+  if (attn::tc_supported(HD, operands))
+    return attn::tc_backward(dqkv, dout, qkv, lse, D.as<float>(), g, HD, operands, seg);
   dq_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, qkv, lse, D.as<float>(), g,
                                                       scale, seg);
   MG_CUDA_CHECK(cudaGetLastError());
@@ -229,10 +222,12 @@ void backward(float* dqkv, const float* dout, const float* out, const float* qkv
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD, const int32_t* seg_start) {
+                       int64_t NH, int64_t HD, const int32_t* seg_start, DType operands) {
   if (B * S * NH == 0) return;
   MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
            B * NH, " exceeds 65535");
+  if (attn::tc_supported(HD, operands))
+    return attn::tc_forward(out, lse, qkv, geometry(B, S, NH, HD), HD, operands, seg_start);
   if (HD == 64) return forward<64>(out, lse, qkv, B, S, NH, seg_start);
   if (HD == 128) return forward<128>(out, lse, qkv, B, S, NH, seg_start);
   if (HD == 32) return forward<32>(out, lse, qkv, B, S, NH, seg_start);
@@ -241,13 +236,13 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                         const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start) {
+                        const int32_t* seg_start, DType operands) {
   if (B * S * NH == 0) return;
   MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
            B * NH, " exceeds 65535");
-  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
-  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
-  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, operands);
+  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, operands);
+  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, operands);
   MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
 }
 

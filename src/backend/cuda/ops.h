@@ -47,12 +47,15 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 
 // Flash attention (causal, online softmax, lse saved, no S x S tensor); qkv[S,B,NH,3,HD] as on
-// the CPU. HD must be 32, 64 or 128.
+// the CPU. HD must be 32, 64 or 128. operands F32: exact fp32 kernels on the CUDA cores;
+// BF16/F16 (a 16-bit model, whose qkv already holds values of that dtype): the tensor-core
+// kernels, with q, k, v, dO, P and dS rounded to that dtype and fp32 accumulation.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD, const int32_t* seg_start = nullptr);
+                       int64_t NH, int64_t HD, const int32_t* seg_start = nullptr,
+                       DType operands = DType::F32);
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
                         const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr);
+                        const int32_t* seg_start = nullptr, DType operands = DType::F32);
 
 void cross_entropy_forward(float* losses, float* lse, const float* logits,
                            const int32_t* targets, int64_t N, int64_t V);

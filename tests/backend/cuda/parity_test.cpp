@@ -238,42 +238,68 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
   }
 }
 
+// One attention case, forward and backward, against the CPU. operands F32: the exact kernels
+// (tolerance f32). BF16/F16: q, k, v and dO are first rounded to that dtype (as a 16-bit
+// model's are), and the tensor-core kernels, which also round P and dS, must stay within the
+// 16-bit tolerance of the fp32 CPU result on the same rounded inputs.
+void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments, DType operands) {
+  const int64_t H = NH * HD, N = B * S;
+  Vec qkv = random_vec(size_t(N * 3 * H), 15), dout = random_vec(size_t(N * H), 16);
+  if (operands != DType::F32)
+    for (Vec* v : {&qkv, &dout}) cpu::cast_to_f32(v->data(), to16(*v, operands).data(), operands,
+                                                  int64_t(v->size()));
+  std::vector<int32_t> seg;
+  if (segments) {  // documents starting at 0, 40 + 13 b and 95 - 20 b in row b
+    seg.resize(static_cast<size_t>(B * S));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t s1 = 40 + 13 * b, s2 = 95 - 20 * b;
+      for (int64_t t = 0; t < S; ++t) seg[b * S + t] = int32_t(t >= s2 ? s2 : (t >= s1 ? s1 : 0));
+    }
+  }
+  const int32_t* cs = segments ? seg.data() : nullptr;
+  Vec out(static_cast<size_t>(N * H)), lse(static_cast<size_t>(B * NH * S)),
+      dqkv = random_vec(qkv.size(), 31);  // += checked
+  const Vec dqkv0 = dqkv;
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD, cs);
+  cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
+                          HD, cs);
+  auto gq = up(qkv), gd = up(dout), go = cuda::Buffer(out.size() * 4),
+       gl = cuda::Buffer(lse.size() * 4), gdq = up(dqkv0);
+  cuda::Buffer gseg = segments ? up(seg) : cuda::Buffer();
+  const int32_t* gs = segments ? gseg.as<int32_t>() : nullptr;
+  cuda::attention_forward(go.as<float>(), gl.as<float>(), gq.as<float>(), B, S, NH, HD, gs,
+                          operands);
+  cuda::attention_backward(gdq.as<float>(), gd.as<float>(), go.as<float>(), gq.as<float>(),
+                           gl.as<float>(), B, S, NH, HD, gs, operands);
+  const std::string s = dims({B, S, NH, HD}) + (segments ? " segments" : "") +
+                        (operands == DType::F32 ? "" : std::string(" ") + dtype_name(operands));
+  const bool exact = operands == DType::F32;
+  expect_close("attention forward", s, down(go, out.size()), out, exact ? kTolF32 : kTol16);
+  expect_close("attention lse", s, down(gl, lse.size()), lse, exact ? kTolF32 : kTol16);
+  expect_close("attention backward dqkv", s, down(gdq, dqkv.size()), dqkv,
+               exact ? kTolF32 * 10 : kTol16);
+}
+
+struct AttentionCase {
+  int64_t B, S, NH, HD;
+  bool segments;
+};
+const AttentionCase kAttentionCases[] = {{1, 17, 2, 32, false}, {2, 77, 3, 64, false},
+                                         {2, 130, 2, 64, true}, {1, 64, 2, 128, false},
+                                         {1, 200, 2, 128, true}};
+
 TEST(CudaParity, FlashAttentionForwardBackward) {
   MG_REQUIRE_GPU();
-  struct Case { int64_t B, S, NH, HD; bool segments; };
-  for (const Case& c : {Case{1, 17, 2, 32, false}, Case{2, 77, 3, 64, false},
-                        Case{2, 130, 2, 64, true}, Case{1, 64, 2, 128, false}}) {
-    const int64_t H = c.NH * c.HD, N = c.B * c.S;
-    Vec qkv = random_vec(size_t(N * 3 * H), 15), dout = random_vec(size_t(N * H), 16);
-    std::vector<int32_t> seg;
-    if (c.segments) {  // documents starting at 0, 40 + 13 b and 95 - 20 b in row b
-      seg.resize(static_cast<size_t>(c.B * c.S));
-      for (int64_t b = 0; b < c.B; ++b) {
-        const int64_t s1 = 40 + 13 * b, s2 = 95 - 20 * b;
-        for (int64_t t = 0; t < c.S; ++t)
-          seg[b * c.S + t] = int32_t(t >= s2 ? s2 : (t >= s1 ? s1 : 0));
-      }
-    }
-    const int32_t* cs = c.segments ? seg.data() : nullptr;
-    Vec out(static_cast<size_t>(N * H)), lse(static_cast<size_t>(c.B * c.NH * c.S)),
-        dqkv = random_vec(qkv.size(), 31);  // += checked
-    const Vec dqkv0 = dqkv;
-    cpu::attention_forward(out.data(), lse.data(), qkv.data(), c.B, c.S, c.NH, c.HD, cs);
-    cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), c.B,
-                            c.S, c.NH, c.HD, cs);
-    auto gq = up(qkv), gd = up(dout), go = cuda::Buffer(out.size() * 4),
-         gl = cuda::Buffer(lse.size() * 4), gdq = up(dqkv0);
-    cuda::Buffer gseg = c.segments ? up(seg) : cuda::Buffer();
-    const int32_t* gs = c.segments ? gseg.as<int32_t>() : nullptr;
-    cuda::attention_forward(go.as<float>(), gl.as<float>(), gq.as<float>(), c.B, c.S, c.NH, c.HD,
-                            gs);
-    cuda::attention_backward(gdq.as<float>(), gd.as<float>(), go.as<float>(), gq.as<float>(),
-                             gl.as<float>(), c.B, c.S, c.NH, c.HD, gs);
-    const std::string s = dims({c.B, c.S, c.NH, c.HD}) + (c.segments ? " segments" : "");
-    expect_close("attention forward", s, down(go, out.size()), out, kTolF32);
-    expect_close("attention lse", s, down(gl, lse.size()), lse, kTolF32);
-    expect_close("attention backward dqkv", s, down(gdq, dqkv.size()), dqkv, kTolF32 * 10);
-  }
+  for (const AttentionCase& c : kAttentionCases)
+    check_attention(c.B, c.S, c.NH, c.HD, c.segments, DType::F32);
+}
+
+// The tensor-core kernels (16-bit models), bf16 and f16 operands, ragged tails included.
+TEST(CudaParity, TensorCoreFlashAttentionForwardBackward) {
+  MG_REQUIRE_GPU();
+  for (DType t : {DType::BF16, DType::F16})
+    for (const AttentionCase& c : kAttentionCases)
+      check_attention(c.B, c.S, c.NH, c.HD, c.segments, t);
 }
 
 TEST(CudaParity, CrossEntropy) {

@@ -1,0 +1,393 @@
+// Causal flash attention on the tensor cores, for 16-bit models (FlashAttention-2's loop order,
+// Dao 2023, written with WMMA 16x16x16 fragments). A block of 4 warps owns 64 rows: 64 queries
+// (forward, dQ) or 64 keys (dK, dV), each warp 16 of them. Tiles of 64 keys (or queries) pass
+// through shared memory in the operand dtype T (bf16 or f16): the model's qkv is already stored
+// in that dtype, so only the probabilities and dS are rounded. Scores, the online softmax,
+// lse and every accumulator are fp32. Per tile and warp, the scores go from the accumulator
+// fragments to shared memory, where two lanes per row apply the mask and the softmax and write
+// P (and dS) back in T for the next product.
+//   forward: S = q k^T * scale, m and l online per row, O = sum P V / l, lse = m + log l.
+//   dQ kernel (per query tile): P = exp(S - lse), dP = dO V^T, dS = P (dP - D) * scale,
+//            dQ += dS K.
+//   dK/dV kernel (per key tile): the same P^T and dS^T per query tile, dV += P^T dO,
+//            dK += dS^T Q.
+// No atomics: every output row is summed by the one warp that owns it, in a fixed order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/check.cuh"
+
+namespace mg::cuda::attn {
+
+namespace {
+
+using namespace nvcuda;
+
+constexpr int kRows = 64;   // rows a block owns, and rows per streamed tile
+constexpr int kWarps = 4;   // 16 rows each
+constexpr int kBlock = 32 * kWarps;
+
+template <typename T>
+__device__ T to_operand(float x);
+template <>
+__device__ __nv_bfloat16 to_operand<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __half to_operand<__half>(float x) { return __float2half(x); }
+
+constexpr size_t round128(size_t bytes) { return (bytes + 127) / 128 * 128; }
+
+// Shared-memory strides (elements), padded against bank conflicts; WMMA wants multiples of
+// 8 (16-bit) and 4 (f32), and every fragment pointer 32-byte aligned, which these keep.
+template <int HD>
+struct Pitch {
+  static constexpr int kTile = HD + 8;                          // a 64 x HD tile in T
+  static constexpr int kProbs = kRows + 8;                      // a warp's 16 x 64 P or dS in T
+  static constexpr int kF32 = (HD > kRows ? HD : kRows) + 4;    // a warp's 16 x max(64, HD) f32
+  static constexpr size_t kTileBytes = round128(size_t(kRows) * kTile * 2);
+  static constexpr size_t kProbsBytes = round128(size_t(16) * kProbs * 2);
+  static constexpr size_t kF32Bytes = round128(size_t(16) * kF32 * 4);
+  static constexpr size_t kVecBytes = round128(size_t(kRows) * 4);
+};
+
+// Hands out 128-byte aligned pieces of the dynamic shared memory.
+struct Carver {
+  unsigned char* p;
+  template <typename U>
+  __device__ U* take(size_t bytes) {
+    U* r = reinterpret_cast<U*>(p);
+    p += bytes;
+    return r;
+  }
+};
+
+// 64 rows from r0 of a [S, *] f32 array into a 64 x HD tile in T (zeros past S). row(t) is
+// the address of row t's HD values.
+template <int HD, typename T, typename RowFn>
+__device__ void load_tile(T* dst, int64_t r0, int64_t S, RowFn row) {
+  for (int i = threadIdx.x; i < kRows * HD; i += kBlock) {
+    const int r = i / HD, e = i % HD;
+    const int64_t t = r0 + r;
+    dst[r * Pitch<HD>::kTile + e] = to_operand<T>(t < S ? row(t)[e] : 0.f);
+  }
+}
+
+template <typename T>
+using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T, typename Layout>
+using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, Layout>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// out[16 x 64] (f32, stride kF32) = a[16 x HD] b[64 x HD]^T: a's 16 rows against all 64 rows
+// of the tile b (both row-major in T, stride kTile).
+template <int HD, typename T>
+__device__ void rows_times_tile_t(float* out, const T* a, const T* b) {
+#pragma unroll
+  for (int j = 0; j < kRows / 16; ++j) {
+    FragC acc;
+    wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+    for (int k = 0; k < HD / 16; ++k) {
+      FragA<T> fa;
+      FragB<T, wmma::col_major> fb;  // b^T: element (e, key) at b[key * stride + e]
+      wmma::load_matrix_sync(fa, a + k * 16, Pitch<HD>::kTile);
+      wmma::load_matrix_sync(fb, b + j * 16 * Pitch<HD>::kTile + k * 16, Pitch<HD>::kTile);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + j * 16, acc, Pitch<HD>::kF32, wmma::mem_row_major);
+  }
+}
+
+// acc[e-block] += p[16 x 64] (T, stride kProbs) tile[64 x HD] (T, stride kTile), for each of
+// the HD / 16 column blocks.
+template <int HD, typename T>
+__device__ void probs_times_tile(FragC (&acc)[HD / 16], const T* p, const T* tile) {
+#pragma unroll
+  for (int eb = 0; eb < HD / 16; ++eb)
+#pragma unroll
+    for (int k = 0; k < kRows / 16; ++k) {
+      FragA<T> fa;
+      FragB<T, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, p + k * 16, Pitch<HD>::kProbs);
+      wmma::load_matrix_sync(fb, tile + k * 16 * Pitch<HD>::kTile + eb * 16, Pitch<HD>::kTile);
+      wmma::mma_sync(acc[eb], fa, fb, acc[eb]);
+    }
+}
+
+// Adds the warp's 16 x HD accumulators to global rows: row r of the warp goes to dst(r), which
+// is null for rows past S. Goes through the warp's f32 scratch.
+template <int HD, typename DstFn>
+__device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst) {
+#pragma unroll
+  for (int eb = 0; eb < HD / 16; ++eb)
+    wmma::store_matrix_sync(scratch + eb * 16, acc[eb], Pitch<HD>::kF32, wmma::mem_row_major);
+  __syncwarp();
+  const int lane = threadIdx.x % 32;
+  for (int i = lane; i < 16 * HD; i += 32) {
+    const int r = i / HD, e = i % HD;
+    if (float* d = dst(r)) d[e] += scratch[r * Pitch<HD>::kF32 + e];
+  }
+  __syncwarp();
+}
+
+template <int HD, typename T>
+__global__ void __launch_bounds__(kBlock)
+    forward_kernel(float* out, float* lse, const float* qkv, Geometry g, float scale,
+                   const int32_t* seg_start) {
+  using P = Pitch<HD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Carver c{smem};
+  T* qs = c.take<T>(P::kTileBytes);
+  T* ks = c.take<T>(P::kTileBytes);
+  T* vs = c.take<T>(P::kTileBytes);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* sf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
+  T* pb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t q0 = int64_t(blockIdx.x) * kRows;
+  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  load_tile<HD>(qs, q0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, 0, HD); });
+
+  // Lane pair (2r, 2r+1) owns query row r of the warp: columns [32 half, 32 half + 32) of each
+  // score tile, and the same half of the output row.
+  const int r = lane / 2, half = lane % 2;
+  const int64_t t = q0 + warp * 16 + r;
+  float m = -INFINITY, l = 0.f, o[HD / 2];
+  for (float& x : o) x = 0.f;
+  const int64_t last = min(q0 + kRows, g.S);  // keys past the block's last query are masked
+  for (int64_t k0 = 0; k0 < last; k0 += kRows) {
+    __syncthreads();  // the previous tile is consumed
+    load_tile<HD>(ks, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 1, HD); });
+    load_tile<HD>(vs, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 2, HD); });
+    __syncthreads();
+    rows_times_tile_t<HD>(sf, qs + warp * 16 * P::kTile, ks);
+    __syncwarp();
+    float s[32], mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int col = half * 32 + j;
+      const int64_t k = k0 + col;
+      const bool vis = t < g.S && k < g.S && visible(t, k, seg);
+      s[j] = vis ? sf[r * P::kF32 + col] * scale : -INFINITY;
+      mx = fmaxf(mx, s[j]);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float m_new = fmaxf(m, mx);
+    // A row with nothing visible yet keeps m = -inf, l = 0 (corr 1, every p 0).
+    const float corr = m_new == -INFINITY ? 1.f : expf(m - m_new);
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const T p = to_operand<T>(s[j] == -INFINITY ? 0.f : expf(s[j] - m_new));
+      pb[r * P::kProbs + half * 32 + j] = p;
+      sum += float(p);  // the rounded p, as the product P V sees it
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * corr + sum;
+    m = m_new;
+    __syncwarp();
+    FragC pv[HD / 16];
+    for (auto& f : pv) wmma::fill_fragment(f, 0.f);
+    probs_times_tile<HD>(pv, pb, vs);
+#pragma unroll
+    for (int eb = 0; eb < HD / 16; ++eb)  // the scores are read: reuse their scratch
+      wmma::store_matrix_sync(sf + eb * 16, pv[eb], P::kF32, wmma::mem_row_major);
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] = o[i] * corr + sf[r * P::kF32 + half * (HD / 2) + i];
+    __syncwarp();
+  }
+  if (t >= g.S) return;
+  float* dst = out + t * g.ld_out + b * g.NH * HD + h * HD + half * (HD / 2);
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) dst[i] = o[i] / l;
+  if (half == 0) lse[bh * g.S + t] = m + logf(l);
+}
+
+// dQ for a tile of 64 queries, streaming key tiles.
+template <int HD, typename T>
+__global__ void __launch_bounds__(kBlock)
+    dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+              Geometry g, float scale, const int32_t* seg_start) {
+  using P = Pitch<HD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Carver c{smem};
+  T* qs = c.take<T>(P::kTileBytes);
+  T* dos = c.take<T>(P::kTileBytes);
+  T* ks = c.take<T>(P::kTileBytes);
+  T* vs = c.take<T>(P::kTileBytes);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* sf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
+  float* dpf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
+  T* dsb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t q0 = int64_t(blockIdx.x) * kRows;
+  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  const int64_t out_off = b * g.NH * HD + h * HD;
+  load_tile<HD>(qs, q0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, 0, HD); });
+  load_tile<HD>(dos, q0, g.S, [&](int64_t t) { return dout + t * g.ld_out + out_off; });
+
+  const int r = lane / 2, half = lane % 2;
+  const int64_t t = q0 + warp * 16 + r;
+  const float L = t < g.S ? lse[bh * g.S + t] : 0.f, Dt = t < g.S ? D[bh * g.S + t] : 0.f;
+  FragC dq[HD / 16];
+  for (auto& f : dq) wmma::fill_fragment(f, 0.f);
+  const int64_t last = min(q0 + kRows, g.S);
+  for (int64_t k0 = 0; k0 < last; k0 += kRows) {
+    __syncthreads();
+    load_tile<HD>(ks, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 1, HD); });
+    load_tile<HD>(vs, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 2, HD); });
+    __syncthreads();
+    rows_times_tile_t<HD>(sf, qs + warp * 16 * P::kTile, ks);    // q k^T
+    rows_times_tile_t<HD>(dpf, dos + warp * 16 * P::kTile, vs);  // dO v^T
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int col = half * 32 + j;
+      const int64_t k = k0 + col;
+      const bool vis = t < g.S && k < g.S && visible(t, k, seg);
+      const float p = vis ? expf(sf[r * P::kF32 + col] * scale - L) : 0.f;
+      dsb[r * P::kProbs + col] = to_operand<T>(p * (dpf[r * P::kF32 + col] - Dt) * scale);
+    }
+    __syncwarp();
+    probs_times_tile<HD>(dq, dsb, ks);
+    __syncwarp();
+  }
+  add_rows<HD>(sf, dq, [&](int row) -> float* {
+    const int64_t q = q0 + warp * 16 + row;
+    return q < g.S ? dqkv + q * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD : nullptr;
+  });
+}
+
+// dK and dV for a tile of 64 keys, streaming the query tiles that can see them.
+template <int HD, typename T>
+__global__ void __launch_bounds__(kBlock)
+    dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+               const float* D, Geometry g, float scale, const int32_t* seg_start) {
+  using P = Pitch<HD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  Carver c{smem};
+  T* ks = c.take<T>(P::kTileBytes);
+  T* vs = c.take<T>(P::kTileBytes);
+  T* qs = c.take<T>(P::kTileBytes);
+  T* dos = c.take<T>(P::kTileBytes);
+  float* ls = c.take<float>(P::kVecBytes);
+  float* ds = c.take<float>(P::kVecBytes);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* sf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
+  float* dpf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
+  T* pb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+  T* dsb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t k0 = int64_t(blockIdx.x) * kRows;
+  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  const int64_t out_off = b * g.NH * HD + h * HD;
+  load_tile<HD>(ks, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 1, HD); });
+  load_tile<HD>(vs, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 2, HD); });
+
+  // Lane pair (2r, 2r+1) owns key row r of the warp, columns = queries of the tile.
+  const int r = lane / 2, half = lane % 2;
+  const int64_t j = k0 + warp * 16 + r;
+  FragC dk[HD / 16], dv[HD / 16];
+  for (auto& f : dk) wmma::fill_fragment(f, 0.f);
+  for (auto& f : dv) wmma::fill_fragment(f, 0.f);
+  for (int64_t t0 = k0; t0 < g.S; t0 += kRows) {  // queries before k0 cannot see these keys
+    __syncthreads();
+    load_tile<HD>(qs, t0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, 0, HD); });
+    load_tile<HD>(dos, t0, g.S, [&](int64_t t) { return dout + t * g.ld_out + out_off; });
+    for (int i = threadIdx.x; i < kRows; i += kBlock) {
+      const bool in = t0 + i < g.S;
+      ls[i] = in ? lse[bh * g.S + t0 + i] : 0.f;
+      ds[i] = in ? D[bh * g.S + t0 + i] : 0.f;
+    }
+    __syncthreads();
+    rows_times_tile_t<HD>(sf, ks + warp * 16 * P::kTile, qs);    // k q^T
+    rows_times_tile_t<HD>(dpf, vs + warp * 16 * P::kTile, dos);  // v dO^T
+    __syncwarp();
+#pragma unroll
+    for (int jj = 0; jj < 32; ++jj) {
+      const int col = half * 32 + jj;
+      const int64_t t = t0 + col;
+      const bool vis = t < g.S && j < g.S && visible(t, j, seg);
+      const float p = vis ? expf(sf[r * P::kF32 + col] * scale - ls[col]) : 0.f;
+      pb[r * P::kProbs + col] = to_operand<T>(p);
+      dsb[r * P::kProbs + col] = to_operand<T>(p * (dpf[r * P::kF32 + col] - ds[col]) * scale);
+    }
+    __syncwarp();
+    probs_times_tile<HD>(dv, pb, dos);  // dV += P^T dO
+    probs_times_tile<HD>(dk, dsb, qs);  // dK += dS^T q
+    __syncwarp();
+  }
+  auto row_of = [&](int part) {
+    return [&, part](int row) -> float* {
+      const int64_t k = k0 + warp * 16 + row;
+      return k < g.S ? dqkv + k * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD : nullptr;
+    };
+  };
+  add_rows<HD>(sf, dk, row_of(1));
+  add_rows<HD>(sf, dv, row_of(2));
+}
+
+// Above 48 KiB a kernel must opt in to its dynamic shared memory.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), size_t smem, const Geometry& g, Args... args) {
+  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(smem)));
+  const dim3 grid(unsigned((g.S + kRows - 1) / kRows), unsigned(g.B * g.NH));
+  kernel<<<grid, kBlock, smem, compute_stream()>>>(args...);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD, typename T>
+void forward(float* out, float* lse, const float* qkv, const Geometry& g, const int32_t* seg) {
+  using P = Pitch<HD>;
+  launch(forward_kernel<HD, T>, 3 * P::kTileBytes + kWarps * (P::kF32Bytes + P::kProbsBytes), g,
+         out, lse, qkv, g, 1.0f / sqrtf(float(HD)), seg);
+}
+
+template <int HD, typename T>
+void backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+              const float* D, const Geometry& g, const int32_t* seg) {
+  using P = Pitch<HD>;
+  const float scale = 1.0f / sqrtf(float(HD));
+  launch(dq_kernel<HD, T>, 4 * P::kTileBytes + kWarps * (2 * P::kF32Bytes + P::kProbsBytes), g,
+         dqkv, dout, qkv, lse, D, g, scale, seg);
+  launch(dkv_kernel<HD, T>,
+         4 * P::kTileBytes + 2 * P::kVecBytes + kWarps * 2 * (P::kF32Bytes + P::kProbsBytes), g,
+         dqkv, dout, qkv, lse, D, g, scale, seg);
+}
+
+// Calls f.template operator()<HD, T>() for the supported head dims and operand dtypes.
+template <typename F>
+void dispatch(int64_t HD, DType operands, F f) {
+  const bool bf16 = operands == DType::BF16;
+  if (HD == 64) return bf16 ? f.template operator()<64, __nv_bfloat16>() : f.template operator()<64, __half>();
+  if (HD == 128) return bf16 ? f.template operator()<128, __nv_bfloat16>() : f.template operator()<128, __half>();
+  if (HD == 32) return bf16 ? f.template operator()<32, __nv_bfloat16>() : f.template operator()<32, __half>();
+  MG_CHECK(false, "tensor-core attention supports head dims 32, 64 and 128, not ", HD);
+}
+
+}  // namespace
+
+bool tc_supported(int64_t HD, DType operands) {
+  return (operands == DType::BF16 || operands == DType::F16) && (HD == 32 || HD == 64 || HD == 128);
+}
+
+void tc_forward(float* out, float* lse, const float* qkv, const Geometry& g, int64_t HD,
+                DType operands, const int32_t* seg_start) {
+  dispatch(HD, operands, [&]<int D, typename T>() { forward<D, T>(out, lse, qkv, g, seg_start); });
+}
+
+void tc_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                 const float* D, const Geometry& g, int64_t HD, DType operands,
+                 const int32_t* seg_start) {
+  dispatch(HD, operands, [&]<int H, typename T>() {
+    backward<H, T>(dqkv, dout, qkv, lse, D, g, seg_start);
+  });
+}
+
+}  // namespace mg::cuda::attn
