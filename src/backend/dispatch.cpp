@@ -122,12 +122,8 @@ void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n) {
 void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n) {
   MG_OP(cast_to_f32, dst, src, src_dtype, n);
 }
-// On the GPU: store, then read the stored values back (two casts, the same rounding).
 void store_rounded(void* dst, DType dst_dtype, float* x, int64_t n) {
-  if (!on_cuda()) return cpu::store_rounded(dst, dst_dtype, x, n);
-  if (dst_dtype == DType::F32) return copy(dst, Device::CUDA, x, Device::CUDA, size_t(n) * 4);
-  cast_from_f32(dst, dst_dtype, x, n);
-  cast_to_f32(x, dst, dst_dtype, n);
+  MG_OP(store_rounded, dst, dst_dtype, x, n);
 }
 bool has_inf_or_nan(const float* x, int64_t n) {
   return MG_OP(has_inf_or_nan, x, n);

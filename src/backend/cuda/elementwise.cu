@@ -79,6 +79,22 @@ __global__ void f16_to_f32_kernel(float* dst, const __half* src, int64_t n) {
   MG_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
 }
 
+// dst = x rounded to 16 bits, and x replaced by the rounded value: one pass.
+__global__ void store_rounded_bf16_kernel(__nv_bfloat16* dst, float* x, int64_t n) {
+  MG_GRID_STRIDE(i, n) {
+    const __nv_bfloat16 r = __float2bfloat16_rn(x[i]);
+    dst[i] = r;
+    x[i] = __bfloat162float(r);
+  }
+}
+__global__ void store_rounded_f16_kernel(__half* dst, float* x, int64_t n) {
+  MG_GRID_STRIDE(i, n) {
+    const __half r = __float2half_rn(x[i]);
+    dst[i] = r;
+    x[i] = __half2float(r);
+  }
+}
+
 __global__ void inf_nan_kernel(int* flag, const float* x, int64_t n) {
   int bad = 0;
   MG_GRID_STRIDE(i, n) bad |= !isfinite(x[i]);
@@ -125,6 +141,22 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   if (C == 0) return;
   column_sum_kernel<<<unsigned((C + 31) / 32), dim3(32, 8), 0, compute_stream()>>>(dbias, dout,
                                                                                  N, C);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void store_rounded(void* dst, DType t, float* x, int64_t n) {
+  if (n == 0) return;
+  if (t == DType::F32) {
+    if (dst != x) copy_on_device(dst, x, size_t(n) * 4);
+    return;
+  }
+  MG_CHECK(t == DType::BF16 || t == DType::F16, "store rounded to ", dtype_name(t));
+  if (t == DType::BF16)
+    store_rounded_bf16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<__nv_bfloat16*>(dst), x, n);
+  else
+    store_rounded_f16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<__half*>(dst), x, n);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,6 +13,8 @@ using cpu::Mat;
 
 void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
 void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
+// cpu::store_rounded's contract (dst = x in dst_dtype, x = the stored value) in one pass.
+void store_rounded(void* dst, DType dst_dtype, float* x, int64_t n);
 bool has_inf_or_nan(const float* x, int64_t n);
 
 // C[M,N] = alpha op(A) op(B) + beta C through cuBLASLt; A and B f32 (fp32 compute, no TF32) or

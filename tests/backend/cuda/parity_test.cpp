@@ -420,6 +420,16 @@ TEST(CudaParity, OptimizerAndReductions) {
     cpu::cast_to_f32(ref32.data(), ref16.data(), t, n);
     expect_close(t == DType::BF16 ? "cast bf16 -> f32" : "cast f16 -> f32", dims({n}),
                  down(back, static_cast<size_t>(n)), ref32, 0.0);
+    // store_rounded: the 16-bit copy and the rounded f32 values, bit for bit.
+    Vec x = g, x_ref = g;
+    std::vector<uint16_t> st_ref(static_cast<size_t>(n)), st(static_cast<size_t>(n));
+    cpu::store_rounded(st_ref.data(), t, x_ref.data(), n);
+    auto gx = up(x);
+    cuda::Buffer gst(static_cast<size_t>(n) * 2);
+    cuda::store_rounded(gst.get(), t, gx.as<float>(), n);
+    cuda::copy_to_host(st.data(), gst.get(), static_cast<size_t>(n) * 2);
+    EXPECT_EQ(st, st_ref) << "store_rounded to " << dtype_name(t);
+    expect_close("store_rounded values", dims({n}), down(gx, static_cast<size_t>(n)), x_ref, 0.0);
   }
 }
 
