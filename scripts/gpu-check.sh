@@ -11,7 +11,7 @@
 #   there: scripts/gpu-check.sh        (device run with carry ["gpu-pack"]; well under 8 minutes)
 #          -> $OUT/gpu-check.log (or gpu-pack/gpu-check.log): nvidia-smi, every op's max error
 #          against its tolerance, the training-parity curves, the gtest summary, then the GPU
-#          throughput benchmark; exit status 0 only if all tests passed.
+#          attention and training-throughput benchmarks; exit status 0 only if all tests passed.
 # cuBLASLt and the CUDA runtime's driver come from the GPU machine's own CUDA 13.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,16 +23,21 @@ if [ "${1:-run}" = pack ]; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMG_CUDA=ON -DMG_NATIVE=OFF \
     -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DCMAKE_CUDA_ARCHITECTURES=90 >build-gpu/configure.log 2>&1 ||
     { tail -20 build-gpu/configure.log >&2; exit 1; }
-  cmake --build build-gpu --target gpu_tests megatron -j2 >>build-gpu/configure.log 2>&1 ||
+  cmake --build build-gpu --target gpu_tests megatron gpu_attention -j2 >>build-gpu/configure.log 2>&1 ||
     { tail -20 build-gpu/configure.log >&2; exit 1; }
-  rm -rf gpu-pack && mkdir -p gpu-pack/lib
-  cp build-gpu/tests/gpu_tests build-gpu/megatron gpu-pack/
+  # Staged in gpu-pack.tmp/, then carried as one gzip'ed tar (the binaries and oneDNN are ~70 MB,
+  # over the device tool's 64 MiB carry limit; ~21 MB packed), unpacked by the run below.
+  rm -rf gpu-pack gpu-pack.tmp && mkdir -p gpu-pack gpu-pack.tmp/lib
+  cp build-gpu/tests/gpu_tests build-gpu/megatron build-gpu/gpu_attention gpu-pack.tmp/
   # Every shared library the two binaries load, except the C/C++ runtime and CUDA's own
   # (oneDNN, OpenCL, OpenMP, OpenMPI and its helpers; OpenMPI is only loaded, never initialized,
   # by a rank started without mpirun).
-  ldd build-gpu/tests/gpu_tests build-gpu/megatron | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
+  ldd build-gpu/tests/gpu_tests build-gpu/megatron build-gpu/gpu_attention | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' |
     grep -Ev '^(libc|libm|libmvec|libstdc\+\+|libgcc_s|libpthread|libdl|librt|libcuda|libcublas|libcublasLt|libnccl|libcudart)\.so' |
-    sort -u | while read -r name path; do cp -L "$path" "gpu-pack/lib/$name"; done
+    sort -u | while read -r name path; do cp -L "$path" "gpu-pack.tmp/lib/$name"; done
+  strip --strip-unneeded gpu-pack.tmp/gpu_tests gpu-pack.tmp/megatron gpu-pack.tmp/gpu_attention
+  tar czf gpu-pack/pack.tar.gz -C gpu-pack.tmp .
+  rm -rf gpu-pack.tmp
   du -sh gpu-pack
   echo "gpu-check: packed; on the GPU machine run scripts/gpu-check.sh with carry [\"gpu-pack\"]"
   exit 0
@@ -40,6 +45,7 @@ fi
 
 LOG=${OUT:-gpu-pack}/gpu-check.log
 mkdir -p "$(dirname "$LOG")"
+[ -f gpu-pack/pack.tar.gz ] && tar xzf gpu-pack/pack.tar.gz -C gpu-pack
 [ -x gpu-pack/gpu_tests ] || { echo "gpu-check: no gpu-pack/gpu_tests: run 'scripts/gpu-check.sh pack' on a development machine and carry gpu-pack" | tee "$LOG"; exit 1; }
 # cuBLASLt 13: the toolkit's library folder, else the pip wheel PyTorch brings.
 CUBLAS_DIR=""
@@ -58,9 +64,12 @@ export LD_LIBRARY_PATH="$PWD/gpu-pack/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY
 export MG_BINARY="$PWD/gpu-pack/megatron"
 OMP_NUM_THREADS=8 timeout 200 gpu-pack/gpu_tests 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
-# The GPU benchmark (figures only; it does not change the exit status). At most 6 x 45 s.
+# The GPU benchmarks (figures only; they do not change the exit status): attention kernels
+# (about 20 s), then training throughput (at most 6 x 40 s).
+echo "== GPU attention kernels (bench/gpu_attention.sh)" | tee -a "$LOG"
+MG_GPU_ATTENTION="$PWD/gpu-pack/gpu_attention" TIMEOUT=40 bench/gpu_attention.sh 2>&1 | tee -a "$LOG"
 echo "== GPU training throughput (bench/gpu_train_throughput.sh)" | tee -a "$LOG"
-TIMEOUT=45 bench/gpu_train_throughput.sh gpt2-124m gpt2-774m 2>&1 | tee -a "$LOG"
+TIMEOUT=40 bench/gpu_train_throughput.sh gpt2-124m gpt2-774m 2>&1 | tee -a "$LOG"
 # On the GPU machine a test skipped for want of a device means it was not usable: a failure
 # here. (The two-rank tests skip, and say so, where the machine has no mpirun.)
 if [ "$status" -eq 0 ] && grep -q 'no CUDA device' "$LOG"; then
