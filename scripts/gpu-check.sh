@@ -5,7 +5,8 @@
 # The GPU machines here have CUDA 13, CMake and ninja but none of our other build dependencies
 # (oneDNN, OpenMPI, GoogleTest, nlohmann-json) and no package registry, so the test binary is
 # built on a development machine and carried over with the one non-system library it needs:
-#   here:  scripts/gpu-check.sh pack   -> gpu-pack/ (git-ignored): gpu_tests and megatron built
+#   here:  scripts/gpu-check.sh pack   -> gpu-pack/pack.tar.gz (git-ignored): gpu_tests, megatron
+#          and gpu_attention built
 #          for x86-64-v3 (AVX2 + FMA, so any recent server CPU runs the CPU reference), sm_90 +
 #          PTX, and the shared libraries they need from this machine (oneDNN, OpenMPI, ...)
 #   there: scripts/gpu-check.sh        (device run with carry ["gpu-pack"]; well under 8 minutes)
@@ -45,15 +46,17 @@ fi
 
 LOG=${OUT:-gpu-pack}/gpu-check.log
 mkdir -p "$(dirname "$LOG")"
-[ -f gpu-pack/pack.tar.gz ] && tar xzf gpu-pack/pack.tar.gz -C gpu-pack
-[ -x gpu-pack/gpu_tests ] || { echo "gpu-check: no gpu-pack/gpu_tests: run 'scripts/gpu-check.sh pack' on a development machine and carry gpu-pack" | tee "$LOG"; exit 1; }
+[ -f gpu-pack/pack.tar.gz ] || { echo "gpu-check: no gpu-pack/pack.tar.gz: run 'scripts/gpu-check.sh pack' on a development machine and carry gpu-pack" | tee "$LOG"; exit 1; }
+# Unpacked beside gpu-pack/ (git-ignored), so gpu-pack/ itself stays the 20 MB to carry.
+RUN=$PWD/gpu-pack.run
+rm -rf "$RUN" && mkdir -p "$RUN" && tar xzf gpu-pack/pack.tar.gz -C "$RUN"
 # cuBLASLt 13: the toolkit's library folder, else the pip wheel PyTorch brings.
 CUBLAS_DIR=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda-13*/lib64 \
          $(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null); do
   [ -e "$d/libcublasLt.so.13" ] && { CUBLAS_DIR=$d; break; }
 done
-export LD_LIBRARY_PATH="$PWD/gpu-pack/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$RUN/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
   echo "== gpu-check $(date -u +%FT%TZ) on $(hostname)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv 2>&1
@@ -61,13 +64,13 @@ export LD_LIBRARY_PATH="$PWD/gpu-pack/lib${CUBLAS_DIR:+:$CUBLAS_DIR}${LD_LIBRARY
   echo "== CPU vs CUDA kernel parity (label gpu)"
 } | tee "$LOG"
 # The training-parity test runs `megatron train --device cuda|cpu` from the pack.
-export MG_BINARY="$PWD/gpu-pack/megatron"
-OMP_NUM_THREADS=8 timeout 200 gpu-pack/gpu_tests 2>&1 | tee -a "$LOG"
+export MG_BINARY="$RUN/megatron"
+OMP_NUM_THREADS=8 timeout 200 "$RUN/gpu_tests" 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 # The GPU benchmarks (figures only; they do not change the exit status): attention kernels
 # (about 20 s), then training throughput (at most 6 x 40 s).
 echo "== GPU attention kernels (bench/gpu_attention.sh)" | tee -a "$LOG"
-MG_GPU_ATTENTION="$PWD/gpu-pack/gpu_attention" TIMEOUT=40 bench/gpu_attention.sh 2>&1 | tee -a "$LOG"
+MG_GPU_ATTENTION="$RUN/gpu_attention" TIMEOUT=40 bench/gpu_attention.sh 2>&1 | tee -a "$LOG"
 echo "== GPU training throughput (bench/gpu_train_throughput.sh)" | tee -a "$LOG"
 TIMEOUT=40 bench/gpu_train_throughput.sh gpt2-124m gpt2-774m 2>&1 | tee -a "$LOG"
 # On the GPU machine a test skipped for want of a device means it was not usable: a failure
