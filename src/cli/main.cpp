@@ -52,22 +52,24 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
   mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
-  // A GPU run selects its GPU before any NCCL group exists.
-  if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA);
-  mg::ProcessGroups groups =
-      !mpi.active()          ? mg::make_single_process_groups()
-      : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
-                             : mg::make_mpi_process_groups(grid);
   try {
+    // A GPU run selects its GPU before any NCCL group exists.
+    if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA);
+    mg::ProcessGroups groups =
+        !mpi.active()          ? mg::make_single_process_groups()
+        : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
+                               : mg::make_mpi_process_groups(grid);
     mg::run_training(cfg, groups);
   } catch (const std::exception& e) {
-    // Past validation an error may hit some ranks only (a bad file on the ranks that read
-    // data, a bad token on one DP rank): end the whole job now, before any communicator is
-    // torn down, so no rank waits forever.
-    const bool usage = dynamic_cast<const mg::UsageError*>(&e) != nullptr;
-    mg::log_error(std::string(usage ? "megatron: error: " : "megatron: internal error: ") +
-                  e.what());
-    if (mpi.world_size() > 1) mg::MpiSession::abort(usage ? 2 : 1);
+    // Past validation an error may hit some ranks only (no GPU on one node, a bad file on the
+    // ranks that read data, a bad token on one DP rank): end the whole job now, before any
+    // communicator is torn down, so no rank waits forever. One rank: main() reports it.
+    if (mpi.world_size() > 1) {
+      const bool usage = dynamic_cast<const mg::UsageError*>(&e) != nullptr;
+      mg::log_error(std::string(usage ? "megatron: error: " : "megatron: internal error: ") +
+                    e.what());
+      mg::MpiSession::abort(usage ? 2 : 1);
+    }
     throw;
   }
   return 0;

@@ -44,7 +44,7 @@ class StagedRequest : public CommRequest {
  public:
   StagedRequest(std::unique_ptr<CommRequest> inner, std::vector<std::unique_ptr<Staged>> bufs,
                 Staged* result)
-      : inner_(std::move(inner)), bufs_(std::move(bufs)), result_(result) {}
+      : bufs_(std::move(bufs)), inner_(std::move(inner)), result_(result) {}
   void wait() override {
     inner_->wait();
     finish();
@@ -62,8 +62,10 @@ class StagedRequest : public CommRequest {
     done_ = true;
     if (result_) result_->copy_out();
   }
-  std::unique_ptr<CommRequest> inner_;
+  // Members go in reverse order: inner_ (whose destructor waits for the transfer) before the
+  // staging buffers it reads and writes.
   std::vector<std::unique_ptr<Staged>> bufs_;
+  std::unique_ptr<CommRequest> inner_;
   Staged* result_;
   bool done_ = false;
 };

@@ -302,20 +302,22 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
           },
           loss_scale);
     }
-    const bool inject_overflow =  // --inject-grad-overflow: the last rank's first grad -> inf
-        g.world_rank == g.grid.world() - 1 &&
-        std::find(cfg.overflow_iters.begin(), cfg.overflow_iters.end(), iter) !=
-            cfg.overflow_iters.end();
-    if (inject_overflow) {
-      const float inf = INFINITY;
-      ops::copy(model.grads(), ops::device(), &inf, Device::CPU, sizeof(float));
-    }
     // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
     {
       timers::Scope timer(timers::kAllGradsSync);
       if (dist_optim) dist_optim->reduce_scatter_grads();
       if (reducer) reducer->finish();
       finalize_grads(model, g);
+    }
+    // --inject-grad-overflow: the last rank's first grad becomes inf once its grads are final
+    // (after the reductions, so no bucket still in flight can overwrite it).
+    const bool inject_overflow =
+        g.world_rank == g.grid.world() - 1 &&
+        std::find(cfg.overflow_iters.begin(), cfg.overflow_iters.end(), iter) !=
+            cfg.overflow_iters.end();
+    if (inject_overflow) {
+      const float inf = INFINITY;
+      ops::copy(model.grads(), ops::device(), &inf, Device::CPU, sizeof(float));
     }
     // The optimizer phase (Megatron's "optimizer" timer covers all of it).
     bool skipped = false;

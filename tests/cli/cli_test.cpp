@@ -38,9 +38,12 @@ TEST(Cli, UnknownFlag) { expect_usage_error(kTiny + " --hiden-size 8", "--hiden-
 TEST(Cli, MissingValue) { expect_usage_error(kTiny + " --lr", "--lr"); }
 TEST(Cli, NotANumber) { expect_usage_error(kTiny + " --hidden-size big", "--hidden-size"); }
 TEST(Cli, UnknownDevice) { expect_usage_error(kTiny + " --device tpu", "--device"); }
+TEST(Cli, CudaDeviceNamesTheHeadDimsItTakes) {  // 16 / 2 = 8: checked before any GPU is used
+  expect_usage_error(kTiny + " --device cuda", "head dims 32, 64 and 128");
+}
 TEST(Cli, CudaDeviceWithoutAGpuSaysWhy) {
   if (ops::cuda_available()) GTEST_SKIP() << "a GPU is present: the CUDA run is tested (label gpu)";
-  expect_usage_error(kTiny + " --device cuda", "--device cuda");
+  expect_usage_error(kTiny + " --device cuda --hidden-size 64", "--device cuda");
 }
 TEST(Cli, TrailingGarbage) { expect_usage_error(kTiny + " --seq-length 8x", "--seq-length"); }
 TEST(Cli, GlobalBatchMultipleOfMicroBatch) {
