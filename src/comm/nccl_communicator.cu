@@ -157,16 +157,34 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-int select_local_gpu() {
-  int local = 0;
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(var)) {
-      local = std::atoi(v);
-      break;
+LocalRank local_rank() {
+  static const LocalRank cached = [] {
+    LocalRank l;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      MPI_Comm node;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      MPI_Comm_rank(node, &l.rank);
+      MPI_Comm_size(node, &l.size);
+      MPI_Comm_free(&node);
+      return l;
     }
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+      if (const char* v = std::getenv(var)) {
+        l.rank = std::atoi(v);
+        l.size = l.rank + 1;
+        break;
+      }
+    return l;
+  }();
+  return cached;
+}
+
+int select_local_gpu() {
   const int n = cuda::device_count();
   MG_USER_CHECK(n > 0, "no CUDA device visible to this rank (CUDA_VISIBLE_DEVICES?)");
-  const int dev = local % n;
+  const int dev = local_rank().rank % n;
   cuda::set_device(dev);
   return dev;
 }

@@ -12,8 +12,15 @@
 
 namespace mg {
 
-// Picks this rank's GPU: its node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
-// SLURM_LOCALID) modulo the visible devices. Returns the device ordinal chosen.
+// This rank's place among the ranks of its node: local rank and local size. From MPI when it
+// is running (the ranks sharing memory; every rank must call it then), else the launcher's
+// variables (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else rank 0 of 1.
+struct LocalRank {
+  int rank = 0, size = 1;
+};
+LocalRank local_rank();
+// Picks this rank's GPU: its node-local rank modulo the visible devices. Returns the device
+// ordinal chosen.
 int select_local_gpu();
 
 // The whole job over NCCL (every rank must call it).
