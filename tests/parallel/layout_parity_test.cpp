@@ -457,8 +457,9 @@ TEST(Recompute, FullRecomputeIsBitwiseIdenticalAndStoresLess) {
           << layout << " " << recompute;
       // Fewer live layer caches than layers on every stage: less memory.
       if (recompute.find("uniform --recompute-num-layers 1") != std::string::npos ||
-          recompute.find("block") != std::string::npos)
+          recompute.find("block") != std::string::npos) {
         EXPECT_LT(activation_mib(r.log), activation_mib(plain.log)) << layout << " " << recompute;
+      }
     }
   }
 }

@@ -17,7 +17,9 @@ namespace {
 
 using testing::random_vec;
 
-float widen(uint16_t h, DType t) { return cpu::load_f32(&h, t, 0); }
+float widen(uint16_t h, DType t) {
+  return t == DType::BF16 ? cpu::f32_from_bf16(h) : cpu::f32_from_f16(h);
+}
 uint16_t narrow(float x, DType t) {
   uint16_t h;
   cpu::cast_from_f32(&h, t, &x, 1);
@@ -59,7 +61,9 @@ TEST(Precision, CastIsTheNearestRepresentable) {
         const double n = widen(uint16_t(h[i] + d), t), nerr = std::fabs(double(x[i]) - n);
         if (std::isnan(n) || std::isinf(n)) continue;
         ASSERT_LE(err, nerr) << dtype_name(t) << " " << x[i];
-        if (err == nerr) ASSERT_EQ(h[i] % 2, 0) << "tie not to even: " << x[i];
+        if (err == nerr) {
+          ASSERT_EQ(h[i] % 2, 0) << "tie not to even: " << x[i];
+        }
       }
     }
     std::vector<float> back(x.size());
