@@ -215,6 +215,10 @@ void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr
                 float weight_decay, int64_t t, float clip) {
   MG_OP(sgd_update, param, grad, buf, n, lr, momentum, weight_decay, t, clip);
 }
+void masked_mean_accumulate(double* acc, const float* losses, const float* mask, int64_t n,
+                            double mask_sum) {
+  MG_OP(masked_mean_accumulate, acc, losses, mask, n, mask_sum);
+}
 double sum_squares(const float* x, int64_t n) {
   return MG_OP(sum_squares, x, n);
 }

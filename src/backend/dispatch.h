@@ -86,6 +86,9 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
                   float clip = 1.0f);
 void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, int64_t t, float clip = 1.0f);
+// acc, losses and mask on the compute device.
+void masked_mean_accumulate(double* acc, const float* losses, const float* mask, int64_t n,
+                            double mask_sum);
 double sum_squares(const float* x, int64_t n);
 using cpu::Range;
 double sum_squares_ranges(const float* x, const Range* ranges, int64_t k);

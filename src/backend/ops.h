@@ -132,6 +132,11 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
 void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, int64_t t, float clip = 1.0f);
 
+// *acc += sum(losses * mask) / mask_sum over n elements, summed in double (nothing when
+// mask_sum is 0): a micro-batch's masked mean loss added to an iteration's running sum.
+void masked_mean_accumulate(double* acc, const float* losses, const float* mask, int64_t n,
+                            double mask_sum);
+
 // Sum of squares in double (for the global grad norm), and in-place scaling.
 double sum_squares(const float* x, int64_t n);
 // Elements [offset, offset + n) of a flat buffer.

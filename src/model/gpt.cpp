@@ -85,6 +85,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     s.positions_h = Tensor({N}, DType::I32);
     s.labels_h = Tensor({N}, DType::I32);
     s.mask = Tensor({N});
+    if (dev_ != Device::CPU) s.mask_d = Tensor({N}, DType::F32, dev_);
     s.attention_start = Tensor({N}, DType::I32, dev_);
     if (sh.last_stage) {
       s.lnf = Tensor({R, H}, spec.dtype, dev_);
@@ -93,7 +94,6 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
       s.lnf_full = Tensor({dims_.sp ? N : 0, H}, spec.dtype, dev_);
       s.logits = Tensor({N, V_local}, DType::F32, dev_);
       s.losses = Tensor({N}, DType::F32, dev_);
-      s.losses_h = Tensor({N});
       s.lse = Tensor({N}, DType::F32, dev_);
     }
   }
@@ -103,6 +103,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   d_full_ = Tensor({N, H}, DType::F32, dev_);
   dlosses_ = Tensor({N}, DType::F32, dev_);
   dlosses_h_ = Tensor({N});
+  loss_sum_ = Tensor({1}, DType::I64, dev_);  // 8 bytes, used as a double
   ce_scratch_ = Tensor({N}, DType::F32, dev_);
   if (sh.last_stage && dims_.low_precision()) lnf_stage_ = Tensor({R, H}, DType::F32, dev_);
 }
@@ -200,7 +201,7 @@ LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
           mat("mlp.linear_fc2.weight"),            vec("mlp.linear_fc2.bias")};
 }
 
-double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
+void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
   Slot& s = slots_[slot];
   const int64_t B = dims_.B, S = dims_.S, N = dims_.rows(), R = dims_.local_rows(), H = dims_.H;
   const int64_t V = cfg_.padded_vocab_size(), V_local = V / dims_.tp;
@@ -231,7 +232,10 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
     ops::copy(s.tokens.raw(), dev_, s.tokens_h.raw(), Device::CPU, ids_bytes);
     ops::copy(s.positions.raw(), dev_, s.positions_h.raw(), Device::CPU, ids_bytes);
   }
-  if (sh.last_stage) ops::copy(s.labels.raw(), dev_, s.labels_h.raw(), Device::CPU, ids_bytes);
+  if (sh.last_stage) {
+    ops::copy(s.labels.raw(), dev_, s.labels_h.raw(), Device::CPU, ids_bytes);
+    if (!s.mask_d.empty()) ops::copy(s.mask_d.raw(), dev_, s.mask.raw(), Device::CPU, N * 4);
+  }
 
   // Every stage runs attention, so every stage needs the (optional) attention starts.
   s.has_attention_start = mb.attention_start != nullptr;
@@ -254,7 +258,7 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
                               layer_params_[l], cache(s, l), scratch_, dims_, seg);
   }
-  if (!sh.last_stage) return 0.0;
+  if (!sh.last_stage) return;
   need(head_params_);
 
   const bool lp = dims_.low_precision();
@@ -270,14 +274,19 @@ double GPTModel::forward(int64_t slot, const MicroBatch& mb) {
   tp::vocab_parallel_cross_entropy_forward(tp_, s.losses.data<float>(), s.lse.data<float>(),
                                            ce_scratch_.data<float>(), s.logits.data<float>(),
                                            s.labels.data<int32_t>(), N, V_local);
-  ops::copy(s.losses_h.raw(), Device::CPU, s.losses.raw(), dev_, s.losses.nbytes());
-  double sum = 0;
   s.mask_sum = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    sum += double(s.losses_h.data<float>()[n]) * s.mask.data<float>()[n];
-    s.mask_sum += s.mask.data<float>()[n];
-  }
-  return s.mask_sum > 0 ? sum / s.mask_sum : 0.0;
+  for (int64_t n = 0; n < N; ++n) s.mask_sum += s.mask.data<float>()[n];
+  ops::masked_mean_accumulate(reinterpret_cast<double*>(loss_sum_.raw()), s.losses.data<float>(),
+                              (s.mask_d.empty() ? s.mask : s.mask_d).data<float>(), N,
+                              s.mask_sum);
+}
+
+double GPTModel::take_loss() {
+  if (!spec_.shard.last_stage) return 0.0;
+  double sum = 0;
+  ops::copy(&sum, Device::CPU, loss_sum_.raw(), dev_, sizeof(double));
+  ops::memset_zero(loss_sum_.raw(), sizeof(double), dev_);
+  return sum;
 }
 
 void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {

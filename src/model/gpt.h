@@ -71,8 +71,16 @@ class GPTModel {
   float* output_activation(int64_t slot) { return slots_[slot].resid.back().data<float>(); }
 
   // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
-  // labels/mask by the last). Returns the last stage's sum(loss * mask) / sum(mask), else 0.
-  double forward(int64_t slot, const MicroBatch& mb);
+  // labels/mask by the last). The last stage adds the micro-batch's sum(loss * mask) /
+  // sum(mask) to a running sum kept on the compute device, so a GPU forward does not wait.
+  void forward_step(int64_t slot, const MicroBatch& mb);
+  // The running loss sum since the last call (0 on other stages), then reset to 0.
+  double take_loss();
+  // One micro-batch's loss: forward_step, then take_loss.
+  double forward(int64_t slot, const MicroBatch& mb) {
+    forward_step(slot, mb);
+    return take_loss();
+  }
   // Backpropagates loss_scale * loss (last stage) or d_output (R, H) (other stages); grads +=.
   void backward(int64_t slot, const float* d_output, float loss_scale);
   // dL/d(input activation) (R, H) after backward, on stages other than the first.
@@ -97,11 +105,11 @@ class GPTModel {
     std::vector<std::unique_ptr<LayerCache>> caches;  // layers that are not recomputed
     Tensor tokens, positions, labels;        // (S*B) in [S, B] order, on the compute device
     Tensor tokens_h, positions_h, labels_h;  // their host staging (the reorder runs on the host)
-    Tensor mask;                             // (S*B) host: the loss is summed on the host
+    Tensor mask;                             // (S*B) host: sum(mask) and dlosses are formed here
+    Tensor mask_d;                           // (S*B) its copy on the GPU (GPU runs only)
     Tensor attention_start;                  // (B, S), when the batch restricts attention
     bool has_attention_start = false;
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
-    Tensor losses_h;  // (S*B) host copy of losses
     double mask_sum = 0;
   };
   LayerWeights layer_view(bool grads, int64_t layer);
@@ -140,6 +148,7 @@ class GPTModel {
   Tensor d_full_;                    // (S*B, H)
   Tensor dlosses_, ce_scratch_;      // (S*B)
   Tensor dlosses_h_;                 // (S*B) host: dlosses is formed from the host mask
+  Tensor loss_sum_;                  // one double on the compute device: take_loss()'s sum
   Device dev_ = Device::CPU;         // the compute device every model buffer lives on
   Tensor lnf_stage_;                 // (R, H) f32 final LayerNorm output (mixed precision)
   GradReadyHook grad_ready_, params_needed_;

@@ -80,15 +80,14 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
       mb = batch(m);
     }
     timers::Scope timer(timers::kForwardCompute);
-    return model.forward(slot, mb);
+    model.forward_step(slot, mb);  // the loss adds up on the device; read once at the end
   };
-  double loss = 0;
   if (pp.size() == 1) {
     for (int64_t m = 0; m < M; ++m) {
-      loss += forward(0, m);
+      forward(0, m);
       backward(m, 0, nullptr);
     }
-    return loss;
+    return model.take_loss();
   }
   StageLinks link(model, pp);
   const int64_t slots = model.spec().num_slots;
@@ -101,13 +100,13 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
 
   for (int64_t i = 0; i < warmup; ++i) {
     link.recv_forward(slot(i));
-    loss += forward(slot(i), i);
+    forward(slot(i), i);
     link.send_forward(slot(i));
   }
   if (remaining > 0) link.recv_forward(slot(warmup));
   for (int64_t i = 0; i < remaining; ++i) {
     const int64_t m = warmup + i;
-    loss += forward(slot(m), m);
+    forward(slot(m), m);
     link.send_forward_recv_backward(slot(m));
     backward(i, slot(i), d_out());
     if (i == remaining - 1)
@@ -120,18 +119,17 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
     backward(i, slot(i), d_out());
     link.send_backward();
   }
-  return loss;
+  return model.take_loss();
 }
 
 double forward_only(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch) {
   StageLinks link(model, pp);
-  double loss = 0;
   for (int64_t m = 0; m < M; ++m) {
     link.recv_forward(0);
-    loss += model.forward(0, batch(m));
+    model.forward_step(0, batch(m));
     link.send_forward(0);
   }
-  return loss;
+  return model.take_loss();
 }
 
 }  // namespace mg

@@ -42,6 +42,14 @@ double sum_squares(const float* x, int64_t n) {
   return s;
 }
 
+void masked_mean_accumulate(double* acc, const float* losses, const float* mask, int64_t n,
+                            double mask_sum) {
+  if (mask_sum <= 0) return;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += double(losses[i]) * mask[i];
+  *acc += sum / mask_sum;
+}
+
 double sum_squares_ranges(const float* x, const Range* ranges, int64_t k) {
   double s = 0.0;
   for (int64_t i = 0; i < k; ++i) s += sum_squares(x + ranges[i].offset, ranges[i].n);

@@ -2,7 +2,7 @@
 // Dao 2023, written with WMMA 16x16x16 fragments). A block of 4 warps owns 64 rows: 64 queries
 // (forward, dQ) or 64 keys (dK, dV), each warp 16 of them. Tiles of 64 keys (or queries) pass
 // through shared memory in the operand dtype T (bf16 or f16): the model's qkv is already stored
-// in that dtype, so only the probabilities and dS are rounded. Scores, the online softmax,
+// in that dtype, so only the probabilities, dO and dS are rounded. Scores, the online softmax,
 // lse and every accumulator are fp32. Per tile and warp, the scores go from the accumulator
 // fragments to shared memory, where two lanes per row apply the mask and the softmax and write
 // P (and dS) back in T for the next product.

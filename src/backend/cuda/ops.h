@@ -79,6 +79,9 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
                   float clip = 1.0f);
 void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
                 float weight_decay, int64_t t, float clip = 1.0f);
+// As the CPU op, on the device (acc is device memory): one block, a fixed order.
+void masked_mean_accumulate(double* acc, const float* losses, const float* mask, int64_t n,
+                            double mask_sum);
 // Sum of squares in double, reduced on the device in a fixed order (bitwise reproducible).
 double sum_squares(const float* x, int64_t n);
 // Each range reduced as sum_squares does, the per-range sums downloaded together and added on

@@ -59,6 +59,14 @@ __global__ void sum_squares_partial_kernel(double* partial, const float* x, int6
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
+__global__ void masked_mean_kernel(double* acc, const float* losses, const float* mask, int64_t n,
+                                   double mask_sum) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += double(losses[i]) * mask[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) *acc += s / mask_sum;
+}
+
 __global__ void sum_partials_kernel(double* out, const double* partial, int n) {
   double s = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
@@ -100,6 +108,13 @@ void sum_squares_into(double* out, const float* x, int64_t n) {
   MG_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace
+
+void masked_mean_accumulate(double* acc, const float* losses, const float* mask, int64_t n,
+                            double mask_sum) {
+  if (mask_sum <= 0) return;
+  masked_mean_kernel<<<1, kThreads, 0, compute_stream()>>>(acc, losses, mask, n, mask_sum);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
 
 double sum_squares(const float* x, int64_t n) {
   if (n == 0) return 0;
