@@ -163,6 +163,15 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void gelu_forward(float* out, const float* inp, int64_t n) {
   MG_OP(gelu_forward, out, inp, n);
 }
+void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, float* scratch,
+                          int64_t n) {
+#ifdef MG_HAS_CUDA
+  if (on_cuda()) return cuda::gelu_forward_rounded(inp16, out16, t, inp, n);
+#endif
+  cpu::store_rounded(inp16, t, inp, n);
+  cpu::gelu_forward(scratch, inp, n);
+  cpu::cast_from_f32(out16, t, scratch, n);
+}
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   MG_OP(gelu_backward, dinp, inp, dout, n);
 }

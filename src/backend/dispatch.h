@@ -62,6 +62,11 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         int64_t N, int64_t C);
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+// A 16-bit layer's fc1 output inp stored in t (inp16) and GELU of the stored values in t (out16).
+// CPU: store_rounded(inp16, inp), gelu_forward(scratch, inp), cast_from_f32(out16, scratch)
+// (inp is left rounded); CUDA: one fused pass (inp and scratch untouched).
+void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, float* scratch,
+                          int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // operands: the dtype the GPU may round attention's matmul operands to (a 16-bit model's dtype:
 // tensor cores); the CPU always computes in fp32.

@@ -79,10 +79,11 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   float* fc1 = out(c.fc1, s.stage_a);
   tp::column_parallel_forward(g, fc1, c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
                               w.fc1_b, {N, H, d.F_local()});
-  if (lp) ops::store_rounded(c.fc1.raw(), d.dtype, fc1, N * d.F_local());
-  float* gelu = out(c.gelu, s.stage_b);
-  ops::gelu_forward(gelu, fc1, N * d.F_local());
-  if (lp) ops::cast_from_f32(c.gelu.raw(), d.dtype, gelu, N * d.F_local());
+  if (lp)  // fc1 and GELU of the stored fc1, both kept in the layer's dtype
+    ops::gelu_forward_rounded(c.fc1.raw(), c.gelu.raw(), d.dtype, fc1, s.stage_b.data<float>(),
+                              N * d.F_local());
+  else
+    ops::gelu_forward(c.gelu.data<float>(), fc1, N * d.F_local());
   tp::row_parallel_forward(g, y, full, act(c.gelu), weight(w.fc2_w, d), w.fc2_b,
                            {N, d.F_local(), H});
   ops::residual_forward(y, c.x_mid.data<float>(), y, R * H);

@@ -17,12 +17,27 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
+__device__ inline float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+}
+
 __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  MG_GRID_STRIDE(i, n) out[i] = gelu(inp[i]);
+}
+
+// inp16 = inp rounded to T, out16 = GELU(inp16) rounded to T: one pass (16-bit models' fc1).
+template <typename T, T (*Round)(float), float (*Widen)(T)>
+__global__ void gelu_forward_rounded_kernel(T* inp16, T* out16, const float* inp, int64_t n) {
   MG_GRID_STRIDE(i, n) {
-    const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    const T x = Round(inp[i]);
+    inp16[i] = x;
+    out16[i] = Round(gelu(Widen(x)));
   }
 }
+__device__ __nv_bfloat16 round_bf16(float x) { return __float2bfloat16_rn(x); }
+__device__ float widen_bf16(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __half round_f16(float x) { return __float2half_rn(x); }
+__device__ float widen_f16(__half x) { return __half2float(x); }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
                                      int64_t n) {
@@ -110,6 +125,20 @@ __global__ void scale_kernel(float* x, float s, int64_t n) {
 void gelu_forward(float* out, const float* inp, int64_t n) {
   if (n == 0) return;
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(out, inp, n);
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n) {
+  if (n == 0) return;
+  MG_CHECK(t == DType::BF16 || t == DType::F16, "gelu_forward_rounded to ", dtype_name(t));
+  if (t == DType::BF16)
+    gelu_forward_rounded_kernel<__nv_bfloat16, round_bf16, widen_bf16>
+        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+            static_cast<__nv_bfloat16*>(inp16), static_cast<__nv_bfloat16*>(out16), inp, n);
+  else
+    gelu_forward_rounded_kernel<__half, round_f16, widen_f16>
+        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<__half*>(inp16),
+                                                           static_cast<__half*>(out16), inp, n);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

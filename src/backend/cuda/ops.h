@@ -45,6 +45,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+// inp16 = inp in dtype t (BF16/F16), out16 = GELU(inp16) in t, in one pass: the same values
+// as store_rounded, gelu_forward and cast_from_f32 in turn.
+void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 

@@ -211,6 +211,32 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     cuda::gelu_backward(gdg.as<float>(), gx.as<float>(), gdy.as<float>(), int64_t(n));
     expect_close("gelu forward", s, down(gg, n), g, kTolF32);
     expect_close("gelu backward", s, down(gdg, n), dg, kTolF32);
+    // The fused 16-bit GELU: the same bits as the three CUDA ops it replaces, and the CPU's
+    // three ops within 16-bit rounding.
+    for (DType t : {DType::BF16, DType::F16}) {
+      cuda::Buffer in16(n * 2), out16(n * 2), ref_in16(n * 2), ref_out16(n * 2), tmp(n * 4);
+      auto gx2 = up(x);
+      cuda::gelu_forward_rounded(in16.get(), out16.get(), t, gx.as<float>(), int64_t(n));
+      cuda::store_rounded(ref_in16.get(), t, gx2.as<float>(), int64_t(n));
+      cuda::gelu_forward(tmp.as<float>(), gx2.as<float>(), int64_t(n));
+      cuda::cast_from_f32(ref_out16.get(), t, tmp.as<float>(), int64_t(n));
+      std::vector<uint16_t> a(n), b16(n), c(n), d(n);
+      cuda::copy_to_host(a.data(), in16.get(), n * 2);
+      cuda::copy_to_host(b16.data(), ref_in16.get(), n * 2);
+      cuda::copy_to_host(c.data(), out16.get(), n * 2);
+      cuda::copy_to_host(d.data(), ref_out16.get(), n * 2);
+      EXPECT_EQ(a, b16) << "gelu_forward_rounded input, " << dtype_name(t);
+      EXPECT_EQ(c, d) << "gelu_forward_rounded output, " << dtype_name(t);
+      Vec xc = x, scratch(n), got(n), want(n);
+      std::vector<uint16_t> cin(n), cout16(n);
+      cpu::store_rounded(cin.data(), t, xc.data(), int64_t(n));
+      cpu::gelu_forward(scratch.data(), xc.data(), int64_t(n));
+      cpu::cast_from_f32(cout16.data(), t, scratch.data(), int64_t(n));
+      cpu::cast_to_f32(want.data(), cout16.data(), t, int64_t(n));
+      cpu::cast_to_f32(got.data(), c.data(), t, int64_t(n));
+      expect_close(t == DType::BF16 ? "gelu rounded bf16" : "gelu rounded f16", s, got, want,
+                   kTol16);
+    }
 
     Vec r(n), da(n, 1.f), dbb(n, 2.f);
     cpu::residual_forward(r.data(), x.data(), dy.data(), int64_t(n));
