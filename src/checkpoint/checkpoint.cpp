@@ -39,18 +39,20 @@ struct LocalPiece {
 // A piece's bytes where the host can read them: the piece itself on the CPU, a copy of it
 // when the model and optimizer live on the GPU.
 const char* host_bytes(const LocalPiece& pc, std::vector<char>& staging) {
-  if (ops::device() == Device::CPU) return pc.data;
+  const Device d = ops::where(pc.data);
+  if (d == Device::CPU) return pc.data;
   staging.resize(size_t(pc.n) * dtype_size(pc.dtype));
-  ops::copy(staging.data(), Device::CPU, pc.data, ops::device(), staging.size());
+  ops::copy(staging.data(), Device::CPU, pc.data, d, staging.size());
   return staging.data();
 }
 
 // Stores f32 values into a piece, rounded to its dtype, on the device it lives on.
 void store_piece(const LocalPiece& pc, const float* values, std::vector<char>& staging) {
-  if (ops::device() == Device::CPU) return cpu::cast_from_f32(pc.data, pc.dtype, values, pc.n);
+  const Device d = ops::where(pc.data);
+  if (d == Device::CPU) return cpu::cast_from_f32(pc.data, pc.dtype, values, pc.n);
   staging.resize(size_t(pc.n) * dtype_size(pc.dtype));
   cpu::cast_from_f32(staging.data(), pc.dtype, values, pc.n);
-  ops::copy(pc.data, ops::device(), staging.data(), Device::CPU, staging.size());
+  ops::copy(pc.data, d, staging.data(), Device::CPU, staging.size());
 }
 
 // The last stage's tied output layer is the word embedding.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,14 +53,16 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
   mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  // Outside the try: the handler below aborts while the communicators still exist (tearing
+  // an NCCL group down while the other ranks sit in its collectives could hang).
+  std::optional<mg::ProcessGroups> groups;
   try {
     // A GPU run selects its GPU before any NCCL group exists.
     if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA);
-    mg::ProcessGroups groups =
-        !mpi.active()          ? mg::make_single_process_groups()
-        : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
-                               : mg::make_mpi_process_groups(grid);
-    mg::run_training(cfg, groups);
+    groups.emplace(!mpi.active()          ? mg::make_single_process_groups()
+                   : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
+                                          : mg::make_mpi_process_groups(grid));
+    mg::run_training(cfg, *groups);
   } catch (const std::exception& e) {
     // Past validation an error may hit some ranks only (no GPU on one node, a bad file on the
     // ranks that read data, a bad token on one DP rank): end the whole job now, before any

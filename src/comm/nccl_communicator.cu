@@ -5,7 +5,9 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/check.cuh"
 #include "comm/mpi_split.h"
@@ -187,6 +189,27 @@ int select_local_gpu() {
   const int dev = local_rank().rank % n;
   cuda::set_device(dev);
   return dev;
+}
+
+void check_one_gpu_per_rank() {
+  constexpr int kIdLen = 32;
+  int dev = 0;
+  MG_CUDA_CHECK(cudaGetDevice(&dev));
+  char id[kIdLen] = {};
+  MG_CUDA_CHECK(cudaDeviceGetPCIBusId(id, kIdLen, dev));
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  std::vector<char> all(size_t(n) * kIdLen);
+  MPI_Allgather(id, kIdLen, MPI_CHAR, all.data(), kIdLen, MPI_CHAR, node);
+  MPI_Comm_free(&node);
+  std::set<std::string> seen;
+  for (int r = 0; r < n; ++r) seen.insert(std::string(&all[size_t(r) * kIdLen]));
+  MG_USER_CHECK(int(seen.size()) == n, "--distributed-backend nccl needs a GPU per rank, but "
+                "this node's ", n, " ranks share ", seen.size(), " GPU(s); start fewer ranks "
+                "per node, or pass --distributed-backend mpi (GPU buffers staged through the "
+                "host; ranks may share a GPU)");
 }
 
 std::unique_ptr<Communicator> nccl_world() {

@@ -22,6 +22,11 @@ LocalRank local_rank();
 // Picks this rank's GPU: its node-local rank modulo the visible devices. Returns the device
 // ordinal chosen.
 int select_local_gpu();
+// NCCL needs a GPU of its own for every rank: a usage error (naming --distributed-backend mpi)
+// when two ranks of this node have selected the same GPU, told apart by PCI bus id, so a
+// launcher that gives each rank one GPU through CUDA_VISIBLE_DEVICES passes. Collective over
+// the ranks of each node.
+void check_one_gpu_per_rank();
 
 // The whole job over NCCL (every rank must call it).
 std::unique_ptr<Communicator> nccl_world();

@@ -281,6 +281,8 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
                               s.mask_sum);
 }
 
+void GPTModel::reset_loss() { ops::memset_zero(loss_sum_.raw(), sizeof(double), dev_); }
+
 double GPTModel::take_loss() {
   if (!spec_.shard.last_stage) return 0.0;
   double sum = 0;

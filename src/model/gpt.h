@@ -76,6 +76,8 @@ class GPTModel {
   void forward_step(int64_t slot, const MicroBatch& mb);
   // The running loss sum since the last call (0 on other stages), then reset to 0.
   double take_loss();
+  // Drops the running sum (the schedules start from 0, whatever an interrupted call left).
+  void reset_loss();
   // One micro-batch's loss: forward_step, then take_loss.
   double forward(int64_t slot, const MicroBatch& mb) {
     forward_step(slot, mb);

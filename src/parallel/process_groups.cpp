@@ -4,7 +4,6 @@
 #include "comm/staging_communicator.h"
 #include "core/error.h"
 #ifdef MG_HAS_CUDA
-#include "backend/cuda/device.h"
 #include "comm/nccl_communicator.h"
 #endif
 
@@ -49,14 +48,7 @@ ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
 ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& backend) {
   MG_USER_CHECK(backend == "mpi" || backend == "nccl", "--distributed-backend '", backend, "'");
 #ifdef MG_HAS_CUDA
-  if (backend == "nccl") {  // NCCL refuses two ranks of one communicator on one GPU
-    const LocalRank local = local_rank();
-    const int gpus = cuda::device_count();
-    MG_USER_CHECK(local.size <= gpus, "--distributed-backend nccl needs a GPU per rank, but this "
-                  "node runs ", local.size, " ranks on ", gpus, " GPU(s); start fewer ranks per "
-                  "node, or pass --distributed-backend mpi (GPU buffers staged through the host; "
-                  "ranks may share a GPU)");
-  }
+  if (backend == "nccl") check_one_gpu_per_rank();  // NCCL refuses two ranks on one GPU
 #else
   MG_USER_CHECK(backend == "mpi", "--distributed-backend nccl needs a build with the CUDA backend");
 #endif

@@ -67,6 +67,7 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
                         const std::function<void()>& before_last_backward,
                         double loss_scale) {
   const float scale = float(loss_scale / double(M));
+  model.reset_loss();
   auto backward = [&](int64_t m, int64_t slot, const float* d_output) {
     if (m == M - 1 && before_last_backward) before_last_backward();
     timers::Scope timer(timers::kBackwardCompute);
@@ -124,6 +125,7 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
 
 double forward_only(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch) {
   StageLinks link(model, pp);
+  model.reset_loss();
   for (int64_t m = 0; m < M; ++m) {
     link.recv_forward(0);
     model.forward_step(0, batch(m));

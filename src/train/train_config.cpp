@@ -111,6 +111,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 exit_duration_in_mins, ")");
   loss_scaler.validate();
   overflow_iters.clear();
+  MG_USER_CHECK(inject_grad_overflow.empty() || fp16, "--inject-grad-overflow tests fp16 loss "
+                "scaling (the skipped step); it needs --fp16");
   for (const std::string& s : inject_grad_overflow) {
     size_t used = 0;
     int64_t it = -1;

@@ -65,6 +65,7 @@ TEST(Cli, LossScalerSettings) {
   expect_usage_error(kTiny + " --fp16 --loss-scale-window 0", "--loss-scale-window");
   expect_usage_error(kTiny + " --fp16 --min-loss-scale 0", "--min-loss-scale");
   expect_usage_error(kTiny + " --fp16 --inject-grad-overflow 0", "--inject-grad-overflow");
+  expect_usage_error(kTiny + " --inject-grad-overflow 1", "needs --fp16");
 }
 TEST(Cli, UnknownCommand) { expect_usage_error(" trian", "trian"); }
 
