@@ -28,8 +28,8 @@ std::string device_description();
 // The most device memory ever live at once (the CUDA caching allocator's count; 0 on the CPU).
 int64_t device_bytes_peak();
 // Waits for the compute stream (no-op on the CPU). The trainer calls it before it reads an
-// iteration's time, so the step time contains the step's GPU work; the phase timers of
-// --timing-log-level do not wait (on a GPU they time the host side).
+// iteration's time, so the step time contains the step's GPU work, and the phase timers of
+// --timing-log-level call it where each timed phase starts and stops (timers::set_sync).
 void synchronize();
 
 // Memory on a device, and copies where either side may be host or device.

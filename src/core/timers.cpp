@@ -39,6 +39,7 @@ constexpr Info kInfo[kNumPhases] = {
 int g_level = 0;
 double g_total[kNumPhases] = {};
 int g_depth[kNumPhases] = {};  // nested scopes of one phase count once
+void (*g_sync)() = nullptr;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -50,6 +51,7 @@ int64_t now_ns() {
 const char* name(Phase p) { return kInfo[p].name; }
 int level(Phase p) { return kInfo[p].level; }
 void set_level(int l) { g_level = l; }
+void set_sync(void (*sync)()) { g_sync = sync; }
 int enabled_level() { return g_level; }
 std::vector<double> totals() { return std::vector<double>(g_total, g_total + kNumPhases); }
 void reset() {
@@ -57,13 +59,17 @@ void reset() {
 }
 
 Scope::Scope(Phase p) : p_(p), start_ns_(-1) {
-  if (kInfo[p].level <= g_level && g_depth[p]++ == 0) start_ns_ = now_ns();
+  if (kInfo[p].level > g_level || g_depth[p]++ > 0) return;
+  if (g_sync) g_sync();
+  start_ns_ = now_ns();
 }
 
 Scope::~Scope() {
   if (kInfo[p_].level > g_level) return;
   --g_depth[p_];
-  if (start_ns_ >= 0) g_total[p_] += double(now_ns() - start_ns_) * 1e-9;
+  if (start_ns_ < 0) return;
+  if (g_sync) g_sync();
+  g_total[p_] += double(now_ns() - start_ns_) * 1e-9;
 }
 
 }  // namespace mg::timers

@@ -46,6 +46,10 @@ int level(Phase p);
 
 void set_level(int level);  // 0 disables every timer
 int enabled_level();
+// Called where a timed phase starts and where it stops (nullptr: nothing). A GPU run sets the
+// device synchronize here, as Megatron's timers synchronize CUDA, so that each phase holds its
+// kernels rather than the time it took to queue them. Phases below the level cost nothing.
+void set_sync(void (*sync)());
 
 // Accumulated seconds per phase since the last reset.
 std::vector<double> totals();

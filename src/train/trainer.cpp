@@ -231,6 +231,7 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   BatchSource valid_batches(data.split[1], cfg, g, options, /*prefetch=*/false);
   if (cfg.exit_signal_handler) install_sigterm_handler();
   timers::set_level(int(cfg.timing_log_level));
+  timers::set_sync(ops::on_cuda() ? &ops::synchronize : nullptr);
   timers::reset();
 
   const LRSchedule sched = cfg.lr_schedule();
