@@ -159,26 +159,21 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-LocalRank local_rank() {
-  static const LocalRank cached = [] {
-    LocalRank l;
+int local_rank() {
+  static const int cached = [] {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) {
       MPI_Comm node;
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-      MPI_Comm_rank(node, &l.rank);
-      MPI_Comm_size(node, &l.size);
+      int rank = 0;
+      MPI_Comm_rank(node, &rank);
       MPI_Comm_free(&node);
-      return l;
+      return rank;
     }
     for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-      if (const char* v = std::getenv(var)) {
-        l.rank = std::atoi(v);
-        l.size = l.rank + 1;
-        break;
-      }
-    return l;
+      if (const char* v = std::getenv(var)) return std::atoi(v);
+    return 0;
   }();
   return cached;
 }
@@ -186,7 +181,7 @@ LocalRank local_rank() {
 int select_local_gpu() {
   const int n = cuda::device_count();
   MG_USER_CHECK(n > 0, "no CUDA device visible to this rank (CUDA_VISIBLE_DEVICES?)");
-  const int dev = local_rank().rank % n;
+  const int dev = local_rank() % n;
   cuda::set_device(dev);
   return dev;
 }

@@ -12,13 +12,10 @@
 
 namespace mg {
 
-// This rank's place among the ranks of its node: local rank and local size. From MPI when it
-// is running (the ranks sharing memory; every rank must call it then), else the launcher's
-// variables (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else rank 0 of 1.
-struct LocalRank {
-  int rank = 0, size = 1;
-};
-LocalRank local_rank();
+// This rank's place among the ranks of its node. From MPI when it is running (the ranks
+// sharing memory; every rank must call it then), else the launcher's variables
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else 0.
+int local_rank();
 // Picks this rank's GPU: its node-local rank modulo the visible devices. Returns the device
 // ordinal chosen.
 int select_local_gpu();

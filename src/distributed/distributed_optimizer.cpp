@@ -24,7 +24,7 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
       owned_runs_.push_back({a, b - a, p.weight_decay});
       owned_ += b - a;
       if (counted_once(p, g.coord.tp))
-        counted_runs_.push_back({a, b - a, p.weight_decay});
+        counted_.push_back({a, b - a});
     }
   }
   std::sort(owned_runs_.begin(), owned_runs_.end(),
@@ -96,10 +96,8 @@ void DistributedOptimizer::wait_params() {
 }
 
 double DistributedOptimizer::grad_norm() {
-  std::vector<ops::Range> ranges;
-  for (const ParamRun& r : counted_runs_) ranges.push_back({r.offset, r.numel});
   const double local =
-      ops::sum_squares_ranges(model_.grads(), ranges.data(), int64_t(ranges.size()));
+      ops::sum_squares_ranges(model_.grads(), counted_.data(), int64_t(counted_.size()));
   return std::sqrt(all_reduce_sum(*g_.world, local));
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/dispatch.h"
 #include "distributed/grad_reducer.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
@@ -46,7 +47,7 @@ class DistributedOptimizer {
   GPTModel& model_;
   ProcessGroups& g_;
   std::vector<ParamRun> owned_runs_;    // parameter elements of this rank's shards
-  std::vector<ParamRun> counted_runs_;  // the subset counted by the grad norm
+  std::vector<ops::Range> counted_;     // the subset counted by the grad norm
   std::unique_ptr<Optimizer> optim_;
   BucketTracker tracker_;
   bool overlap_grad_, overlap_params_;

@@ -34,14 +34,11 @@ ProcessGroups mpi_world_groups(const RankGrid& grid) {
   g.coord = grid.coord(g.world_rank);
   return g;
 }
-std::unique_ptr<Communicator> mpi_subgroup(const std::vector<std::vector<int>>& groups) {
-  return mpi_group(groups);
-}
 }  // namespace
 
 ProcessGroups make_mpi_process_groups(const RankGrid& grid) {
   ProcessGroups g = mpi_world_groups(grid);
-  make_groups(g, grid, mpi_subgroup);
+  make_groups(g, grid, mpi_group);
   return g;
 }
 

@@ -51,16 +51,50 @@ struct Pitch {
   static constexpr size_t kVecBytes = round128(size_t(kRows) * 4);
 };
 
+// The dynamic shared memory of a kernel: `tiles` 64 x HD tiles in T, `vecs` 64-float vectors,
+// and per warp `f32s` 16-row f32 scratches and `probs` 16 x 64 P/dS blocks in T. The launch
+// sizes it with bytes(), the kernel carves it in that order with the Carver below.
+template <int HD>
+struct SmemPlan {
+  int tiles, vecs, f32s, probs;
+  constexpr size_t bytes() const {
+    using P = Pitch<HD>;
+    return tiles * P::kTileBytes + vecs * P::kVecBytes +
+           kWarps * (f32s * P::kF32Bytes + probs * P::kProbsBytes);
+  }
+};
+
 // Hands out 128-byte aligned pieces of the dynamic shared memory.
+template <int HD>
 struct Carver {
+  using P = Pitch<HD>;
   unsigned char* p;
+  int warp;
   template <typename U>
   __device__ U* take(size_t bytes) {
     U* r = reinterpret_cast<U*>(p);
     p += bytes;
     return r;
   }
+  template <typename T>
+  __device__ T* tile() { return take<T>(P::kTileBytes); }
+  __device__ float* vec() { return take<float>(P::kVecBytes); }
+  // This warp's slice of a per-warp piece.
+  __device__ float* warp_f32() {
+    return take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / sizeof(float));
+  }
+  template <typename T>
+  __device__ T* warp_probs() {
+    return take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / sizeof(T));
+  }
 };
+
+template <int HD>
+constexpr SmemPlan<HD> kForwardSmem{3, 0, 1, 1};  // q, k, v; scores / P V; P
+template <int HD>
+constexpr SmemPlan<HD> kDqSmem{4, 0, 2, 1};  // q, dO, k, v; scores, dP; dS
+template <int HD>
+constexpr SmemPlan<HD> kDkvSmem{4, 2, 2, 2};  // k, v, q, dO; lse, D; scores, dP; P, dS
 
 // 64 rows from r0 of a [S, *] f32 array into a 64 x HD tile in T (zeros past S). row(t) is
 // the address of row t's HD values.
@@ -71,6 +105,13 @@ __device__ void load_tile(T* dst, int64_t r0, int64_t S, RowFn row) {
     const int64_t t = r0 + r;
     dst[r * Pitch<HD>::kTile + e] = to_operand<T>(t < S ? row(t)[e] : 0.f);
   }
+}
+
+// Rows [r0, r0 + 64) of part (0 q, 1 k, 2 v) of head (b, h) into a tile.
+template <int HD, typename T>
+__device__ void load_qkv_tile(T* dst, const float* qkv, const Geometry& g, int64_t b, int64_t h,
+                              int64_t r0, int part) {
+  load_tile<HD>(dst, r0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, part, HD); });
 }
 
 template <typename T>
@@ -137,18 +178,18 @@ __global__ void __launch_bounds__(kBlock)
                    const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  Carver c{smem};
-  T* qs = c.take<T>(P::kTileBytes);
-  T* ks = c.take<T>(P::kTileBytes);
-  T* vs = c.take<T>(P::kTileBytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* sf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
-  T* pb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+  Carver<HD> c{smem, warp};  // kForwardSmem
+  T* qs = c.template tile<T>();
+  T* ks = c.template tile<T>();
+  T* vs = c.template tile<T>();
+  float* sf = c.warp_f32();
+  T* pb = c.template warp_probs<T>();
 
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
   const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
-  load_tile<HD>(qs, q0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, 0, HD); });
+  load_qkv_tile<HD>(qs, qkv, g, b, h, q0, 0);
 
   // Lane pair (2r, 2r+1) owns query row r of the warp: columns [32 half, 32 half + 32) of each
   // score tile, and the same half of the output row.
@@ -159,8 +200,8 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t last = min(q0 + kRows, g.S);  // keys past the block's last query are masked
   for (int64_t k0 = 0; k0 < last; k0 += kRows) {
     __syncthreads();  // the previous tile is consumed
-    load_tile<HD>(ks, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 1, HD); });
-    load_tile<HD>(vs, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 2, HD); });
+    load_qkv_tile<HD>(ks, qkv, g, b, h, k0, 1);
+    load_qkv_tile<HD>(vs, qkv, g, b, h, k0, 2);
     __syncthreads();
     rows_times_tile_t<HD>(sf, qs + warp * 16 * P::kTile, ks);
     __syncwarp();
@@ -213,21 +254,21 @@ __global__ void __launch_bounds__(kBlock)
               Geometry g, float scale, const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  Carver c{smem};
-  T* qs = c.take<T>(P::kTileBytes);
-  T* dos = c.take<T>(P::kTileBytes);
-  T* ks = c.take<T>(P::kTileBytes);
-  T* vs = c.take<T>(P::kTileBytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* sf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
-  float* dpf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
-  T* dsb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+  Carver<HD> c{smem, warp};  // kDqSmem
+  T* qs = c.template tile<T>();
+  T* dos = c.template tile<T>();
+  T* ks = c.template tile<T>();
+  T* vs = c.template tile<T>();
+  float* sf = c.warp_f32();
+  float* dpf = c.warp_f32();
+  T* dsb = c.template warp_probs<T>();
 
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
   const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
   const int64_t out_off = b * g.NH * HD + h * HD;
-  load_tile<HD>(qs, q0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, 0, HD); });
+  load_qkv_tile<HD>(qs, qkv, g, b, h, q0, 0);
   load_tile<HD>(dos, q0, g.S, [&](int64_t t) { return dout + t * g.ld_out + out_off; });
 
   const int r = lane / 2, half = lane % 2;
@@ -238,8 +279,8 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t last = min(q0 + kRows, g.S);
   for (int64_t k0 = 0; k0 < last; k0 += kRows) {
     __syncthreads();
-    load_tile<HD>(ks, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 1, HD); });
-    load_tile<HD>(vs, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 2, HD); });
+    load_qkv_tile<HD>(ks, qkv, g, b, h, k0, 1);
+    load_qkv_tile<HD>(vs, qkv, g, b, h, k0, 2);
     __syncthreads();
     rows_times_tile_t<HD>(sf, qs + warp * 16 * P::kTile, ks);    // q k^T
     rows_times_tile_t<HD>(dpf, dos + warp * 16 * P::kTile, vs);  // dO v^T
@@ -269,25 +310,25 @@ __global__ void __launch_bounds__(kBlock)
                const float* D, Geometry g, float scale, const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  Carver c{smem};
-  T* ks = c.take<T>(P::kTileBytes);
-  T* vs = c.take<T>(P::kTileBytes);
-  T* qs = c.take<T>(P::kTileBytes);
-  T* dos = c.take<T>(P::kTileBytes);
-  float* ls = c.take<float>(P::kVecBytes);
-  float* ds = c.take<float>(P::kVecBytes);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float* sf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
-  float* dpf = c.take<float>(kWarps * P::kF32Bytes) + warp * (P::kF32Bytes / 4);
-  T* pb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
-  T* dsb = c.take<T>(kWarps * P::kProbsBytes) + warp * (P::kProbsBytes / 2);
+  Carver<HD> c{smem, warp};  // kDkvSmem
+  T* ks = c.template tile<T>();
+  T* vs = c.template tile<T>();
+  T* qs = c.template tile<T>();
+  T* dos = c.template tile<T>();
+  float* ls = c.vec();
+  float* ds = c.vec();
+  float* sf = c.warp_f32();
+  float* dpf = c.warp_f32();
+  T* pb = c.template warp_probs<T>();
+  T* dsb = c.template warp_probs<T>();
 
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t k0 = int64_t(blockIdx.x) * kRows;
   const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
   const int64_t out_off = b * g.NH * HD + h * HD;
-  load_tile<HD>(ks, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 1, HD); });
-  load_tile<HD>(vs, k0, g.S, [&](int64_t k) { return qkv_row(qkv, g, b, h, k, 2, HD); });
+  load_qkv_tile<HD>(ks, qkv, g, b, h, k0, 1);
+  load_qkv_tile<HD>(vs, qkv, g, b, h, k0, 2);
 
   // Lane pair (2r, 2r+1) owns key row r of the warp, columns = queries of the tile.
   const int r = lane / 2, half = lane % 2;
@@ -297,7 +338,7 @@ __global__ void __launch_bounds__(kBlock)
   for (auto& f : dv) wmma::fill_fragment(f, 0.f);
   for (int64_t t0 = k0; t0 < g.S; t0 += kRows) {  // queries before k0 cannot see these keys
     __syncthreads();
-    load_tile<HD>(qs, t0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, 0, HD); });
+    load_qkv_tile<HD>(qs, qkv, g, b, h, t0, 0);
     load_tile<HD>(dos, t0, g.S, [&](int64_t t) { return dout + t * g.ld_out + out_off; });
     for (int i = threadIdx.x; i < kRows; i += kBlock) {
       const bool in = t0 + i < g.S;
@@ -344,21 +385,16 @@ void launch(void (*kernel)(Params...), size_t smem, const Geometry& g, Args... a
 
 template <int HD, typename T>
 void forward(float* out, float* lse, const float* qkv, const Geometry& g, const int32_t* seg) {
-  using P = Pitch<HD>;
-  launch(forward_kernel<HD, T>, 3 * P::kTileBytes + kWarps * (P::kF32Bytes + P::kProbsBytes), g,
-         out, lse, qkv, g, 1.0f / sqrtf(float(HD)), seg);
+  launch(forward_kernel<HD, T>, kForwardSmem<HD>.bytes(), g, out, lse, qkv, g,
+         1.0f / sqrtf(float(HD)), seg);
 }
 
 template <int HD, typename T>
 void backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
               const float* D, const Geometry& g, const int32_t* seg) {
-  using P = Pitch<HD>;
   const float scale = 1.0f / sqrtf(float(HD));
-  launch(dq_kernel<HD, T>, 4 * P::kTileBytes + kWarps * (2 * P::kF32Bytes + P::kProbsBytes), g,
-         dqkv, dout, qkv, lse, D, g, scale, seg);
-  launch(dkv_kernel<HD, T>,
-         4 * P::kTileBytes + 2 * P::kVecBytes + kWarps * 2 * (P::kF32Bytes + P::kProbsBytes), g,
-         dqkv, dout, qkv, lse, D, g, scale, seg);
+  launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg);
+  launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg);
 }
 
 // Calls f.template operator()<HD, T>() for the supported head dims and operand dtypes.
