@@ -45,22 +45,25 @@ void run(int64_t B, int64_t S, int64_t NH, int64_t HD) {
   std::vector<uint16_t> h16(host.size());
   cpu::cast_from_f32(h16.data(), DType::BF16, host.data(), int64_t(host.size()));
   cpu::cast_to_f32(host.data(), h16.data(), DType::BF16, int64_t(host.size()));
-  cuda::Buffer qkv(host.size() * 4), dqkv(host.size() * 4), out(size_t(N * H) * 4),
-      dout(size_t(N * H) * 4), lse(size_t(B * NH * S) * 4);
+  cuda::Buffer qkv(host.size() * 4), qkv16(host.size() * 2), dqkv(host.size() * 4),
+      out(size_t(N * H) * 4), dout(size_t(N * H) * 4), lse(size_t(B * NH * S) * 4);
   cuda::copy_to_device(qkv.get(), host.data(), host.size() * 4);
+  cuda::copy_to_device(qkv16.get(), h16.data(), h16.size() * 2);
   cuda::copy_to_device(dout.get(), host.data(), size_t(N * H) * 4);
   const double fwd_flops = 2.0 * B * NH * double(S) * double(S) * double(HD);  // causal half
   std::printf("B=%lld S=%lld NH=%lld HD=%lld\n", (long long)B, (long long)S, (long long)NH,
               (long long)HD);
   for (DType t : {DType::F32, DType::BF16}) {
+    // f32: the model's f32 qkv and output; bf16: both stored in bf16, as a --bf16 model has.
     const char* name = t == DType::F32 ? "f32 cuda-core" : "bf16 tensor-core";
+    const cuda::Mat q{t == DType::F32 ? qkv.get() : qkv16.get(), t};
+    const cuda::MatOut o{out.get(), t};
     const double f = median_ms([&] {
-      cuda::attention_forward(out.as<float>(), lse.as<float>(), qkv.as<float>(), B, S, NH, HD,
-                              nullptr, t);
+      cuda::attention_forward(o, lse.as<float>(), q, B, S, NH, HD, nullptr);
     });
     const double b = median_ms([&] {
-      cuda::attention_backward(dqkv.as<float>(), dout.as<float>(), out.as<float>(),
-                               qkv.as<float>(), lse.as<float>(), B, S, NH, HD, nullptr, t);
+      cuda::attention_backward(dqkv.as<float>(), dout.as<float>(), {o.data, t}, q,
+                               lse.as<float>(), B, S, NH, HD, nullptr);
     });
     std::printf("  %-17s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s\n",
                 name, f, fwd_flops / f / 1e9, b, 2.5 * fwd_flops / b / 1e9);

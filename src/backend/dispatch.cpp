@@ -129,9 +129,13 @@ bool has_inf_or_nan(const float* x, int64_t n) {
   return MG_OP(has_inf_or_nan, x, n);
 }
 
-void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
   MG_OP(linear_forward, out, inp, weight, bias, N, IN, OUT);
+}
+void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
+                             const float* residual, int64_t N, int64_t IN, int64_t OUT) {
+  MG_OP(linear_residual_forward, out, inp, weight, bias, residual, N, IN, OUT);
 }
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
                      Mat weight, int64_t N, int64_t IN, int64_t OUT) {
@@ -151,7 +155,7 @@ void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   MG_OP(bias_backward, dbias, dout, N, C);
 }
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps) {
   MG_OP(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
@@ -163,38 +167,27 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void gelu_forward(float* out, const float* inp, int64_t n) {
   MG_OP(gelu_forward, out, inp, n);
 }
-void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, float* scratch,
-                          int64_t n) {
+void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, int64_t n) {
 #ifdef MG_HAS_CUDA
   if (on_cuda()) return cuda::gelu_forward_rounded(inp16, out16, t, inp, n);
 #endif
   cpu::store_rounded(inp16, t, inp, n);
-  cpu::gelu_forward(scratch, inp, n);
-  cpu::cast_from_f32(out16, t, scratch, n);
+  cpu::gelu_forward(inp, inp, n);
+  cpu::cast_from_f32(out16, t, inp, n);
 }
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n) {
   MG_OP(gelu_backward, dinp, inp, dout, n);
 }
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   MG_OP(residual_forward, out, a, b, n);
 }
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start, DType operands) {
-#ifdef MG_HAS_CUDA
-  if (on_cuda()) return cuda::attention_forward(out, lse, qkv, B, S, NH, HD, seg_start, operands);
-#endif
-  (void)operands;
-  cpu::attention_forward(out, lse, qkv, B, S, NH, HD, seg_start);
+void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start) {
+  MG_OP(attention_forward, out, lse, qkv, B, S, NH, HD, seg_start);
 }
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start, DType operands) {
-#ifdef MG_HAS_CUDA
-  if (on_cuda())
-    return cuda::attention_backward(dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start, operands);
-#endif
-  (void)operands;
-  cpu::attention_backward(dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start);
+void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start) {
+  MG_OP(attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start);
 }
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V) {
   MG_OP(cross_entropy_row_max, row_max, logits, N, V);

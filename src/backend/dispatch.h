@@ -15,6 +15,7 @@
 namespace mg::ops {
 
 using cpu::Mat;
+using cpu::MatOut;
 
 // The compute device of this process. set_device(CUDA) checks that a GPU is usable and selects
 // the GPU of this rank: its node-local rank (from the launcher) modulo the GPU count.
@@ -45,8 +46,10 @@ void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
 void store_rounded(void* dst, DType dst_dtype, float* x, int64_t n);
 bool has_inf_or_nan(const float* x, int64_t n);
 
-void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT);
+void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
+                             const float* residual, int64_t N, int64_t IN, int64_t OUT);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
                      Mat weight, int64_t N, int64_t IN, int64_t OUT);
 void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
@@ -55,27 +58,25 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
                         int64_t row_end, int64_t N, int64_t H);
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C);
 void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n);
 // A 16-bit layer's fc1 output inp stored in t (inp16) and GELU of the stored values in t (out16).
-// CPU: store_rounded(inp16, inp), gelu_forward(scratch, inp), cast_from_f32(out16, scratch)
-// (inp is left rounded); CUDA: one fused pass (inp and scratch untouched).
-void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, float* scratch,
-                          int64_t n);
+// CPU: store_rounded(inp16, inp), gelu_forward(inp, inp), cast_from_f32(out16, inp) (inp is
+// overwritten); CUDA: one fused pass (inp untouched).
+void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
-// operands: the dtype the GPU may round attention's matmul operands to (a 16-bit model's dtype:
-// tensor cores); the CPU always computes in fp32.
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start = nullptr,
-                       DType operands = DType::F32);
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr, DType operands = DType::F32);
+// qkv and out in f32, or both in a 16-bit model's dtype: the GPU then runs the tensor-core
+// kernels on those operands; the CPU always computes in fp32.
+void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start = nullptr);
+void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                        int64_t B, int64_t S, int64_t NH, int64_t HD,
+                        const int32_t* seg_start = nullptr);
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
 void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
                            int64_t V);

@@ -20,6 +20,16 @@ struct Mat {
   Mat(const void* p, DType t) : data(p), dtype(t) {}
 };
 
+// A written operand: f32, or bf16/f16 storage into which an op rounds its fp32 results (round
+// to nearest even, the values cast_from_f32 gives), so a 16-bit activation needs no f32 copy
+// and no separate rounding pass.
+struct MatOut {
+  void* data;
+  DType dtype;
+  MatOut(float* p) : data(p), dtype(DType::F32) {}  // NOLINT: implicit on purpose
+  MatOut(void* p, DType t) : data(p), dtype(t) {}
+};
+
 // Conversions between f32 and 16-bit storage, round-to-nearest-even (bf16: NaN kept quiet;
 // f16: values beyond 65504 become +-inf, as a GPU's cast does).
 void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
@@ -44,9 +54,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           int64_t ldc);
 
 // out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias[OUT] (bias may be null). Megatron's weight layout.
-// inp and weight share one dtype; out and bias are f32.
-void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+// inp and weight share one dtype; bias is f32; out is f32 or 16-bit (the f32 result rounded).
+void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT);
+// out[N,OUT] = residual + (inp W^T + bias), f32: a linear layer whose output joins the residual
+// stream (a row-parallel layer on one tensor-parallel rank). The CPU runs the GEMM, the bias
+// add and the residual add in turn; the GPU one GEMM whose epilogue adds both.
+void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
+                             const float* residual, int64_t N, int64_t IN, int64_t OUT);
 // dinp += dout W; dweight += dout^T inp; dbias += colsum(dout). dinp/dbias may be null.
 // With 16-bit inp/weight, dout is rounded to that dtype for the GEMMs (as a 16-bit backward
 // would hold it); dbias sums the f32 dout; dinp and dweight (the main grad) stay f32.
@@ -66,8 +81,9 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 
-// LayerNorm over the last dim C, eps as given; saves mean[N], rstd[N] for backward.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+// LayerNorm over the last dim C, eps as given; saves mean[N], rstd[N] for backward. out is f32
+// or 16-bit (rounded at the store).
+void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
@@ -75,7 +91,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+// inp: the forward's input, f32 or as a 16-bit model stored it.
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n);
 
 // out = a + b
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
@@ -86,12 +103,13 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n);
 // with the causal mask) v. Flash-style: tiled over queries and keys with an online softmax;
 // only lse[B,NH,S] (the log-sum-exp of each row's scores) is saved, no S x S tensor.
 // seg_start (B, S) may be null; else position t of row b attends only to [seg_start, t]
-// (Megatron's --reset-attention-mask: no attention across an EOD).
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD, const int32_t* seg_start = nullptr);
+// (Megatron's --reset-attention-mask: no attention across an EOD). qkv and out are f32 or, in a
+// 16-bit model, that dtype (widened on load, rounded at the store); the CPU computes in fp32.
+void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start = nullptr);
 // dqkv += ...; recomputes the probabilities from qkv and lse; needs the forward's out.
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
+void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                        int64_t B, int64_t S, int64_t NH, int64_t HD,
                         const int32_t* seg_start = nullptr);
 
 // Fused softmax + cross-entropy over V logits per row: losses[n] = logsumexp(logits[n]) -

@@ -9,13 +9,9 @@ namespace mg {
 
 namespace {
 cpu::Mat act(const Tensor& t) { return {t.raw(), t.dtype()}; }
+cpu::MatOut store(Tensor& t) { return {t.raw(), t.dtype()}; }
 cpu::Mat weight(void* w, const LayerDims& d) { return {w, d.dtype}; }
 float* f32(void* grad) { return static_cast<float*>(grad); }
-// Staging rows for the widest activations a layer holds in f32 at once (empty in f32 mode).
-int64_t stage_width(const LayerDims& d, bool a) {
-  if (!d.low_precision()) return 0;
-  return a ? std::max(3 * d.H_local(), d.F_local()) : std::max(d.H, d.F_local());
-}
 }  // namespace
 
 LayerCache::LayerCache(const LayerDims& d)
@@ -41,52 +37,37 @@ LayerScratch::LayerScratch(const LayerDims& d)
       d_attn({d.rows(), d.H_local()}, DType::F32, d.device),
       d_fc1({d.rows(), d.F_local()}, DType::F32, d.device),
       d_gelu({d.rows(), d.F_local()}, DType::F32, d.device),
-      stage_a({d.rows(), stage_width(d, true)}, DType::F32, d.device),
-      stage_b({d.rows(), stage_width(d, false)}, DType::F32, d.device) {}
+      fc1_f32({d.low_precision() ? d.rows() : 0, d.F_local()}, DType::F32, d.device) {}
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
                                const LayerDims& d, const int32_t* seg_start) {
   const int64_t R = d.local_rows(), H = d.H, HD = d.H / d.NH, N = d.rows();
-  const bool lp = d.low_precision();
   float* full = s.full.data<float>();
-  // Where an op writes an activation: the cache itself in f32 mode, else a staging buffer
-  // that is then stored (rounded) into the 16-bit cache.
-  auto out = [&](Tensor& cache, Tensor& stage) {
-    return lp ? stage.data<float>() : cache.data<float>();
-  };
   // Attention block.
-  float* ln1 = out(c.ln1, s.stage_b);
-  ops::layernorm_forward(ln1, c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), x, w.ln1_w,
-                         w.ln1_b, R, H, d.eps);
-  if (lp) ops::cast_from_f32(c.ln1.raw(), d.dtype, ln1, R * H);
-  float* qkv = out(c.qkv, s.stage_a);
-  tp::column_parallel_forward(g, qkv, c.ln1.raw(), c.ln1_full.raw(), weight(w.qkv_w, d),
-                              w.qkv_b, {N, H, 3 * d.H_local()});
-  if (lp) ops::store_rounded(c.qkv.raw(), d.dtype, qkv, N * 3 * d.H_local());
-  float* attn = out(c.attn, s.stage_b);
-  ops::attention_forward(attn, c.lse.data<float>(), qkv, d.B, d.S, d.NH_local(), HD, seg_start,
-                         d.dtype);
-  if (lp) ops::cast_from_f32(c.attn.raw(), d.dtype, attn, N * d.H_local());
+  ops::layernorm_forward(store(c.ln1), c.ln1_mean.data<float>(), c.ln1_rstd.data<float>(), x,
+                         w.ln1_w, w.ln1_b, R, H, d.eps);
+  tp::column_parallel_forward(g, store(c.qkv), c.ln1.raw(), c.ln1_full.raw(),
+                              weight(w.qkv_w, d), w.qkv_b, {N, H, 3 * d.H_local()});
+  ops::attention_forward(store(c.attn), c.lse.data<float>(), act(c.qkv), d.B, d.S, d.NH_local(),
+                         HD, seg_start);
   tp::row_parallel_forward(g, c.x_mid.data<float>(), full, act(c.attn), weight(w.proj_w, d),
-                           w.proj_b, {N, d.H_local(), H});
-  ops::residual_forward(c.x_mid.data<float>(), x, c.x_mid.data<float>(), R * H);
+                           w.proj_b, x, {N, d.H_local(), H});
   // MLP block.
-  float* ln2 = out(c.ln2, s.stage_b);
-  ops::layernorm_forward(ln2, c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
+  ops::layernorm_forward(store(c.ln2), c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
                          c.x_mid.data<float>(), w.ln2_w, w.ln2_b, R, H, d.eps);
-  if (lp) ops::cast_from_f32(c.ln2.raw(), d.dtype, ln2, R * H);
-  float* fc1 = out(c.fc1, s.stage_a);
-  tp::column_parallel_forward(g, fc1, c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
-                              w.fc1_b, {N, H, d.F_local()});
-  if (lp)  // fc1 and GELU of the stored fc1, both kept in the layer's dtype
-    ops::gelu_forward_rounded(c.fc1.raw(), c.gelu.raw(), d.dtype, fc1, s.stage_b.data<float>(),
-                              N * d.F_local());
-  else
-    ops::gelu_forward(c.gelu.data<float>(), fc1, N * d.F_local());
+  if (d.low_precision()) {  // fc1 and GELU of the stored fc1 in one pass over the f32 output
+    float* fc1 = s.fc1_f32.data<float>();
+    tp::column_parallel_forward(g, fc1, c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
+                                w.fc1_b, {N, H, d.F_local()});
+    ops::gelu_forward_rounded(c.fc1.raw(), c.gelu.raw(), d.dtype, fc1, N * d.F_local());
+  } else {
+    tp::column_parallel_forward(g, c.fc1.data<float>(), c.ln2.raw(), c.ln2_full.raw(),
+                                weight(w.fc1_w, d), w.fc1_b, {N, H, d.F_local()});
+    ops::gelu_forward(c.gelu.data<float>(), c.fc1.data<float>(), N * d.F_local());
+  }
   tp::row_parallel_forward(g, y, full, act(c.gelu), weight(w.fc2_w, d), w.fc2_b,
-                           {N, d.F_local(), H});
-  ops::residual_forward(y, c.x_mid.data<float>(), y, R * H);
+                           c.x_mid.data<float>(), {N, d.F_local(), H});
 }
 
 // d_resid is the residual-stream gradient: it passes through both residual adds unchanged, and
@@ -99,19 +80,12 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   float* full = s.full.data<float>();
   const cpu::Mat ln2_used = act(d.sp ? c.ln2_full : c.ln2);
   const cpu::Mat ln1_used = act(d.sp ? c.ln1_full : c.ln1);
-  // A saved activation as f32 (widened into a staging buffer under mixed precision).
-  auto widen = [&](const Tensor& cache, int64_t n, Tensor& stage) -> const float* {
-    if (!d.low_precision()) return cache.data<float>();
-    ops::cast_to_f32(stage.data<float>(), cache.raw(), cache.dtype(), n);
-    return stage.data<float>();
-  };
   // MLP block.
   s.d_gelu.zero();
   s.d_fc1.zero();
   tp::row_parallel_backward(g, s.d_gelu.data<float>(), f32(gw.fc2_w), gw.fc2_b, d_resid, full,
                             act(c.gelu), weight(w.fc2_w, d), {N, d.F_local(), H});
-  ops::gelu_backward(s.d_fc1.data<float>(), widen(c.fc1, N * d.F_local(), s.stage_a),
-                     s.d_gelu.data<float>(),
+  ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_gelu.data<float>(),
                      N * d.F_local());
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
                                s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
@@ -124,10 +98,9 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   s.d_qkv.zero();
   tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b, d_resid, full,
                             act(c.attn), weight(w.proj_w, d), {N, d.H_local(), H});
-  ops::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(),
-                          widen(c.attn, N * d.H_local(), s.stage_b),
-                          widen(c.qkv, N * 3 * d.H_local(), s.stage_a), c.lse.data<float>(), d.B,
-                          d.S, d.NH_local(), HD, seg_start, d.dtype);
+  ops::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(), act(c.attn),
+                          act(c.qkv), c.lse.data<float>(), d.B, d.S, d.NH_local(), HD,
+                          seg_start);
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
                                {N, H, 3 * d.H_local()});

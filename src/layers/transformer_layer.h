@@ -7,10 +7,11 @@
 // parameter grads and into the incoming residual gradient.
 // Mixed precision (LayerDims::dtype bf16/f16): GEMM weights and the saved GEMM inputs and
 // outputs (LayerNorm outputs, QKV, attention output, FC1, GELU) are stored in 16 bits; GEMMs
-// accumulate in fp32; LayerNorm, softmax, GELU and the residual stream compute in fp32 on
-// staged copies (the residual stream stays fp32, Megatron's --fp32-residual-connection). A
-// value is rounded when it is stored, and forward goes on with the rounded value, so backward
-// sees exactly what forward used. Grads are fp32 (the main grads).
+// accumulate in fp32; LayerNorm, softmax, GELU and the residual stream compute in fp32 (the
+// residual stream stays fp32, Megatron's --fp32-residual-connection). An op that produces a
+// saved activation rounds it where it stores it, the op that reads one widens it, and forward
+// goes on with the rounded value, so backward sees exactly what forward used. Grads are fp32
+// (the main grads).
 #pragma once
 #include <cstdint>
 
@@ -72,7 +73,7 @@ struct LayerScratch {
   Tensor d_qkv;           // (S*B, 3H/TP)
   Tensor d_attn;          // (S*B, H/TP)
   Tensor d_fc1, d_gelu;   // (S*B, F/TP)
-  Tensor stage_a, stage_b;  // f32 staging of 16-bit activations (mixed precision only)
+  Tensor fc1_f32;         // (S*B, F/TP) FC1's f32 output before it is stored (16-bit only)
   explicit LayerScratch(const LayerDims& d);
 };
 

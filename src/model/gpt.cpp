@@ -105,7 +105,6 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   dlosses_h_ = Tensor({N});
   loss_sum_ = Tensor({1}, DType::I64, dev_);  // 8 bytes, used as a double
   ce_scratch_ = Tensor({N}, DType::F32, dev_);
-  if (sh.last_stage && dims_.low_precision()) lnf_stage_ = Tensor({R, H}, DType::F32, dev_);
 }
 
 // Parameters are initialized on the host in f32 (the same values on every device), then stored
@@ -261,12 +260,10 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
   if (!sh.last_stage) return;
   need(head_params_);
 
-  const bool lp = dims_.low_precision();
-  float* lnf = lp ? lnf_stage_.data<float>() : s.lnf.data<float>();
-  ops::layernorm_forward(lnf, s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(),
-                         s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
+  ops::layernorm_forward({s.lnf.raw(), s.lnf.dtype()}, s.lnf_mean.data<float>(),
+                         s.lnf_rstd.data<float>(), s.resid.back().data<float>(),
+                         param("decoder.final_layernorm.weight"),
                          param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
-  if (lp) ops::cast_from_f32(s.lnf.raw(), dtype(), lnf, R * H);
   // Output layer: column-parallel over the vocab with the tied word embedding, no bias. The
   // logits come out of the GEMM in f32, and the loss is computed in f32.
   tp::column_parallel_forward(tp_, s.logits.data<float>(), s.lnf.raw(), s.lnf_full.raw(),
@@ -362,9 +359,8 @@ size_t GPTModel::activation_bytes() const {
   }
   for (const auto& c : recompute_pool_) b += cache_bytes(*c);
   for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
-                          &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_,
-                          &scratch_.stage_a, &scratch_.stage_b, &d_resid_, &d_lnf_, &d_full_,
-                          &lnf_stage_})
+                          &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_, &scratch_.fc1_f32,
+                          &d_resid_, &d_lnf_, &d_full_})
     b += t->nbytes();
   return b;
 }

@@ -152,7 +152,6 @@ class GPTModel {
   Tensor dlosses_h_;                 // (S*B) host: dlosses is formed from the host mask
   Tensor loss_sum_;                  // one double on the compute device: take_loss()'s sum
   Device dev_ = Device::CPU;         // the compute device every model buffer lives on
-  Tensor lnf_stage_;                 // (R, H) f32 final LayerNorm output (mixed precision)
   GradReadyHook grad_ready_, params_needed_;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;

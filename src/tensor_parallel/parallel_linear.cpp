@@ -10,7 +10,7 @@ int64_t local_rows(const TPGroup& g, int64_t rows) {
 }
 }  // namespace
 
-void column_parallel_forward(const TPGroup& g, float* y, const void* x_local, void* x_full,
+void column_parallel_forward(const TPGroup& g, cpu::MatOut y, const void* x_local, void* x_full,
                              cpu::Mat weight, const float* bias, const LinearShape& s) {
   const void* x = x_local;
   if (g.sequence_parallel) {
@@ -23,6 +23,10 @@ void column_parallel_forward(const TPGroup& g, float* y, const void* x_local, vo
 void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
                               float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
                               const LinearShape& s) {
+  if (g.size() == 1 && !g.sequence_parallel) {  // nothing to reduce: the GEMM writes dx_local
+    ops::memset_zero(dx_local, s.rows * s.in * sizeof(float), ops::device());
+    return ops::linear_backward(dx_local, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
+  }
   ops::memset_zero(dx_full, s.rows * s.in * sizeof(float), ops::device());
   ops::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
   if (g.sequence_parallel) {
@@ -35,8 +39,11 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
 }
 
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
-                          cpu::Mat weight, const float* bias, const LinearShape& s) {
+                          cpu::Mat weight, const float* bias, const float* residual,
+                          const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
+  if (g.size() == 1 && !g.sequence_parallel)  // nothing to reduce
+    return ops::linear_residual_forward(y_local, x, weight, bias, residual, s.rows, s.in, s.out);
   ops::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
   if (g.sequence_parallel) {
     reduce_scatter_to_sp_forward(g, partial, y_local, R * s.out);
@@ -45,6 +52,7 @@ void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu:
     ops::copy(y_local, ops::device(), partial, ops::device(), s.rows * s.out * sizeof(float));
   }
   if (bias) ops::bias_add_forward(y_local, bias, R, s.out);
+  ops::residual_forward(y_local, residual, y_local, R * s.out);
 }
 
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,

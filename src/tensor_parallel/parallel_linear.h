@@ -4,7 +4,8 @@
 // input rows (row-parallel: weight [OUT, IN/TP], input split, partial outputs summed by
 // all-reduce or reduce-scatter, bias added after the reduction). Rows = S x B; R = rows/TP
 // under sequence parallelism, rows otherwise. Inputs and weights share one dtype (f32, or
-// bf16/f16 under mixed precision); outputs and grads are f32.
+// bf16/f16 under mixed precision); grads are f32, outputs f32 (a column-parallel output may also
+// be stored in the 16-bit dtype).
 #pragma once
 #include <cstdint>
 
@@ -20,7 +21,7 @@ struct LinearShape {
 
 // Column-parallel. x_local: (R, in) in weight's dtype. x_full: (rows, in) buffer that receives
 // the gathered input under SP (unused otherwise); the input used is kept for backward.
-void column_parallel_forward(const TPGroup& g, float* y, const void* x_local, void* x_full,
+void column_parallel_forward(const TPGroup& g, cpu::MatOut y, const void* x_local, void* x_full,
                              cpu::Mat weight, const float* bias, const LinearShape& s);
 // dx_full: (rows, in) scratch, zeroed here; dx_local: (R, in) receives (=) the input grad and
 // may alias dx_full when not sequence-parallel.
@@ -28,9 +29,12 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
                               float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
                               const LinearShape& s);
 
-// Row-parallel. x: (rows, in_local); partial: (rows, out) scratch; y_local: (R, out).
+// Row-parallel. x: (rows, in_local); partial: (rows, out) scratch; y_local: (R, out) =
+// residual (R, out) + the layer's output: the residual add of a transformer block, which on a
+// single TP rank rides in the GEMM's epilogue on the GPU.
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
-                          cpu::Mat weight, const float* bias, const LinearShape& s);
+                          cpu::Mat weight, const float* bias, const float* residual,
+                          const LinearShape& s);
 // dy_local: (R, out); dy_full: (rows, out) scratch under SP; dx: (rows, in_local) +=.
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,
                            const float* dy_local, float* dy_full, cpu::Mat x, cpu::Mat weight,

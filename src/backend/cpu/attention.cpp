@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/cpu/vec_math.h"
+#include "backend/cpu/half.h"
 #include "backend/ops.h"
 #include "core/timers.h"
 
@@ -50,9 +51,16 @@ struct Scratch {
   }
 };
 
-// panel[t] = src[t * ld] for t < S, HD floats each.
-void pack(float* panel, const float* src, int64_t ld, int64_t S, int64_t HD) {
-  for (int64_t t = 0; t < S; ++t) std::copy(src + t * ld, src + t * ld + HD, panel + t * HD);
+// panel[t] = src[off + t * ld] for t < S, HD values each, widened to f32 (src f32 or 16-bit).
+void pack(float* panel, Mat src, int64_t off, int64_t ld, int64_t S, int64_t HD) {
+  if (src.dtype == DType::F32) {
+    const float* x = static_cast<const float*>(src.data) + off;
+    for (int64_t t = 0; t < S; ++t) std::copy(x + t * ld, x + t * ld + HD, panel + t * HD);
+    return;
+  }
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t e = 0; e < HD; ++e)
+      panel[t * HD + e] = load_f32(src.data, src.dtype, off + t * ld + e);
 }
 
 // dst[t * ld] += panel[t] for t < S.
@@ -90,10 +98,23 @@ void chunk_scores(float* s, const float* q, const float* k, int64_t ld, int64_t 
   }
 }
 
+// out[off + e] = acc[e] * inv for e < HD, rounded when out is 16-bit.
+void store_row(MatOut out, int64_t off, const float* acc, float inv, int64_t HD) {
+  if (out.dtype == DType::F32) {
+    float* o = static_cast<float*>(out.data) + off;
+    for (int64_t e = 0; e < HD; ++e) o[e] = acc[e] * inv;
+    return;
+  }
+  uint16_t* o = static_cast<uint16_t*>(out.data) + off;
+  const bool bf16 = out.dtype == DType::BF16;
+  for (int64_t e = 0; e < HD; ++e)
+    o[e] = bf16 ? bf16_from_f32(acc[e] * inv) : f16_from_f32(acc[e] * inv);
+}
+
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD, const int32_t* seg_start) {
+void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start) {
   timers::Scope timer(timers::kAttention);
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
@@ -103,10 +124,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
-      const float* src = qkv + b * 3 * H + h * 3 * HD;
-      pack(w.q.data(), src, ld_qkv, S, HD);
-      pack(w.k.data(), src + HD, ld_qkv, S, HD);
-      pack(w.v.data(), src + 2 * HD, ld_qkv, S, HD);
+      const int64_t off = b * 3 * H + h * 3 * HD;
+      pack(w.q.data(), qkv, off, ld_qkv, S, HD);
+      pack(w.k.data(), qkv, off + HD, ld_qkv, S, HD);
+      pack(w.v.data(), qkv, off + 2 * HD, ld_qkv, S, HD);
       const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data();
       const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
       for (int64_t t0 = 0; t0 < S; t0 += kRows) {
@@ -138,8 +159,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
         }
         for (int64_t r = 0; r < nr; ++r) {
           const float inv = 1.0f / w.l[r];
-          float* o = out + (t0 + r) * ld_out + b * H + h * HD;
-          for (int64_t e = 0; e < HD; ++e) o[e] = w.acc[r * HD + e] * inv;
+          store_row(out, (t0 + r) * ld_out + b * H + h * HD, w.acc.data() + r * HD, inv, HD);
           lse[bh * S + t0 + r] = w.m[r] + std::log(w.l[r]);
         }
       }
@@ -147,9 +167,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start) {
+void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start) {
   timers::Scope timer(timers::kAttention);
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
@@ -160,22 +179,23 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const int64_t off = b * 3 * H + h * 3 * HD;
-      pack(w.q.data(), qkv + off, ld_qkv, S, HD);
-      pack(w.k.data(), qkv + off + HD, ld_qkv, S, HD);
-      pack(w.v.data(), qkv + off + 2 * HD, ld_qkv, S, HD);
-      pack(w.dout.data(), dout + b * H + h * HD, ld_out, S, HD);
+      pack(w.q.data(), qkv, off, ld_qkv, S, HD);
+      pack(w.k.data(), qkv, off + HD, ld_qkv, S, HD);
+      pack(w.v.data(), qkv, off + 2 * HD, ld_qkv, S, HD);
+      pack(w.dout.data(), dout, b * H + h * HD, ld_out, S, HD);
       const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *dO = w.dout.data();
       float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data();
       std::fill(dq, dq + S * HD, 0.f);
       std::fill(dk, dk + S * HD, 0.f);
       std::fill(dv, dv + S * HD, 0.f);
-      const float* O = out + b * H + h * HD;
+      const int64_t o_off = b * H + h * HD;
       const float* L = lse + bh * S;
       const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
       float* D = w.d.data();  // rowsum(dO * O)
       for (int64_t t = 0; t < S; ++t) {
         float d = 0.f;
-        for (int64_t e = 0; e < HD; ++e) d += dO[t * HD + e] * O[t * ld_out + e];
+        for (int64_t e = 0; e < HD; ++e)
+          d += dO[t * HD + e] * load_f32(out.data, out.dtype, o_off + t * ld_out + e);
         D[t] = d;
       }
       for (int64_t t0 = 0; t0 < S; t0 += kRows) {

@@ -6,6 +6,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 
+#include "backend/cpu/staging.h"
 #include "backend/ops.h"
 #include "core/timers.h"
 #include "core/error.h"
@@ -104,11 +105,12 @@ void gemm_lowp(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t
   gemm(ta, tb, M, N, K, 1.f, a32, lda, b32, ldb, accumulate ? 1.f : 0.f, C, ldc);
 }
 
-void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+void linear_forward(MatOut out16, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
   timers::Scope timer(timers::kGemm);
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
+  float* out = f32_result(out16, N * OUT);
   if (bias) {
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n)
@@ -119,6 +121,14 @@ void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t 
          static_cast<const float*>(weight.data), IN, bias ? 1.0f : 0.0f, out, OUT);
   else
     gemm_lowp(false, true, N, OUT, IN, inp, IN, weight, IN, bias != nullptr, out, OUT);
+  store_result(out16, out, N * OUT);
+}
+
+void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
+                             const float* residual, int64_t N, int64_t IN, int64_t OUT) {
+  linear_forward(out, inp, weight, nullptr, N, IN, OUT);
+  if (bias) bias_add_forward(out, bias, N, OUT);
+  residual_forward(out, residual, out, N * OUT);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,

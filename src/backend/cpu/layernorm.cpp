@@ -6,14 +6,16 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/staging.h"
 #include "backend/ops.h"
 #include "core/timers.h"
 
 namespace mg::cpu {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(MatOut out16, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
   timers::Scope timer(timers::kLayerNorm);
+  float* out = f32_result(out16, N * C);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -29,6 +31,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
     mean[n] = m;
     rstd[n] = r;
   }
+  store_result(out16, out, N * C);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -11,6 +11,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/storage.cuh"
 
 namespace mg::cuda {
 
@@ -76,14 +77,14 @@ __global__ void forward_kernel(float* out, float* lse, const float* qkv, Geometr
 }
 
 // D[bh, t] = rowsum(dO * O) for every query row.
-template <int HD>
-__global__ void dot_kernel(float* D, const float* dout, const float* out, Geometry g) {
+template <int HD, typename T>
+__global__ void dot_kernel(float* D, const float* dout, const T* out, Geometry g) {
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= g.S) return;
   const int64_t off = t * g.ld_out + b * g.NH * HD + h * HD;
   float d = 0.f;
-  for (int e = 0; e < HD; ++e) d += dout[off + e] * out[off + e];
+  for (int e = 0; e < HD; ++e) d += dout[off + e] * to_f32(out[off + e]);
   D[bh * g.S + t] = d;
 }
 
@@ -200,49 +201,63 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int
 }
 
 template <int HD>
-void backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-              const float* lse, int64_t B, int64_t S, int64_t NH, const int32_t* seg,
-              DType operands) {
+void backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse, int64_t B,
+              int64_t S, int64_t NH, const int32_t* seg) {
   const Geometry g = geometry(B, S, NH, HD);
   const float scale = 1.0f / sqrtf(float(HD));
   Buffer D(size_t(B * NH * S) * sizeof(float));
   const dim3 grid(unsigned((S + kTile - 1) / kTile), unsigned(B * NH));
-  dot_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(D.as<float>(), dout, out, g);
+  with_storage(out.dtype, [&]<typename T>() {
+    dot_kernel<HD, T><<<grid, kTile, 0, compute_stream()>>>(D.as<float>(), dout,
+                                                            static_cast<const T*>(out.data), g);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
-  if (attn::tc_supported(HD, operands))
-    return attn::tc_backward(dqkv, dout, qkv, lse, D.as<float>(), g, HD, operands, seg);
-  dq_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, qkv, lse, D.as<float>(), g,
+  if (qkv.dtype != DType::F32)
+    return attn::tc_backward(dqkv, dout, qkv.data, lse, D.as<float>(), g, HD, qkv.dtype, seg);
+  const float* q = static_cast<const float*>(qkv.data);
+  dq_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, q, lse, D.as<float>(), g,
                                                       scale, seg);
   MG_CUDA_CHECK(cudaGetLastError());
-  dkv_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, qkv, lse, D.as<float>(), g,
+  dkv_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, q, lse, D.as<float>(), g,
                                                        scale, seg);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace
-
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD, const int32_t* seg_start, DType operands) {
-  if (B * S * NH == 0) return;
+// f32 qkv and out run the kernels here; 16-bit ones (both of one dtype) the tensor-core kernels.
+void check_operands(DType out, DType qkv, int64_t B, int64_t NH, int64_t HD) {
+  MG_CHECK(out == qkv, "CUDA attention: out in ", dtype_name(out), " but qkv in ",
+           dtype_name(qkv));
+  MG_CHECK(qkv == DType::F32 || attn::tc_supported(HD, qkv), "CUDA attention on ",
+           dtype_name(qkv), " operands with head dim ", HD, ": the tensor-core kernels take ",
+           "bf16/f16 with head dims 32, 64 and 128");
   MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
            B * NH, " exceeds 65535");
-  if (attn::tc_supported(HD, operands))
-    return attn::tc_forward(out, lse, qkv, geometry(B, S, NH, HD), HD, operands, seg_start);
-  if (HD == 64) return forward<64>(out, lse, qkv, B, S, NH, seg_start);
-  if (HD == 128) return forward<128>(out, lse, qkv, B, S, NH, seg_start);
-  if (HD == 32) return forward<32>(out, lse, qkv, B, S, NH, seg_start);
+}
+
+}  // namespace
+
+void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start) {
+  if (B * S * NH == 0) return;
+  check_operands(out.dtype, qkv.dtype, B, NH, HD);
+  if (qkv.dtype != DType::F32)
+    return attn::tc_forward(out.data, lse, qkv.data, geometry(B, S, NH, HD), HD, qkv.dtype,
+                            seg_start);
+  float* o = static_cast<float*>(out.data);
+  const float* q = static_cast<const float*>(qkv.data);
+  if (HD == 64) return forward<64>(o, lse, q, B, S, NH, seg_start);
+  if (HD == 128) return forward<128>(o, lse, q, B, S, NH, seg_start);
+  if (HD == 32) return forward<32>(o, lse, q, B, S, NH, seg_start);
   MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start, DType operands) {
+void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start) {
   if (B * S * NH == 0) return;
-  MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
-           B * NH, " exceeds 65535");
-  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, operands);
-  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, operands);
-  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, operands);
+  check_operands(out.dtype, qkv.dtype, B, NH, HD);
+  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
   MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
 }
 

@@ -16,9 +16,10 @@ inline Geometry geometry(int64_t B, int64_t S, int64_t NH, int64_t HD) {
   return {B, S, NH, B * 3 * NH * HD, B * NH * HD};
 }
 
-// Row t of part (0 q, 1 k, 2 v) of head h of batch b.
-__device__ inline const float* qkv_row(const float* qkv, const Geometry& g, int64_t b,
-                                       int64_t h, int64_t t, int part, int HD) {
+// Row t of part (0 q, 1 k, 2 v) of head h of batch b (T: the storage type of qkv).
+template <typename T>
+__device__ inline const T* qkv_row(const T* qkv, const Geometry& g, int64_t b, int64_t h,
+                                   int64_t t, int part, int HD) {
   return qkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD;
 }
 
@@ -27,13 +28,14 @@ __device__ inline bool visible(int64_t q, int64_t k, const int32_t* seg) {
   return k <= q && (!seg || k >= seg[q]);
 }
 
-// The tensor-core kernels (attention_tc.cu): q, k, v, dO and the probabilities in `operands`
-// (BF16 or F16) on the tensor cores, scores, softmax and every sum in fp32. HD 32, 64 or 128.
+// The tensor-core kernels (attention_tc.cu): qkv and out stored in `operands` (BF16 or F16),
+// q, k, v, dO and the probabilities on the tensor cores in that dtype, scores, softmax and
+// every sum in fp32. HD 32, 64 or 128.
 bool tc_supported(int64_t HD, DType operands);
-void tc_forward(float* out, float* lse, const float* qkv, const Geometry& g, int64_t HD,
+void tc_forward(void* out, float* lse, const void* qkv, const Geometry& g, int64_t HD,
                 DType operands, const int32_t* seg_start);
 // dqkv += the gradient; D[bh, t] = rowsum(dO * O), computed by the caller.
-void tc_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+void tc_backward(float* dqkv, const float* dout, const void* qkv, const float* lse,
                  const float* D, const Geometry& g, int64_t HD, DType operands,
                  const int32_t* seg_start);
 

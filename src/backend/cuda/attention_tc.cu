@@ -1,8 +1,8 @@
 // Causal flash attention on the tensor cores, for 16-bit models (FlashAttention-2's loop order,
 // Dao 2023, written with WMMA 16x16x16 fragments). A block of 4 warps owns 64 rows: 64 queries
 // (forward, dQ) or 64 keys (dK, dV), each warp 16 of them. Tiles of 64 keys (or queries) pass
-// through shared memory in the operand dtype T (bf16 or f16): the model's qkv is already stored
-// in that dtype, so only the probabilities, dO and dS are rounded. Scores, the online softmax,
+// through shared memory in the operand dtype T (bf16 or f16): the model stores qkv and the
+// output in that dtype, so only the probabilities, dO and dS are rounded here. Scores, the online softmax,
 // lse and every accumulator are fp32. Per tile and warp, the scores go from the accumulator
 // fragments to shared memory, where two lanes per row apply the mask and the softmax and write
 // P (and dS) back in T for the next product.
@@ -18,6 +18,7 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/check.cuh"
+#include "backend/cuda/storage.cuh"
 
 namespace mg::cuda::attn {
 
@@ -28,13 +29,6 @@ using namespace nvcuda;
 constexpr int kRows = 64;   // rows a block owns, and rows per streamed tile
 constexpr int kWarps = 4;   // 16 rows each
 constexpr int kBlock = 32 * kWarps;
-
-template <typename T>
-__device__ T to_operand(float x);
-template <>
-__device__ __nv_bfloat16 to_operand<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __half to_operand<__half>(float x) { return __float2half(x); }
 
 constexpr size_t round128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
@@ -96,20 +90,27 @@ constexpr SmemPlan<HD> kDqSmem{4, 0, 2, 1};  // q, dO, k, v; scores, dP; dS
 template <int HD>
 constexpr SmemPlan<HD> kDkvSmem{4, 2, 2, 2};  // k, v, q, dO; lse, D; scores, dP; P, dS
 
-// 64 rows from r0 of a [S, *] f32 array into a 64 x HD tile in T (zeros past S). row(t) is
-// the address of row t's HD values.
+// x as an operand in T: copied when it already is one, else rounded.
+template <typename T, typename Src>
+__device__ T as_operand(Src x) {
+  if constexpr (std::is_same_v<T, Src>) return x;
+  else return from_f32<T>(to_f32(x));
+}
+
+// 64 rows from r0 of a [S, *] array (f32, or already in T) into a 64 x HD tile in T (zeros past
+// S). row(t) is the address of row t's HD values.
 template <int HD, typename T, typename RowFn>
 __device__ void load_tile(T* dst, int64_t r0, int64_t S, RowFn row) {
   for (int i = threadIdx.x; i < kRows * HD; i += kBlock) {
     const int r = i / HD, e = i % HD;
     const int64_t t = r0 + r;
-    dst[r * Pitch<HD>::kTile + e] = to_operand<T>(t < S ? row(t)[e] : 0.f);
+    dst[r * Pitch<HD>::kTile + e] = t < S ? as_operand<T>(row(t)[e]) : from_f32<T>(0.f);
   }
 }
 
 // Rows [r0, r0 + 64) of part (0 q, 1 k, 2 v) of head (b, h) into a tile.
 template <int HD, typename T>
-__device__ void load_qkv_tile(T* dst, const float* qkv, const Geometry& g, int64_t b, int64_t h,
+__device__ void load_qkv_tile(T* dst, const T* qkv, const Geometry& g, int64_t b, int64_t h,
                               int64_t r0, int part) {
   load_tile<HD>(dst, r0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, part, HD); });
 }
@@ -174,7 +175,7 @@ __device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst) {
 
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    forward_kernel(float* out, float* lse, const float* qkv, Geometry g, float scale,
+    forward_kernel(T* out, float* lse, const T* qkv, Geometry g, float scale,
                    const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kBlock)
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      const T p = to_operand<T>(s[j] == -INFINITY ? 0.f : expf(s[j] - m_new));
+      const T p = from_f32<T>(s[j] == -INFINITY ? 0.f : expf(s[j] - m_new));
       pb[r * P::kProbs + half * 32 + j] = p;
       sum += float(p);  // the rounded p, as the product P V sees it
     }
@@ -241,16 +242,16 @@ __global__ void __launch_bounds__(kBlock)
     __syncwarp();
   }
   if (t >= g.S) return;
-  float* dst = out + t * g.ld_out + b * g.NH * HD + h * HD + half * (HD / 2);
+  T* dst = out + t * g.ld_out + b * g.NH * HD + h * HD + half * (HD / 2);
 #pragma unroll
-  for (int i = 0; i < HD / 2; ++i) dst[i] = o[i] / l;
+  for (int i = 0; i < HD / 2; ++i) dst[i] = from_f32<T>(o[i] / l);
   if (half == 0) lse[bh * g.S + t] = m + logf(l);
 }
 
 // dQ for a tile of 64 queries, streaming key tiles.
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* D,
+    dq_kernel(float* dqkv, const float* dout, const T* qkv, const float* lse, const float* D,
               Geometry g, float scale, const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -291,7 +292,7 @@ __global__ void __launch_bounds__(kBlock)
       const int64_t k = k0 + col;
       const bool vis = t < g.S && k < g.S && visible(t, k, seg);
       const float p = vis ? expf(sf[r * P::kF32 + col] * scale - L) : 0.f;
-      dsb[r * P::kProbs + col] = to_operand<T>(p * (dpf[r * P::kF32 + col] - Dt) * scale);
+      dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - Dt) * scale);
     }
     __syncwarp();
     probs_times_tile<HD>(dq, dsb, ks);
@@ -306,7 +307,7 @@ __global__ void __launch_bounds__(kBlock)
 // dK and dV for a tile of 64 keys, streaming the query tiles that can see them.
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+    dkv_kernel(float* dqkv, const float* dout, const T* qkv, const float* lse,
                const float* D, Geometry g, float scale, const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -355,8 +356,8 @@ __global__ void __launch_bounds__(kBlock)
       const int64_t t = t0 + col;
       const bool vis = t < g.S && j < g.S && visible(t, j, seg);
       const float p = vis ? expf(sf[r * P::kF32 + col] * scale - ls[col]) : 0.f;
-      pb[r * P::kProbs + col] = to_operand<T>(p);
-      dsb[r * P::kProbs + col] = to_operand<T>(p * (dpf[r * P::kF32 + col] - ds[col]) * scale);
+      pb[r * P::kProbs + col] = from_f32<T>(p);
+      dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - ds[col]) * scale);
     }
     __syncwarp();
     probs_times_tile<HD>(dv, pb, dos);  // dV += P^T dO
@@ -384,13 +385,13 @@ void launch(void (*kernel)(Params...), size_t smem, const Geometry& g, Args... a
 }
 
 template <int HD, typename T>
-void forward(float* out, float* lse, const float* qkv, const Geometry& g, const int32_t* seg) {
+void forward(T* out, float* lse, const T* qkv, const Geometry& g, const int32_t* seg) {
   launch(forward_kernel<HD, T>, kForwardSmem<HD>.bytes(), g, out, lse, qkv, g,
          1.0f / sqrtf(float(HD)), seg);
 }
 
 template <int HD, typename T>
-void backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+void backward(float* dqkv, const float* dout, const T* qkv, const float* lse,
               const float* D, const Geometry& g, const int32_t* seg) {
   const float scale = 1.0f / sqrtf(float(HD));
   launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg);
@@ -413,16 +414,18 @@ bool tc_supported(int64_t HD, DType operands) {
   return (operands == DType::BF16 || operands == DType::F16) && (HD == 32 || HD == 64 || HD == 128);
 }
 
-void tc_forward(float* out, float* lse, const float* qkv, const Geometry& g, int64_t HD,
+void tc_forward(void* out, float* lse, const void* qkv, const Geometry& g, int64_t HD,
                 DType operands, const int32_t* seg_start) {
-  dispatch(HD, operands, [&]<int D, typename T>() { forward<D, T>(out, lse, qkv, g, seg_start); });
+  dispatch(HD, operands, [&]<int D, typename T>() {
+    forward<D, T>(static_cast<T*>(out), lse, static_cast<const T*>(qkv), g, seg_start);
+  });
 }
 
-void tc_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+void tc_backward(float* dqkv, const float* dout, const void* qkv, const float* lse,
                  const float* D, const Geometry& g, int64_t HD, DType operands,
                  const int32_t* seg_start) {
   dispatch(HD, operands, [&]<int H, typename T>() {
-    backward<H, T>(dqkv, dout, qkv, lse, D, g, seg_start);
+    backward<H, T>(dqkv, dout, static_cast<const T*>(qkv), lse, D, g, seg_start);
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/storage.cuh"
 
 namespace mg::cuda {
 
@@ -39,10 +40,10 @@ __device__ float widen_bf16(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __half round_f16(float x) { return __float2half_rn(x); }
 __device__ float widen_f16(__half x) { return __half2float(x); }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                     int64_t n) {
+template <typename T>
+__global__ void gelu_backward_kernel(float* dinp, const T* inp, const float* dout, int64_t n) {
   MG_GRID_STRIDE(i, n) {
-    const float x = inp[i];
+    const float x = to_f32(inp[i]);
     const float t = tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
@@ -142,9 +143,12 @@ void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, i
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n) {
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(dinp, inp, dout, n);
+  with_storage(inp.dtype, [&]<typename T>() {
+    gelu_backward_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dinp, static_cast<const T*>(inp.data), dout, n);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,10 +1,11 @@
 // GEMMs on cuBLASLt. Our matrices are row-major; cuBLASLt's are column-major, so
 // C[M,N] = op(A) op(B) is computed as C^T[N,M] = op(B)^T op(A)^T: the operands swap places and
 // each keeps its own transpose flag. f32 runs with CUBLAS_COMPUTE_32F (no TF32: results track the
-// CPU to f32 rounding); bf16/f16 operands accumulate in fp32 into an f32 C. The linear layer's
-// bias rides in the epilogue (CUBLASLT_EPILOGUE_BIAS: one value per row of the column-major
-// output, i.e. per output feature). Descriptors and the heuristic's algorithm are built once per
-// shape and cached.
+// CPU to f32 rounding); bf16/f16 operands accumulate in fp32 into an f32 D, or into a D of
+// their own dtype (rounded once, from the fp32 accumulator). The linear layer's bias rides in the
+// epilogue (CUBLASLT_EPILOGUE_BIAS: one value per row of the column-major output, i.e. per
+// output feature), and so does a residual add (D = A B + C with C the residual stream).
+// Descriptors and the heuristic's algorithm are built once per shape and cached.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,10 +42,12 @@ uint32_t alignment(const void* p) {
 struct Key {
   bool ta, tb, bias;
   int64_t M, N, K, lda, ldb, ldc;
-  DType t;
-  uint32_t align_a, align_b, align_c;
+  DType t;            // A and B
+  DType out = DType::F32;  // C and D
+  uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;
   auto tie() const {
-    return std::tie(ta, tb, bias, M, N, K, lda, ldb, ldc, t, align_a, align_b, align_c);
+    return std::tie(ta, tb, bias, M, N, K, lda, ldb, ldc, t, out, align_a, align_b, align_c,
+                    align_d);
   }
   bool operator<(const Key& o) const { return tie() < o.tie(); }
 };
@@ -102,7 +105,7 @@ Plan* plan(const Key& k) {
   // A stored (column-major) as m x k when not transposed, k x m when transposed.
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, t, k.tb ? k.K : k.N, k.tb ? k.N : k.K, k.ldb));
   MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, t, k.ta ? k.M : k.K, k.ta ? k.K : k.M, k.lda));
-  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, k.N, k.M, k.ldc));
+  MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, lt_type(k.out), k.N, k.M, k.ldc));
   cublasLtMatmulPreference_t pref = nullptr;
   MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws = kWorkspaceBytes;
@@ -113,7 +116,7 @@ Plan* plan(const Key& k) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_b},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_c},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_c}};
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d}};
   for (const auto& [attr, al] : aligns)
     MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
   cublasLtMatmulHeuristicResult_t result{};
@@ -122,16 +125,18 @@ Plan* plan(const Key& k) {
                                                  1, &result, &found));
   cublasLtMatmulPreferenceDestroy(pref);
   MG_CHECK(found > 0, "cuBLASLt has no algorithm for M=", k.M, " N=", k.N, " K=", k.K, " in ",
-           dtype_name(k.t));
+           dtype_name(k.t), " into ", dtype_name(k.out));
   p->algo = result.algo;
   return (cache[k] = std::move(p)).get();
 }
 
-void run(Key k, float alpha, const void* A, const void* B, float beta, float* C,
+// D = alpha op(A) op(B) + beta C (+ bias); C and D share the layout and type k.out.
+void run(Key k, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
          const float* bias) {
   k.align_a = alignment(A);
   k.align_b = alignment(B);
   k.align_c = alignment(C);
+  k.align_d = alignment(D);
   Plan* p = plan(k);
   // The bias pointer is set on the shared cached descriptor: one GEMM at a time.
   static std::mutex mu;
@@ -139,7 +144,7 @@ void run(Key k, float alpha, const void* A, const void* B, float beta, float* C,
   if (bias)
     MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &bias, sizeof(bias)));
-  MG_CUBLAS_CHECK(cublasLtMatmul(handle(), p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, C,
+  MG_CUBLAS_CHECK(cublasLtMatmul(handle(), p->desc, &alpha, B, p->a, A, p->b, &beta, C, p->c, D,
                                  p->c, &p->algo, workspace(), kWorkspaceBytes, compute_stream()));
 }
 
@@ -158,22 +163,43 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Mat A,
       scale_inplace(C, beta, M * N);
     return;
   }
-  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype, 0, 0, 0}, alpha, A.data, B.data, beta, C,
+  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype}, alpha, A.data, B.data, beta, C, C,
       nullptr);
 }
 
-void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
   if (N == 0 || OUT == 0) return;
+  if (out.dtype != DType::F32 && (bias || IN == 0)) {  // the f32 result, then rounded
+    Buffer y(size_t(N * OUT) * sizeof(float));
+    cuda::linear_forward(y.as<float>(), inp, weight, bias, N, IN, OUT);
+    return cast_from_f32(out.data, out.dtype, y.as<float>(), N * OUT);
+  }
   if (IN == 0) {  // no inputs: out = bias (or 0)
-    memset_zero(out, size_t(N * OUT) * sizeof(float));
+    float* y = static_cast<float*>(out.data);
+    memset_zero(y, size_t(N * OUT) * sizeof(float));
+    if (bias) bias_add_forward(y, bias, N, OUT);
+    return;
+  }
+  Key k{false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype};
+  k.out = out.dtype;
+  run(k, 1.0f, inp.data, weight.data, 0.0f, out.data, out.data, bias);
+}
+
+void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
+                             const float* residual, int64_t N, int64_t IN, int64_t OUT) {
+  MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
+           dtype_name(weight.dtype));
+  if (N == 0 || OUT == 0) return;
+  if (IN == 0) {  // out = residual + bias
+    copy_on_device(out, residual, size_t(N * OUT) * sizeof(float));
     if (bias) bias_add_forward(out, bias, N, OUT);
     return;
   }
-  run({false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype, 0, 0, 0}, 1.0f,
-      inp.data, weight.data, 0.0f, out, bias);
+  run({false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype}, 1.0f, inp.data,
+      weight.data, 1.0f, residual, out, bias);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,

@@ -4,6 +4,7 @@
 // sums over the rows in a second kernel (fixed order, no atomics).
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/storage.cuh"
 
 namespace mg::cuda {
 
@@ -16,7 +17,8 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* inp,
                                          const float* w, const float* b, int64_t N, int64_t C,
                                          float eps) {
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.y;
@@ -29,8 +31,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   float v = 0.f;
   for (int64_t c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
   const float r = rsqrtf(warp_sum(v) / float(C) + eps);
-  float* y = out + n * C;
-  for (int64_t c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * w[c] + b[c];
+  T* y = out + n * C;
+  for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>((x[c] - m) * r * w[c] + b[c]);
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = r;
@@ -87,12 +89,14 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const flo
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
   if (N == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  layernorm_forward_kernel<<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
-      out, mean, rstd, inp, weight, bias, N, C, eps);
+  with_storage(out.dtype, [&]<typename T>() {
+    layernorm_forward_kernel<T><<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
+        static_cast<T*>(out.data), mean, rstd, inp, weight, bias, N, C, eps);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

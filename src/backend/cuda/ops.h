@@ -10,6 +10,7 @@
 namespace mg::cuda {
 
 using cpu::Mat;
+using cpu::MatOut;
 
 void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
 void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
@@ -22,9 +23,14 @@ bool has_inf_or_nan(const float* x, int64_t n);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, Mat A,
           int64_t lda, Mat B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias (the bias add fused into the GEMM epilogue).
-void linear_forward(float* out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
+// out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias (the bias add fused into the GEMM epilogue). A
+// 16-bit out is the GEMM's own output type; with a bias it is an f32 result rounded in a second
+// pass, since cuBLASLt's bias must have the output's type and ours is f32.
+void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT);
+// out = residual + (inp W^T + bias) in one GEMM: C = residual, D = out, bias in the epilogue.
+void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
+                             const float* residual, int64_t N, int64_t IN, int64_t OUT);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
                      Mat weight, int64_t N, int64_t IN, int64_t OUT);
 
@@ -37,14 +43,14 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t N, int64_t C);
 
 void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n);
 // inp16 = inp in dtype t (BF16/F16), out16 = GELU(inp16) in t, in one pass: the same values
 // as store_rounded, gelu_forward and cast_from_f32 in turn.
 void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n);
@@ -52,15 +58,14 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 
 // Flash attention (causal, online softmax, lse saved, no S x S tensor); qkv[S,B,NH,3,HD] as on
-// the CPU. HD must be 32, 64 or 128. operands F32: exact fp32 kernels on the CUDA cores;
-// BF16/F16 (a 16-bit model, whose qkv already holds values of that dtype): the tensor-core
-// kernels, with q, k, v, dO, P and dS rounded to that dtype and fp32 accumulation.
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S,
-                       int64_t NH, int64_t HD, const int32_t* seg_start = nullptr,
-                       DType operands = DType::F32);
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* qkv,
-                        const float* lse, int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr, DType operands = DType::F32);
+// the CPU. HD must be 32, 64 or 128. qkv and out f32: exact fp32 kernels on the CUDA cores;
+// both BF16 or both F16 (a 16-bit model's stored activations): the tensor-core kernels, reading
+// q, k, v and writing out in that dtype, with dO, P and dS rounded to it and fp32 accumulation.
+void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                       int64_t HD, const int32_t* seg_start = nullptr);
+void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                        int64_t B, int64_t S, int64_t NH, int64_t HD,
+                        const int32_t* seg_start = nullptr);
 
 void cross_entropy_forward(float* losses, float* lse, const float* logits,
                            const int32_t* targets, int64_t N, int64_t V);

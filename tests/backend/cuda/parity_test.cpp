@@ -74,6 +74,20 @@ std::vector<uint16_t> to16(const Vec& x, DType t) {
   return r;
 }
 
+// n 16-bit values of dtype t from the device (or a host vector), widened.
+Vec down16(const cuda::Buffer& b, size_t n, DType t) {
+  std::vector<uint16_t> h(n);
+  if (n) cuda::copy_to_host(h.data(), b.get(), n * 2);
+  Vec r(n);
+  cpu::cast_to_f32(r.data(), h.data(), t, int64_t(n));
+  return r;
+}
+Vec widen(const std::vector<uint16_t>& h, DType t) {
+  Vec r(h.size());
+  cpu::cast_to_f32(r.data(), h.data(), t, int64_t(h.size()));
+  return r;
+}
+
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s;
   for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
@@ -144,6 +158,25 @@ TEST(CudaParity, LinearForwardBackward) {
       cpu::linear_forward(y0.data(), xm, wm, nullptr, N, IN, OUT);
       cuda::linear_forward(gy.as<float>(), gxm, gwm, nullptr, N, IN, OUT);
       expect_close("linear forward (no bias)", s, down(gy, y0.size()), y0, tol);
+      // The residual add in the epilogue: out = residual + (x W^T + bias).
+      Vec res = random_vec(y.size(), 17), yr(y.size());
+      cpu::linear_residual_forward(yr.data(), xm, wm, bias.data(), res.data(), N, IN, OUT);
+      auto gres = up(res);
+      cuda::linear_residual_forward(gy.as<float>(), gxm, gwm, gb.as<float>(), gres.as<float>(), N,
+                                    IN, OUT);
+      expect_close("linear + residual epilogue", s, down(gy, yr.size()), yr, tol);
+      if (t == DType::F32) continue;
+      // A 16-bit output: the GEMM's own output type without a bias, rounded f32 with one.
+      for (const float* bp : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+        const bool gb_on = bp != nullptr;
+        std::vector<uint16_t> y16(y.size());
+        cpu::linear_forward({y16.data(), t}, xm, wm, bp, N, IN, OUT);
+        cuda::Buffer gy16(y.size() * 2);
+        cuda::linear_forward({gy16.get(), t}, gxm, gwm, gb_on ? gb.as<float>() : nullptr, N, IN,
+                             OUT);
+        expect_close(gb_on ? "linear forward -> bf16 (bias)" : "linear forward -> bf16", s,
+                     down16(gy16, y.size(), t), widen(y16, t), kTol16);
+      }
     }
   }
 }
@@ -202,6 +235,16 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     expect_close("layernorm backward dinp", s, down(gdx, n), dx, kTolF32);
     expect_close("layernorm backward dweight", s, down(gdw, static_cast<size_t>(C)), dw, kTolF32);
     expect_close("layernorm backward dbias", s, down(gdb, static_cast<size_t>(C)), db, kTolF32);
+    for (DType t : {DType::BF16, DType::F16}) {  // stored straight into a 16-bit output
+      std::vector<uint16_t> y16(n);
+      cpu::layernorm_forward({y16.data(), t}, mean.data(), rstd.data(), x.data(), w.data(),
+                             b.data(), N, C, 1e-5f);
+      cuda::Buffer gy16(n * 2);
+      cuda::layernorm_forward({gy16.get(), t}, gm.as<float>(), gr.as<float>(), gx.as<float>(),
+                              gw.as<float>(), gb.as<float>(), N, C, 1e-5f);
+      expect_close(t == DType::BF16 ? "layernorm forward -> bf16" : "layernorm forward -> f16", s,
+                   down16(gy16, n, t), widen(y16, t), kTol16);
+    }
 
     Vec g(n), dg(n, 0.2f);
     cpu::gelu_forward(g.data(), x.data(), int64_t(n));
@@ -211,6 +254,15 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     cuda::gelu_backward(gdg.as<float>(), gx.as<float>(), gdy.as<float>(), int64_t(n));
     expect_close("gelu forward", s, down(gg, n), g, kTolF32);
     expect_close("gelu backward", s, down(gdg, n), dg, kTolF32);
+    {  // the input as a 16-bit model stores it
+      const auto x16 = to16(x, DType::BF16);
+      Vec dg16(n, 0.2f);
+      cpu::gelu_backward(dg16.data(), {x16.data(), DType::BF16}, dy.data(), int64_t(n));
+      auto gx16 = up(x16), gdg16 = up(Vec(n, 0.2f));
+      cuda::gelu_backward(gdg16.as<float>(), {gx16.get(), DType::BF16}, gdy.as<float>(),
+                          int64_t(n));
+      expect_close("gelu backward (bf16 input)", s, down(gdg16, n), dg16, kTolF32);
+    }
     // The fused 16-bit GELU: the same bits as the three CUDA ops it replaces, and the CPU's
     // three ops within 16-bit rounding.
     for (DType t : {DType::BF16, DType::F16}) {
@@ -265,15 +317,14 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
 }
 
 // One attention case, forward and backward, against the CPU. operands F32: the exact kernels
-// (tolerance f32). BF16/F16: q, k, v and dO are first rounded to that dtype (as a 16-bit
-// model's are), and the tensor-core kernels, which also round P and dS, must stay within the
-// 16-bit tolerance of the fp32 CPU result on the same rounded inputs.
+// (tolerance f32). BF16/F16: qkv and out are stored in that dtype (as a 16-bit model's are) and
+// dO is rounded to it; the tensor-core kernels, which also round P and dS, must stay within the
+// 16-bit tolerance of the CPU's fp32 computation on the same 16-bit inputs.
 void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments, DType operands) {
   const int64_t H = NH * HD, N = B * S;
+  const bool lp = operands != DType::F32;
   Vec qkv = random_vec(size_t(N * 3 * H), 15), dout = random_vec(size_t(N * H), 16);
-  if (operands != DType::F32)
-    for (Vec* v : {&qkv, &dout}) cpu::cast_to_f32(v->data(), to16(*v, operands).data(), operands,
-                                                  int64_t(v->size()));
+  if (lp) cpu::cast_to_f32(dout.data(), to16(dout, operands).data(), operands, int64_t(dout.size()));
   std::vector<int32_t> seg;
   if (segments) {  // documents starting at 0, 40 + 13 b and 95 - 20 b in row b
     seg.resize(static_cast<size_t>(B * S));
@@ -283,27 +334,31 @@ void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments
     }
   }
   const int32_t* cs = segments ? seg.data() : nullptr;
+  const auto q16 = lp ? to16(qkv, operands) : std::vector<uint16_t>();
+  std::vector<uint16_t> o16(lp ? size_t(N * H) : 0);
   Vec out(static_cast<size_t>(N * H)), lse(static_cast<size_t>(B * NH * S)),
       dqkv = random_vec(qkv.size(), 31);  // += checked
   const Vec dqkv0 = dqkv;
-  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD, cs);
-  cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
+  const cpu::Mat cq = lp ? cpu::Mat(q16.data(), operands) : cpu::Mat(qkv.data());
+  const cpu::MatOut co = lp ? cpu::MatOut(o16.data(), operands) : cpu::MatOut(out.data());
+  cpu::attention_forward(co, lse.data(), cq, B, S, NH, HD, cs);
+  cpu::attention_backward(dqkv.data(), dout.data(), {co.data, operands}, cq, lse.data(), B, S, NH,
                           HD, cs);
-  auto gq = up(qkv), gd = up(dout), go = cuda::Buffer(out.size() * 4),
+  auto gq = lp ? up(q16) : up(qkv), gd = up(dout), go = cuda::Buffer(out.size() * (lp ? 2 : 4)),
        gl = cuda::Buffer(lse.size() * 4), gdq = up(dqkv0);
   cuda::Buffer gseg = segments ? up(seg) : cuda::Buffer();
   const int32_t* gs = segments ? gseg.as<int32_t>() : nullptr;
-  cuda::attention_forward(go.as<float>(), gl.as<float>(), gq.as<float>(), B, S, NH, HD, gs,
-                          operands);
-  cuda::attention_backward(gdq.as<float>(), gd.as<float>(), go.as<float>(), gq.as<float>(),
-                           gl.as<float>(), B, S, NH, HD, gs, operands);
+  cuda::attention_forward({go.get(), operands}, gl.as<float>(), {gq.get(), operands}, B, S, NH,
+                          HD, gs);
+  cuda::attention_backward(gdq.as<float>(), gd.as<float>(), {go.get(), operands},
+                           {gq.get(), operands}, gl.as<float>(), B, S, NH, HD, gs);
   const std::string s = dims({B, S, NH, HD}) + (segments ? " segments" : "") +
                         (operands == DType::F32 ? "" : std::string(" ") + dtype_name(operands));
-  const bool exact = operands == DType::F32;
-  expect_close("attention forward", s, down(go, out.size()), out, exact ? kTolF32 : kTol16);
-  expect_close("attention lse", s, down(gl, lse.size()), lse, exact ? kTolF32 : kTol16);
+  expect_close("attention forward", s, lp ? down16(go, out.size(), operands) : down(go, out.size()),
+               lp ? widen(o16, operands) : out, lp ? kTol16 : kTolF32);
+  expect_close("attention lse", s, down(gl, lse.size()), lse, lp ? kTol16 : kTolF32);
   expect_close("attention backward dqkv", s, down(gdq, dqkv.size()), dqkv,
-               exact ? kTolF32 * 10 : kTol16);
+               lp ? kTol16 : kTolF32 * 10);
 }
 
 struct AttentionCase {
