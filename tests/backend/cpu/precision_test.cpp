@@ -1,6 +1,7 @@
 // Mixed-precision kernels: bf16/f16 rounding against a nearest-value search (ties to even) and
 // the IEEE edge cases; 16-bit GEMMs and linear layers against a double-precision product of the
-// same rounded operands; 16-bit embedding lookups against the f32 lookup of the widened table.
+// same rounded operands; 16-bit embedding lookups against the f32 lookup of the widened table;
+// the ops that store or read 16-bit activations against the f32 ops and casts.
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -169,6 +170,78 @@ TEST(Precision, LowPrecisionEmbeddingEqualsWidenedTable) {
       EXPECT_EQ(out, ref);
     }
   }
+}
+
+// The ops that store 16-bit activations (MatOut) give exactly the f32 op's result rounded by
+// cast_from_f32, and the ops that read them (Mat) exactly the f32 op on the widened values:
+// a 16-bit model computes what f32 ops on rounded buffers would.
+std::vector<uint16_t> rounded(const std::vector<float>& v, DType t) { return Rounded(v, t).h; }
+
+TEST(Precision, SixteenBitOutputsAreTheRoundedF32Results) {
+  const int64_t N = 13, C = 40, IN = 24, OUT = 18;
+  for (DType t : {DType::BF16, DType::F16}) {
+    const auto x = random_vec(N * C, 1), w = random_vec(C, 2), b = random_vec(C, 3);
+    std::vector<float> y(N * C), mean(N), rstd(N);
+    std::vector<uint16_t> y16(N * C);
+    cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                           1e-5f);
+    cpu::layernorm_forward({y16.data(), t}, mean.data(), rstd.data(), x.data(), w.data(),
+                           b.data(), N, C, 1e-5f);
+    EXPECT_EQ(y16, rounded(y, t)) << "layernorm " << dtype_name(t);
+
+    const Rounded xi(random_vec(N * IN, 4), t), W(random_vec(OUT * IN, 5), t);
+    const auto bias = random_vec(OUT, 6);
+    for (const float* bp : {static_cast<const float*>(nullptr), bias.data()}) {
+      std::vector<float> z(N * OUT);
+      std::vector<uint16_t> z16(N * OUT);
+      cpu::linear_forward(z.data(), {xi.h.data(), t}, {W.h.data(), t}, bp, N, IN, OUT);
+      cpu::linear_forward({z16.data(), t}, {xi.h.data(), t}, {W.h.data(), t}, bp, N, IN, OUT);
+      EXPECT_EQ(z16, rounded(z, t)) << "linear " << dtype_name(t) << (bp ? " bias" : "");
+    }
+  }
+}
+
+TEST(Precision, SixteenBitAttentionAndGeluAreTheF32OpsOnWidenedValues) {
+  const int64_t B = 2, S = 19, NH = 2, HD = 8, H = NH * HD, N = B * S;
+  for (DType t : {DType::BF16, DType::F16}) {
+    const Rounded qkv(random_vec(N * 3 * H, 7), t);
+    const auto dout = random_vec(N * H, 8);
+    std::vector<float> out(N * H), lse(B * NH * S), lse16(B * NH * S);
+    std::vector<uint16_t> out16(N * H);
+    cpu::attention_forward(out.data(), lse.data(), qkv.f.data(), B, S, NH, HD);
+    cpu::attention_forward({out16.data(), t}, lse16.data(), {qkv.h.data(), t}, B, S, NH, HD);
+    EXPECT_EQ(out16, rounded(out, t)) << "attention out " << dtype_name(t);
+    EXPECT_EQ(lse16, lse) << "attention lse " << dtype_name(t);
+    // Backward from the stored (rounded) output, read as 16-bit or as its widened f32 copy.
+    const Rounded o(out, t);
+    auto d16 = random_vec(N * 3 * H, 9), d32 = d16;
+    cpu::attention_backward(d16.data(), dout.data(), {o.h.data(), t}, {qkv.h.data(), t},
+                            lse.data(), B, S, NH, HD);
+    cpu::attention_backward(d32.data(), dout.data(), o.f.data(), qkv.f.data(), lse.data(), B, S,
+                            NH, HD);
+    EXPECT_EQ(d16, d32) << "attention dqkv " << dtype_name(t);
+
+    const Rounded x(random_vec(N * H, 10), t);
+    auto g16 = random_vec(N * H, 11), g32 = g16;
+    cpu::gelu_backward(g16.data(), {x.h.data(), t}, dout.data(), N * H);
+    cpu::gelu_backward(g32.data(), x.f.data(), dout.data(), N * H);
+    EXPECT_EQ(g16, g32) << "gelu backward " << dtype_name(t);
+  }
+}
+
+// out = residual + (x W^T + bias), against a double-precision sum.
+TEST(Precision, LinearResidualForwardAddsBiasAndResidual) {
+  const int64_t N = 11, IN = 20, OUT = 14;
+  const auto x = random_vec(N * IN, 12), W = random_vec(OUT * IN, 13), bias = random_vec(OUT, 14),
+             res = random_vec(N * OUT, 15);
+  std::vector<float> y(N * OUT);
+  cpu::linear_residual_forward(y.data(), x.data(), W.data(), bias.data(), res.data(), N, IN, OUT);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OUT; ++o) {
+      double ref = double(res[n * OUT + o]) + bias[o];
+      for (int64_t i = 0; i < IN; ++i) ref += double(x[n * IN + i]) * W[o * IN + i];
+      EXPECT_NEAR(y[n * OUT + o], ref, 1e-5) << n << "," << o;
+    }
 }
 
 }  // namespace
