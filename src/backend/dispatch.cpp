@@ -138,8 +138,8 @@ void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
   MG_OP(linear_residual_forward, out, inp, weight, bias, residual, N, IN, OUT);
 }
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
-                     Mat weight, int64_t N, int64_t IN, int64_t OUT) {
-  MG_OP(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT, GradWrite dinp_write) {
+  MG_OP(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, dinp_write);
 }
 void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
                        int64_t row_end, int64_t N, int64_t H, bool accumulate) {
@@ -175,8 +175,8 @@ void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, int64_t
   cpu::gelu_forward(inp, inp, n);
   cpu::cast_from_f32(out16, t, inp, n);
 }
-void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n) {
-  MG_OP(gelu_backward, dinp, inp, dout, n);
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n, GradWrite write) {
+  MG_OP(gelu_backward, dinp, inp, dout, n, write);
 }
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   MG_OP(residual_forward, out, a, b, n);
@@ -186,8 +186,9 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
   MG_OP(attention_forward, out, lse, qkv, B, S, NH, HD, seg_start);
 }
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start) {
-  MG_OP(attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start);
+                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
+                        GradWrite write) {
+  MG_OP(attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start, write);
 }
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V) {
   MG_OP(cross_entropy_row_max, row_max, logits, N, V);

@@ -16,6 +16,7 @@ namespace mg::ops {
 
 using cpu::Mat;
 using cpu::MatOut;
+using cpu::GradWrite;
 
 // The compute device of this process. set_device(CUDA) checks that a GPU is usable and selects
 // the GPU of this rank: its node-local rank (from the launcher) modulo the GPU count.
@@ -51,7 +52,8 @@ void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t 
 void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
                              const float* residual, int64_t N, int64_t IN, int64_t OUT);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
-                     Mat weight, int64_t N, int64_t IN, int64_t OUT);
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT,
+                     GradWrite dinp_write = GradWrite::Add);
 void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
                        int64_t row_end, int64_t N, int64_t H, bool accumulate);
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t row_begin,
@@ -64,7 +66,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C);
 void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n);
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
+                   GradWrite write = GradWrite::Add);
 // A 16-bit layer's fc1 output inp stored in t (inp16) and GELU of the stored values in t (out16).
 // CPU: store_rounded(inp16, inp), gelu_forward(inp, inp), cast_from_f32(out16, inp) (inp is
 // overwritten); CUDA: one fused pass (inp untouched).
@@ -76,7 +79,7 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
                        int64_t HD, const int32_t* seg_start = nullptr);
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
                         int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr);
+                        const int32_t* seg_start = nullptr, GradWrite write = GradWrite::Add);
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
 void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,
                            int64_t V);

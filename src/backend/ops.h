@@ -30,6 +30,10 @@ struct MatOut {
   MatOut(void* p, DType t) : data(p), dtype(t) {}
 };
 
+// How a backward writes an input gradient: added into it (the convention above) or stored
+// (Set), which spares the caller a zeroing pass and the GPU the read of those zeros.
+enum class GradWrite { Add, Set };
+
 // Conversions between f32 and 16-bit storage, round-to-nearest-even (bf16: NaN kept quiet;
 // f16: values beyond 65504 become +-inf, as a GPU's cast does).
 void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
@@ -66,7 +70,8 @@ void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
 // With 16-bit inp/weight, dout is rounded to that dtype for the GEMMs (as a 16-bit backward
 // would hold it); dbias sums the f32 dout; dinp and dweight (the main grad) stay f32.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
-                     Mat weight, int64_t N, int64_t IN, int64_t OUT);
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT,
+                     GradWrite dinp_write = GradWrite::Add);
 
 // out[n,:] (= or +=) table[ids[n] - row_begin,:] for ids in [row_begin, row_end); rows whose id
 // falls outside get 0 (or nothing when accumulating). The table holds rows [row_begin, row_end)
@@ -92,7 +97,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 void gelu_forward(float* out, const float* inp, int64_t n);
 // inp: the forward's input, f32 or as a 16-bit model stored it.
-void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n);
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
+                   GradWrite write = GradWrite::Add);
 
 // out = a + b
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
@@ -110,7 +116,7 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
 // dqkv += ...; recomputes the probabilities from qkv and lse; needs the forward's out.
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
                         int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr);
+                        const int32_t* seg_start = nullptr, GradWrite write = GradWrite::Add);
 
 // Fused softmax + cross-entropy over V logits per row: losses[n] = logsumexp(logits[n]) -
 // logits[n, targets[n]]; lse[n] saved. targets[n] < 0 means "ignore": loss 0.

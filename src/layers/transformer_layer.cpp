@@ -81,12 +81,10 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   const cpu::Mat ln2_used = act(d.sp ? c.ln2_full : c.ln2);
   const cpu::Mat ln1_used = act(d.sp ? c.ln1_full : c.ln1);
   // MLP block.
-  s.d_gelu.zero();
-  s.d_fc1.zero();
   tp::row_parallel_backward(g, s.d_gelu.data<float>(), f32(gw.fc2_w), gw.fc2_b, d_resid, full,
                             act(c.gelu), weight(w.fc2_w, d), {N, d.F_local(), H});
   ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_gelu.data<float>(),
-                     N * d.F_local());
+                     N * d.F_local(), ops::GradWrite::Set);
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
                                s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
                                {N, H, d.F_local()});
@@ -94,13 +92,11 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                           c.x_mid.data<float>(), w.ln2_w, c.ln2_mean.data<float>(),
                           c.ln2_rstd.data<float>(), R, H);
   // Attention block.
-  s.d_attn.zero();
-  s.d_qkv.zero();
   tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b, d_resid, full,
                             act(c.attn), weight(w.proj_w, d), {N, d.H_local(), H});
   ops::attention_backward(s.d_qkv.data<float>(), s.d_attn.data<float>(), act(c.attn),
                           act(c.qkv), c.lse.data<float>(), d.B, d.S, d.NH_local(), HD,
-                          seg_start);
+                          seg_start, ops::GradWrite::Set);
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
                                {N, H, 3 * d.H_local()});

@@ -4,6 +4,8 @@
 
 namespace mg::tp {
 
+using ops::GradWrite;
+
 namespace {
 int64_t local_rows(const TPGroup& g, int64_t rows) {
   return g.sequence_parallel ? rows / g.size() : rows;
@@ -23,12 +25,11 @@ void column_parallel_forward(const TPGroup& g, cpu::MatOut y, const void* x_loca
 void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
                               float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
                               const LinearShape& s) {
-  if (g.size() == 1 && !g.sequence_parallel) {  // nothing to reduce: the GEMM writes dx_local
-    ops::memset_zero(dx_local, s.rows * s.in * sizeof(float), ops::device());
-    return ops::linear_backward(dx_local, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
-  }
-  ops::memset_zero(dx_full, s.rows * s.in * sizeof(float), ops::device());
-  ops::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out);
+  if (g.size() == 1 && !g.sequence_parallel)  // nothing to reduce: the GEMM writes dx_local
+    return ops::linear_backward(dx_local, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out,
+                                GradWrite::Set);
+  ops::linear_backward(dx_full, dweight, dbias, dy, x_used, weight, s.rows, s.in, s.out,
+                       GradWrite::Set);
   if (g.sequence_parallel) {
     gather_from_sp_region_backward(g, dx_full, dx_local, local_rows(g, s.rows) * s.in);
   } else {
@@ -65,7 +66,7 @@ void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* d
     reduce_scatter_to_sp_backward(g, dy_local, dy_full, R * s.out);
     dy = dy_full;
   }
-  ops::linear_backward(dx, dweight, nullptr, dy, x, weight, s.rows, s.in, s.out);
+  ops::linear_backward(dx, dweight, nullptr, dy, x, weight, s.rows, s.in, s.out, GradWrite::Set);
 }
 
 }  // namespace mg::tp

@@ -23,8 +23,8 @@ struct LinearShape {
 // the gathered input under SP (unused otherwise); the input used is kept for backward.
 void column_parallel_forward(const TPGroup& g, cpu::MatOut y, const void* x_local, void* x_full,
                              cpu::Mat weight, const float* bias, const LinearShape& s);
-// dx_full: (rows, in) scratch, zeroed here; dx_local: (R, in) receives (=) the input grad and
-// may alias dx_full when not sequence-parallel.
+// dx_full: (rows, in) scratch; dx_local: (R, in) receives (=) the input grad and may alias
+// dx_full when not sequence-parallel.
 void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full, float* dweight,
                               float* dbias, const float* dy, cpu::Mat x_used, cpu::Mat weight,
                               const LinearShape& s);
@@ -35,7 +35,8 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
                           cpu::Mat weight, const float* bias, const float* residual,
                           const LinearShape& s);
-// dy_local: (R, out); dy_full: (rows, out) scratch under SP; dx: (rows, in_local) +=.
+// dy_local: (R, out); dy_full: (rows, out) scratch under SP; dx: (rows, in_local) receives (=)
+// the input grad.
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,
                            const float* dy_local, float* dy_full, cpu::Mat x, cpu::Mat weight,
                            const LinearShape& s);

@@ -168,8 +168,10 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
 }
 
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start) {
+                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
+                        GradWrite write) {
   timers::Scope timer(timers::kAttention);
+  if (write == GradWrite::Set) std::fill(dqkv, dqkv + S * B * 3 * NH * HD, 0.f);
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel

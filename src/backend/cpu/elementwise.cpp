@@ -46,8 +46,9 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 }
 
 // d/dx = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx, u = sqrt(2/pi) (x + 0.044715 x^3).
-void gelu_backward(float* dinp, Mat inp16, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, Mat inp16, const float* dout, int64_t n, GradWrite write) {
   timers::Scope timer(timers::kGeluResidual);
+  if (write == GradWrite::Set) std::fill(dinp, dinp + n, 0.f);
   const float* inp = f32_operand(inp16, n);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kBlock) {

@@ -1,6 +1,7 @@
 // 16-bit GEMMs with fp32 accumulation on oneDNN's matmul primitive (AVX512_BF16 brgemm kernels
 // for bf16 on this CPU), and the 16-bit paths of the linear layer. Primitives are created once
 // per shape and cached: creating one costs milliseconds, running one is the GEMM itself.
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -132,10 +133,11 @@ void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
-                     Mat weight, int64_t N, int64_t IN, int64_t OUT) {
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT, GradWrite dinp_write) {
   timers::Scope timer(timers::kGemm);
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
+  if (dinp && dinp_write == GradWrite::Set) std::memset(dinp, 0, size_t(N * IN) * sizeof(float));
   if (dbias) bias_backward(dbias, dout, N, OUT);
   if (inp.dtype == DType::F32) {
     const float* x = static_cast<const float*>(inp.data);

@@ -91,7 +91,8 @@ __global__ void dot_kernel(float* D, const float* dout, const T* out, Geometry g
 // dQ: one thread per query row, key/value tiles in shared memory.
 template <int HD>
 __global__ void dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                          const float* D, Geometry g, float scale, const int32_t* seg_start) {
+                          const float* D, Geometry g, float scale, const int32_t* seg_start,
+                          bool set) {
   __shared__ float ks[kTile][HD], vs[kTile][HD];
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t q0 = int64_t(blockIdx.x) * kTile, t = q0 + threadIdx.x;
@@ -130,13 +131,14 @@ __global__ void dq_kernel(float* dqkv, const float* dout, const float* qkv, cons
   }
   if (!active) return;
   float* dst = dqkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD;
-  for (int e = 0; e < HD; ++e) dst[e] += dq[e];
+  for (int e = 0; e < HD; ++e) dst[e] = set ? dq[e] : dst[e] + dq[e];
 }
 
 // dK, dV: one thread per key row, query tiles (q, dO, lse, D) in shared memory.
 template <int HD>
 __global__ void dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                           const float* D, Geometry g, float scale, const int32_t* seg_start) {
+                           const float* D, Geometry g, float scale, const int32_t* seg_start,
+                           bool set) {
   __shared__ float qs[kTile][HD], dos[kTile][HD], ls[kTile], ds_[kTile];
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t k0 = int64_t(blockIdx.x) * kTile, j = k0 + threadIdx.x;
@@ -186,8 +188,8 @@ __global__ void dkv_kernel(float* dqkv, const float* dout, const float* qkv, con
   if (!active) return;
   float* base = dqkv + j * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD;
   for (int e = 0; e < HD; ++e) {
-    base[HD + e] += dk[e];
-    base[2 * HD + e] += dv[e];
+    base[HD + e] = set ? dk[e] : base[HD + e] + dk[e];
+    base[2 * HD + e] = set ? dv[e] : base[2 * HD + e] + dv[e];
   }
 }
 
@@ -202,7 +204,7 @@ void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int
 
 template <int HD>
 void backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse, int64_t B,
-              int64_t S, int64_t NH, const int32_t* seg) {
+              int64_t S, int64_t NH, const int32_t* seg, bool set) {
   const Geometry g = geometry(B, S, NH, HD);
   const float scale = 1.0f / sqrtf(float(HD));
   Buffer D(size_t(B * NH * S) * sizeof(float));
@@ -213,13 +215,14 @@ void backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse
   });
   MG_CUDA_CHECK(cudaGetLastError());
   if (qkv.dtype != DType::F32)
-    return attn::tc_backward(dqkv, dout, qkv.data, lse, D.as<float>(), g, HD, qkv.dtype, seg);
+    return attn::tc_backward(dqkv, dout, qkv.data, lse, D.as<float>(), g, HD, qkv.dtype, seg,
+                             set);
   const float* q = static_cast<const float*>(qkv.data);
   dq_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, q, lse, D.as<float>(), g,
-                                                      scale, seg);
+                                                      scale, seg, set);
   MG_CUDA_CHECK(cudaGetLastError());
   dkv_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, q, lse, D.as<float>(), g,
-                                                       scale, seg);
+                                                       scale, seg, set);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -252,12 +255,14 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
 }
 
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start) {
+                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
+                        GradWrite write) {
   if (B * S * NH == 0) return;
   check_operands(out.dtype, qkv.dtype, B, NH, HD);
-  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
-  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
-  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start);
+  const bool set = write == GradWrite::Set;  // every row < S is written by its one owner
+  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, set);
+  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, set);
+  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, set);
   MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
 }
 

@@ -34,9 +34,9 @@ __device__ inline bool visible(int64_t q, int64_t k, const int32_t* seg) {
 bool tc_supported(int64_t HD, DType operands);
 void tc_forward(void* out, float* lse, const void* qkv, const Geometry& g, int64_t HD,
                 DType operands, const int32_t* seg_start);
-// dqkv += the gradient; D[bh, t] = rowsum(dO * O), computed by the caller.
+// dqkv += the gradient (= with set); D[bh, t] = rowsum(dO * O), computed by the caller.
 void tc_backward(float* dqkv, const float* dout, const void* qkv, const float* lse,
                  const float* D, const Geometry& g, int64_t HD, DType operands,
-                 const int32_t* seg_start);
+                 const int32_t* seg_start, bool set);
 
 }  // namespace mg::cuda::attn

@@ -157,10 +157,10 @@ __device__ void probs_times_tile(FragC (&acc)[HD / 16], const T* p, const T* til
     }
 }
 
-// Adds the warp's 16 x HD accumulators to global rows: row r of the warp goes to dst(r), which
-// is null for rows past S. Goes through the warp's f32 scratch.
+// Adds (or with set, stores) the warp's 16 x HD accumulators to global rows: row r of the warp
+// goes to dst(r), which is null for rows past S. Goes through the warp's f32 scratch.
 template <int HD, typename DstFn>
-__device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst) {
+__device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst, bool set) {
 #pragma unroll
   for (int eb = 0; eb < HD / 16; ++eb)
     wmma::store_matrix_sync(scratch + eb * 16, acc[eb], Pitch<HD>::kF32, wmma::mem_row_major);
@@ -168,7 +168,10 @@ __device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst) {
   const int lane = threadIdx.x % 32;
   for (int i = lane; i < 16 * HD; i += 32) {
     const int r = i / HD, e = i % HD;
-    if (float* d = dst(r)) d[e] += scratch[r * Pitch<HD>::kF32 + e];
+    if (float* d = dst(r)) {
+      const float v = scratch[r * Pitch<HD>::kF32 + e];
+      d[e] = set ? v : d[e] + v;
+    }
   }
   __syncwarp();
 }
@@ -252,7 +255,7 @@ __global__ void __launch_bounds__(kBlock)
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
     dq_kernel(float* dqkv, const float* dout, const T* qkv, const float* lse, const float* D,
-              Geometry g, float scale, const int32_t* seg_start) {
+              Geometry g, float scale, const int32_t* seg_start, bool set) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -301,14 +304,14 @@ __global__ void __launch_bounds__(kBlock)
   add_rows<HD>(sf, dq, [&](int row) -> float* {
     const int64_t q = q0 + warp * 16 + row;
     return q < g.S ? dqkv + q * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD : nullptr;
-  });
+  }, set);
 }
 
 // dK and dV for a tile of 64 keys, streaming the query tiles that can see them.
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
     dkv_kernel(float* dqkv, const float* dout, const T* qkv, const float* lse,
-               const float* D, Geometry g, float scale, const int32_t* seg_start) {
+               const float* D, Geometry g, float scale, const int32_t* seg_start, bool set) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -370,8 +373,8 @@ __global__ void __launch_bounds__(kBlock)
       return k < g.S ? dqkv + k * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD : nullptr;
     };
   };
-  add_rows<HD>(sf, dk, row_of(1));
-  add_rows<HD>(sf, dv, row_of(2));
+  add_rows<HD>(sf, dk, row_of(1), set);
+  add_rows<HD>(sf, dv, row_of(2), set);
 }
 
 // Above 48 KiB a kernel must opt in to its dynamic shared memory.
@@ -392,10 +395,11 @@ void forward(T* out, float* lse, const T* qkv, const Geometry& g, const int32_t*
 
 template <int HD, typename T>
 void backward(float* dqkv, const float* dout, const T* qkv, const float* lse,
-              const float* D, const Geometry& g, const int32_t* seg) {
+              const float* D, const Geometry& g, const int32_t* seg, bool set) {
   const float scale = 1.0f / sqrtf(float(HD));
-  launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg);
-  launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg);
+  launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg, set);
+  launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg,
+         set);
 }
 
 // Calls f.template operator()<HD, T>() for the supported head dims and operand dtypes.
@@ -423,9 +427,9 @@ void tc_forward(void* out, float* lse, const void* qkv, const Geometry& g, int64
 
 void tc_backward(float* dqkv, const float* dout, const void* qkv, const float* lse,
                  const float* D, const Geometry& g, int64_t HD, DType operands,
-                 const int32_t* seg_start) {
+                 const int32_t* seg_start, bool set) {
   dispatch(HD, operands, [&]<int H, typename T>() {
-    backward<H, T>(dqkv, dout, static_cast<const T*>(qkv), lse, D, g, seg_start);
+    backward<H, T>(dqkv, dout, static_cast<const T*>(qkv), lse, D, g, seg_start, set);
   });
 }
 

@@ -41,12 +41,14 @@ __device__ __half round_f16(float x) { return __float2half_rn(x); }
 __device__ float widen_f16(__half x) { return __half2float(x); }
 
 template <typename T>
-__global__ void gelu_backward_kernel(float* dinp, const T* inp, const float* dout, int64_t n) {
+__global__ void gelu_backward_kernel(float* dinp, const T* inp, const float* dout, int64_t n,
+                                     bool set) {
   MG_GRID_STRIDE(i, n) {
     const float x = to_f32(inp[i]);
     const float t = tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    const float g = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    dinp[i] = set ? g : dinp[i] + g;
   }
 }
 
@@ -143,11 +145,11 @@ void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, i
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n) {
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n, GradWrite write) {
   if (n == 0) return;
   with_storage(inp.dtype, [&]<typename T>() {
     gelu_backward_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        dinp, static_cast<const T*>(inp.data), dout, n);
+        dinp, static_cast<const T*>(inp.data), dout, n, write == GradWrite::Set);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }

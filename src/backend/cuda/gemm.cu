@@ -203,7 +203,7 @@ void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
-                     Mat weight, int64_t N, int64_t IN, int64_t OUT) {
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT, GradWrite dinp_write) {
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
   if (dbias) bias_backward(dbias, dout, N, OUT);
@@ -214,7 +214,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
     cast_from_f32(d16.get(), inp.dtype, dout, N * OUT);
     d = Mat{d16.get(), inp.dtype};
   }
-  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, d, OUT, weight, IN, 1.0f, dinp, IN);
+  const float beta = dinp_write == GradWrite::Set ? 0.0f : 1.0f;
+  if (dinp) gemm(false, false, N, IN, OUT, 1.0f, d, OUT, weight, IN, beta, dinp, IN);
   gemm(true, false, OUT, IN, N, 1.0f, d, OUT, inp, IN, 1.0f, dweight, IN);
 }
 

@@ -11,6 +11,7 @@ namespace mg::cuda {
 
 using cpu::Mat;
 using cpu::MatOut;
+using cpu::GradWrite;
 
 void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n);
 void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n);
@@ -31,8 +32,10 @@ void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t 
 // out = residual + (inp W^T + bias) in one GEMM: C = residual, D = out, bias in the epilogue.
 void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
                              const float* residual, int64_t N, int64_t IN, int64_t OUT);
+// dinp_write Set: dinp = (beta 0) instead of +=.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
-                     Mat weight, int64_t N, int64_t IN, int64_t OUT);
+                     Mat weight, int64_t N, int64_t IN, int64_t OUT,
+                     GradWrite dinp_write = GradWrite::Add);
 
 void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
                        int64_t row_end, int64_t N, int64_t H, bool accumulate);
@@ -50,7 +53,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* rstd, int64_t N, int64_t C);
 
 void gelu_forward(float* out, const float* inp, int64_t n);
-void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n);
+void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
+                   GradWrite write = GradWrite::Add);
 // inp16 = inp in dtype t (BF16/F16), out16 = GELU(inp16) in t, in one pass: the same values
 // as store_rounded, gelu_forward and cast_from_f32 in turn.
 void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n);
@@ -65,7 +69,7 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
                        int64_t HD, const int32_t* seg_start = nullptr);
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
                         int64_t B, int64_t S, int64_t NH, int64_t HD,
-                        const int32_t* seg_start = nullptr);
+                        const int32_t* seg_start = nullptr, GradWrite write = GradWrite::Add);
 
 void cross_entropy_forward(float* losses, float* lse, const float* logits,
                            const int32_t* targets, int64_t N, int64_t V);

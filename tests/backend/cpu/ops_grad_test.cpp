@@ -413,5 +413,33 @@ TEST(OpsGrad, SgdMatchesTorchFormula) {
   EXPECT_NEAR(buf, B, 1e-7);
 }
 
+// GradWrite::Set stores the input gradient: what Add adds into zeros, whatever the buffer held
+// (NaN here), while the weight and bias grads still accumulate.
+TEST(OpsGrad, SetStoresWhatAddAddsToZero) {
+  const float nan = std::nanf("");
+  const int64_t N = 5, IN = 6, OUT = 4;
+  auto x = random_vec(N * IN, 40), W = random_vec(OUT * IN, 41), dout = random_vec(N * OUT, 42);
+  std::vector<float> dx_add(N * IN, 0.f), dx_set(N * IN, nan), dW(OUT * IN, 1.f), dW2 = dW;
+  cpu::linear_backward(dx_add.data(), dW.data(), nullptr, dout.data(), x.data(), W.data(), N, IN,
+                       OUT);
+  cpu::linear_backward(dx_set.data(), dW2.data(), nullptr, dout.data(), x.data(), W.data(), N, IN,
+                       OUT, cpu::GradWrite::Set);
+  EXPECT_EQ(dx_set, dx_add);
+  EXPECT_EQ(dW2, dW);
+  auto g_add = std::vector<float>(N * IN, 0.f), g_set = std::vector<float>(N * IN, nan);
+  cpu::gelu_backward(g_add.data(), x.data(), dx_add.data(), N * IN);
+  cpu::gelu_backward(g_set.data(), x.data(), dx_add.data(), N * IN, cpu::GradWrite::Set);
+  EXPECT_EQ(g_set, g_add);
+  const int64_t B = 1, S = 9, NH = 2, HD = 4, H = NH * HD;
+  auto qkv = random_vec(S * 3 * H, 43), d = random_vec(S * H, 44);
+  std::vector<float> out(S * H), lse(NH * S), dq_add(S * 3 * H, 0.f), dq_set(S * 3 * H, nan);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD);
+  cpu::attention_backward(dq_add.data(), d.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
+                          HD);
+  cpu::attention_backward(dq_set.data(), d.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
+                          HD, nullptr, cpu::GradWrite::Set);
+  EXPECT_EQ(dq_set, dq_add);
+}
+
 }  // namespace
 }  // namespace mg

@@ -20,6 +20,7 @@ namespace mg {
 namespace {
 
 using Vec = std::vector<float>;
+using cpu::GradWrite;
 constexpr double kTolF32 = 1e-5, kTol16 = 1e-2;
 
 #define MG_REQUIRE_GPU()                                             \
@@ -154,6 +155,15 @@ TEST(CudaParity, LinearForwardBackward) {
       expect_close("linear backward dinp", s, down(gdx, dx.size()), dx, tol);
       expect_close("linear backward dweight", s, down(gdw, dw.size()), dw, tol);
       expect_close("linear backward dbias", s, down(gdb, db.size()), db, kTolF32);
+      {  // dinp stored (beta 0) over garbage
+        Vec dxs(dx.size(), 0.f), dws = dw0;
+        cpu::linear_backward(dxs.data(), dws.data(), nullptr, dy.data(), xm, wm, N, IN, OUT,
+                             GradWrite::Set);
+        auto gdxs = up(Vec(dx.size(), NAN)), gdws = up(dw0);
+        cuda::linear_backward(gdxs.as<float>(), gdws.as<float>(), nullptr, gdy.as<float>(), gxm,
+                              gwm, N, IN, OUT, GradWrite::Set);
+        expect_close("linear backward dinp (set)", s, down(gdxs, dxs.size()), dxs, tol);
+      }
       Vec y0(y.size());
       cpu::linear_forward(y0.data(), xm, wm, nullptr, N, IN, OUT);
       cuda::linear_forward(gy.as<float>(), gxm, gwm, nullptr, N, IN, OUT);
@@ -262,6 +272,13 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
       cuda::gelu_backward(gdg16.as<float>(), {gx16.get(), DType::BF16}, gdy.as<float>(),
                           int64_t(n));
       expect_close("gelu backward (bf16 input)", s, down(gdg16, n), dg16, kTolF32);
+      Vec dgs(n, 0.f);
+      cpu::gelu_backward(dgs.data(), {x16.data(), DType::BF16}, dy.data(), int64_t(n),
+                         GradWrite::Set);
+      auto gdgs = up(Vec(n, NAN));
+      cuda::gelu_backward(gdgs.as<float>(), {gx16.get(), DType::BF16}, gdy.as<float>(),
+                          int64_t(n), GradWrite::Set);
+      expect_close("gelu backward (set)", s, down(gdgs, n), dgs, kTolF32);
     }
     // The fused 16-bit GELU: the same bits as the three CUDA ops it replaces, and the CPU's
     // three ops within 16-bit rounding.
@@ -352,12 +369,21 @@ void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments
                           HD, gs);
   cuda::attention_backward(gdq.as<float>(), gd.as<float>(), {go.get(), operands},
                            {gq.get(), operands}, gl.as<float>(), B, S, NH, HD, gs);
+  // Stored rather than added (GradWrite::Set): every row has one writer, whatever dqkv held.
+  Vec dset(dqkv.size(), 0.f);
+  cpu::attention_backward(dset.data(), dout.data(), {co.data, operands}, cq, lse.data(), B, S, NH,
+                          HD, cs, GradWrite::Set);
+  auto gds = up(Vec(dqkv.size(), NAN));
+  cuda::attention_backward(gds.as<float>(), gd.as<float>(), {go.get(), operands},
+                           {gq.get(), operands}, gl.as<float>(), B, S, NH, HD, gs, GradWrite::Set);
   const std::string s = dims({B, S, NH, HD}) + (segments ? " segments" : "") +
                         (operands == DType::F32 ? "" : std::string(" ") + dtype_name(operands));
   expect_close("attention forward", s, lp ? down16(go, out.size(), operands) : down(go, out.size()),
                lp ? widen(o16, operands) : out, lp ? kTol16 : kTolF32);
   expect_close("attention lse", s, down(gl, lse.size()), lse, lp ? kTol16 : kTolF32);
   expect_close("attention backward dqkv", s, down(gdq, dqkv.size()), dqkv,
+               lp ? kTol16 : kTolF32 * 10);
+  expect_close("attention backward dqkv (set)", s, down(gds, dset.size()), dset,
                lp ? kTol16 : kTolF32 * 10);
 }
 
