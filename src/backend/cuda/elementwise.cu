@@ -1,10 +1,13 @@
 // Element-wise kernels: GELU (tanh approximation, as GPT-2), residual add, bias add and its
-// column-sum gradient, f32 <-> bf16/f16 casts (round to nearest even, as the CPU's), the
+// column-sum gradient (optionally storing the rounded gradient in the same pass), f32 <-> bf16/f16 casts (round to nearest even, as the CPU's), the
 // inf/NaN check and in-place scaling. Grid-stride loops over n elements.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "backend/cuda/check.cuh"
+#include "backend/cuda/device.h"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/storage.cuh"
 
@@ -67,21 +70,59 @@ __global__ void bias_add_kernel(float* out, const float* bias, int64_t N, int64_
   MG_GRID_STRIDE(i, N * C) out[i] += bias[i % C];
 }
 
-// One block of 32 x 8 threads per 32 columns: each of the 8 rows of threads sums a strided set
-// of rows, then the 8 partials are added in a fixed order.
-__global__ void column_sum_kernel(float* dbias, const float* dout, int64_t N, int64_t C) {
+// Column sums in two fixed-order stages, so that a narrow matrix (C = 1280: 40 column blocks)
+// still spreads over the whole GPU. Stage 1: block (x, g) of 32 x 8 threads sums 32 columns
+// over row chunk g, each of the 8 rows of threads a strided set of the chunk's rows, the 8
+// partials added in order into partial[g, c]; with out16 it also stores each element it reads
+// rounded to T (a 16-bit backward's rounded dout, in the same pass). Stage 2: dbias[c] += the
+// chunk partials in chunk order.
+template <typename T>
+__global__ void column_sum_chunks_kernel(float* partial, T* out16, const float* dout, int64_t N,
+                                         int64_t C, int64_t rows_per_chunk) {
   __shared__ float part[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t n0 = blockIdx.y * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
   float s = 0.f;
   if (c < C)
-    for (int64_t n = threadIdx.y; n < N; n += 8) s += dout[n * C + c];
+    for (int64_t n = n0 + threadIdx.y; n < n1; n += 8) {
+      const float x = dout[n * C + c];
+      s += x;
+      if (out16) out16[n * C + c] = from_f32<T>(x);
+    }
   part[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
     float t = 0.f;
     for (int r = 0; r < 8; ++r) t += part[r][threadIdx.x];
-    dbias[c] += t;
+    partial[blockIdx.y * C + c] = t;
   }
+}
+
+__global__ void column_sum_finish_kernel(float* dbias, const float* partial, int64_t chunks,
+                                         int64_t C) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float t = 0.f;
+  for (int64_t g = 0; g < chunks; ++g) t += partial[g * C + c];
+  dbias[c] += t;
+}
+
+// dbias += column sums of dout [N, C]; out16 (T = bf16/f16, may be null) = dout rounded.
+template <typename T>
+void column_sums(float* dbias, T* out16, const float* dout, int64_t N, int64_t C) {
+  const int64_t col_blocks = (C + 31) / 32;
+  // About 1024 blocks in all, chunks of at least 64 rows: a fixed function of N and C, so the
+  // order of the sums (and the result) does not depend on the GPU.
+  const int64_t chunks = std::max<int64_t>(1, std::min((N + 63) / 64, 1024 / col_blocks));
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  Buffer partial(size_t(chunks * C) * sizeof(float));
+  column_sum_chunks_kernel<T><<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0,
+                                compute_stream()>>>(partial.as<float>(), out16, dout, N, C,
+                                                    rows_per_chunk);
+  MG_CUDA_CHECK(cudaGetLastError());
+  column_sum_finish_kernel<<<blocks_for(C), kThreads, 0, compute_stream()>>>(
+      dbias, partial.as<float>(), chunks, C);
+  MG_CUDA_CHECK(cudaGetLastError());
 }
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16* dst, const float* src, int64_t n) {
@@ -174,9 +215,14 @@ void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
 
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
   if (C == 0) return;
-  column_sum_kernel<<<unsigned((C + 31) / 32), dim3(32, 8), 0, compute_stream()>>>(dbias, dout,
-                                                                                 N, C);
-  MG_CUDA_CHECK(cudaGetLastError());
+  column_sums<float>(dbias, nullptr, dout, N, C);
+}
+
+void bias_backward_and_round(float* dbias, void* dout16, DType t, const float* dout, int64_t N,
+                             int64_t C) {
+  if (C == 0 || N == 0) return;
+  MG_CHECK(t == DType::BF16 || t == DType::F16, "bias_backward_and_round to ", dtype_name(t));
+  with_storage(t, [&]<typename T>() { column_sums<T>(dbias, static_cast<T*>(dout16), dout, N, C); });
 }
 
 void store_rounded(void* dst, DType t, float* x, int64_t n) {

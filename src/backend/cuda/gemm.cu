@@ -206,13 +206,17 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      Mat weight, int64_t N, int64_t IN, int64_t OUT, GradWrite dinp_write) {
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
-  if (dbias) bias_backward(dbias, dout, N, OUT);
   Mat d = dout;
   Buffer d16;
   if (inp.dtype != DType::F32) {  // dout rounded to the 16-bit dtype, as on the CPU
     d16 = Buffer(size_t(N * OUT) * 2);
-    cast_from_f32(d16.get(), inp.dtype, dout, N * OUT);
+    if (dbias)  // the bias grad sums the f32 dout in the same pass
+      bias_backward_and_round(dbias, d16.get(), inp.dtype, dout, N, OUT);
+    else
+      cast_from_f32(d16.get(), inp.dtype, dout, N * OUT);
     d = Mat{d16.get(), inp.dtype};
+  } else if (dbias) {
+    bias_backward(dbias, dout, N, OUT);
   }
   const float beta = dinp_write == GradWrite::Set ? 0.0f : 1.0f;
   if (dinp) gemm(false, false, N, IN, OUT, 1.0f, d, OUT, weight, IN, beta, dinp, IN);

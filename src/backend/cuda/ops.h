@@ -45,6 +45,10 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
 
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C);
+// bias_backward and dout16 = dout rounded to t (BF16/F16) in one pass over dout: a 16-bit
+// linear layer's backward reads its f32 output gradient once.
+void bias_backward_and_round(float* dbias, void* dout16, DType t, const float* dout, int64_t N,
+                             int64_t C);
 
 void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps);

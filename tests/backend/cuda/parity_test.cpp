@@ -330,6 +330,17 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     cuda::bias_backward(gbs.as<float>(), gdy.as<float>(), N, C);
     expect_close("bias add", s, down(gob, n), ob, 0.0);
     expect_close("bias backward", s, down(gbs, static_cast<size_t>(C)), bsum, kTolF32);
+    {  // with the rounded gradient stored in the same pass
+      auto gbs2 = up(Vec(static_cast<size_t>(C), 0.5f));
+      cuda::Buffer g16(n * 2);
+      cuda::bias_backward_and_round(gbs2.as<float>(), g16.get(), DType::BF16, gdy.as<float>(), N,
+                                    C);
+      expect_close("bias backward (+ bf16 dout)", s, down(gbs2, static_cast<size_t>(C)), bsum,
+                   kTolF32);
+      std::vector<uint16_t> got(n);
+      cuda::copy_to_host(got.data(), g16.get(), n * 2);
+      EXPECT_EQ(got, to16(dy, DType::BF16)) << "bias_backward_and_round dout, " << s;
+    }
   }
 }
 
