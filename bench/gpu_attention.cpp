@@ -63,7 +63,7 @@ void run(int64_t B, int64_t S, int64_t NH, int64_t HD) {
     });
     const double b = median_ms([&] {
       cuda::attention_backward(dqkv.as<float>(), dout.as<float>(), {o.data, t}, q,
-                               lse.as<float>(), B, S, NH, HD, nullptr);
+                               lse.as<float>(), B, S, NH, HD, nullptr, cuda::GradWrite::Set);
     });
     std::printf("  %-17s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s\n",
                 name, f, fwd_flops / f / 1e9, b, 2.5 * fwd_flops / b / 1e9);

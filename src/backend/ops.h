@@ -66,7 +66,8 @@ void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t 
 // add and the residual add in turn; the GPU one GEMM whose epilogue adds both.
 void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
                              const float* residual, int64_t N, int64_t IN, int64_t OUT);
-// dinp += dout W; dweight += dout^T inp; dbias += colsum(dout). dinp/dbias may be null.
+// dinp += dout W (= with GradWrite::Set); dweight += dout^T inp; dbias += colsum(dout).
+// dinp/dbias may be null.
 // With 16-bit inp/weight, dout is rounded to that dtype for the GEMMs (as a 16-bit backward
 // would hold it); dbias sums the f32 dout; dinp and dweight (the main grad) stay f32.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,

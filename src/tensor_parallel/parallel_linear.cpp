@@ -1,6 +1,7 @@
 #include "tensor_parallel/parallel_linear.h"
 
 #include "backend/dispatch.h"
+#include "core/error.h"
 
 namespace mg::tp {
 
@@ -43,6 +44,7 @@ void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu:
                           cpu::Mat weight, const float* bias, const float* residual,
                           const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
+  MG_CHECK(residual, "row_parallel_forward needs the residual stream it adds into");
   if (g.size() == 1 && !g.sequence_parallel)  // nothing to reduce
     return ops::linear_residual_forward(y_local, x, weight, bias, residual, s.rows, s.in, s.out);
   ops::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
@@ -60,13 +62,13 @@ void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* d
                            const float* dy_local, float* dy_full, cpu::Mat x, cpu::Mat weight,
                            const LinearShape& s) {
   const int64_t R = local_rows(g, s.rows);
+  if (!g.sequence_parallel)  // dy is dy_local: its bias grad rides in the linear backward
+    return ops::linear_backward(dx, dweight, dbias, dy_local, x, weight, s.rows, s.in, s.out,
+                                GradWrite::Set);
   if (dbias) ops::bias_backward(dbias, dy_local, R, s.out);
-  const float* dy = dy_local;  // reduce_from_region backward: identity
-  if (g.sequence_parallel) {
-    reduce_scatter_to_sp_backward(g, dy_local, dy_full, R * s.out);
-    dy = dy_full;
-  }
-  ops::linear_backward(dx, dweight, nullptr, dy, x, weight, s.rows, s.in, s.out, GradWrite::Set);
+  reduce_scatter_to_sp_backward(g, dy_local, dy_full, R * s.out);
+  ops::linear_backward(dx, dweight, nullptr, dy_full, x, weight, s.rows, s.in, s.out,
+                       GradWrite::Set);
 }
 
 }  // namespace mg::tp

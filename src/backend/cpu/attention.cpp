@@ -24,6 +24,7 @@
 #include "backend/cpu/vec_math.h"
 #include "backend/cpu/half.h"
 #include "backend/ops.h"
+#include "core/error.h"
 #include "core/timers.h"
 
 namespace mg::cpu {
@@ -116,6 +117,8 @@ void store_row(MatOut out, int64_t off, const float* acc, float inv, int64_t HD)
 void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
                        int64_t HD, const int32_t* seg_start) {
   timers::Scope timer(timers::kAttention);
+  MG_CHECK(out.dtype == qkv.dtype, "attention out in ", dtype_name(out.dtype), " but qkv in ",
+           dtype_name(qkv.dtype));
   const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel

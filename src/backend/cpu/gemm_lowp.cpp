@@ -111,6 +111,8 @@ void linear_forward(MatOut out16, Mat inp, Mat weight, const float* bias, int64_
   timers::Scope timer(timers::kGemm);
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
+  MG_CHECK(out16.dtype == DType::F32 || out16.dtype == inp.dtype, "linear output ",
+           dtype_name(out16.dtype), " from ", dtype_name(inp.dtype), " operands");
   float* out = f32_result(out16, N * OUT);
   if (bias) {
 #pragma omp parallel for schedule(static)

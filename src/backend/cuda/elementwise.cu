@@ -100,11 +100,11 @@ __global__ void column_sum_chunks_kernel(float* partial, T* out16, const float* 
 
 __global__ void column_sum_finish_kernel(float* dbias, const float* partial, int64_t chunks,
                                          int64_t C) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float t = 0.f;
-  for (int64_t g = 0; g < chunks; ++g) t += partial[g * C + c];
-  dbias[c] += t;
+  MG_GRID_STRIDE(c, C) {
+    float t = 0.f;
+    for (int64_t g = 0; g < chunks; ++g) t += partial[g * C + c];
+    dbias[c] += t;
+  }
 }
 
 // dbias += column sums of dout [N, C]; out16 (T = bf16/f16, may be null) = dout rounded.

@@ -119,6 +119,11 @@ Plan* plan(const Key& k) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d}};
   for (const auto& [attr, al] : aligns)
     MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
+  if (k.out != DType::F32) {  // a split-K reduction must add in fp32, so D is rounded once
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   MG_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(), p->desc, p->a, p->b, p->c, p->c, pref,
@@ -171,6 +176,8 @@ void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t 
                     int64_t OUT) {
   MG_CHECK(inp.dtype == weight.dtype, "linear input ", dtype_name(inp.dtype), " but weight ",
            dtype_name(weight.dtype));
+  MG_CHECK(out.dtype == DType::F32 || out.dtype == inp.dtype, "linear output ",
+           dtype_name(out.dtype), " from ", dtype_name(inp.dtype), " operands");
   if (N == 0 || OUT == 0) return;
   if (out.dtype != DType::F32 && (bias || IN == 0)) {  // the f32 result, then rounded
     Buffer y(size_t(N * OUT) * sizeof(float));

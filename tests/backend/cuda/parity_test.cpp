@@ -176,17 +176,23 @@ TEST(CudaParity, LinearForwardBackward) {
                                     IN, OUT);
       expect_close("linear + residual epilogue", s, down(gy, yr.size()), yr, tol);
       if (t == DType::F32) continue;
-      // A 16-bit output: the GEMM's own output type without a bias, rounded f32 with one.
-      for (const float* bp : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
-        const bool gb_on = bp != nullptr;
-        std::vector<uint16_t> y16(y.size());
-        cpu::linear_forward({y16.data(), t}, xm, wm, bp, N, IN, OUT);
-        cuda::Buffer gy16(y.size() * 2);
-        cuda::linear_forward({gy16.get(), t}, gxm, gwm, gb_on ? gb.as<float>() : nullptr, N, IN,
-                             OUT);
-        expect_close(gb_on ? "linear forward -> bf16 (bias)" : "linear forward -> bf16", s,
-                     down16(gy16, y.size(), t), widen(y16, t), kTol16);
-      }
+      // A 16-bit output: the GEMM's own output type without a bias, rounded f32 with one; bf16
+      // and f16 operands.
+      for (DType o : {DType::BF16, DType::F16})
+        for (const float* bp : {static_cast<const float*>(nullptr),
+                                static_cast<const float*>(bias.data())}) {
+          const bool gb_on = bp != nullptr;
+          const auto xo = to16(x, o), wo = to16(w, o);
+          std::vector<uint16_t> y16(y.size());
+          cpu::linear_forward({y16.data(), o}, {xo.data(), o}, {wo.data(), o}, bp, N, IN, OUT);
+          auto gxo = up(xo), gwo = up(wo);
+          cuda::Buffer gy16(y.size() * 2);
+          cuda::linear_forward({gy16.get(), o}, {gxo.get(), o}, {gwo.get(), o},
+                               gb_on ? gb.as<float>() : nullptr, N, IN, OUT);
+          const std::string what = std::string("linear forward -> ") + dtype_name(o) +
+                                   (gb_on ? " (bias)" : "");
+          expect_close(what.c_str(), s, down16(gy16, y.size(), o), widen(y16, o), kTol16);
+        }
     }
   }
 }
