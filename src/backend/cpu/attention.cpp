@@ -59,9 +59,16 @@ void pack(float* panel, Mat src, int64_t off, int64_t ld, int64_t S, int64_t HD)
     for (int64_t t = 0; t < S; ++t) std::copy(x + t * ld, x + t * ld + HD, panel + t * HD);
     return;
   }
-  for (int64_t t = 0; t < S; ++t)
-    for (int64_t e = 0; e < HD; ++e)
-      panel[t * HD + e] = load_f32(src.data, src.dtype, off + t * ld + e);
+  const uint16_t* x = static_cast<const uint16_t*>(src.data) + off;
+  const bool bf16 = src.dtype == DType::BF16;
+  for (int64_t t = 0; t < S; ++t) {
+    const uint16_t* r = x + t * ld;
+    float* p = panel + t * HD;
+    if (bf16)
+      for (int64_t e = 0; e < HD; ++e) p[e] = f32_from_bf16(r[e]);
+    else
+      for (int64_t e = 0; e < HD; ++e) p[e] = f32_from_f16(r[e]);
+  }
 }
 
 // dst[t * ld] += panel[t] for t < S.
@@ -190,19 +197,19 @@ void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const 
       pack(w.dout.data(), dout, b * H + h * HD, ld_out, S, HD);
       const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *dO = w.dout.data();
       float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data();
-      std::fill(dq, dq + S * HD, 0.f);
       std::fill(dk, dk + S * HD, 0.f);
       std::fill(dv, dv + S * HD, 0.f);
       const int64_t o_off = b * H + h * HD;
       const float* L = lse + bh * S;
       const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
-      float* D = w.d.data();  // rowsum(dO * O)
+      float* D = w.d.data();  // rowsum(dO * O), O widened into the dq panel (still unused)
+      pack(dq, out, o_off, ld_out, S, HD);
       for (int64_t t = 0; t < S; ++t) {
         float d = 0.f;
-        for (int64_t e = 0; e < HD; ++e)
-          d += dO[t * HD + e] * load_f32(out.data, out.dtype, o_off + t * ld_out + e);
+        for (int64_t e = 0; e < HD; ++e) d += dO[t * HD + e] * dq[t * HD + e];
         D[t] = d;
       }
+      std::fill(dq, dq + S * HD, 0.f);
       for (int64_t t0 = 0; t0 < S; t0 += kRows) {
         const int64_t nr = std::min(kRows, S - t0), end = t0 + nr;
         for (int64_t c0 = first_key(t0, nr, seg); c0 < end; c0 += kCols) {
