@@ -1,7 +1,5 @@
 #include "layers/transformer_layer.h"
 
-#include <algorithm>
-
 #include "backend/dispatch.h"
 #include "tensor_parallel/parallel_linear.h"
 

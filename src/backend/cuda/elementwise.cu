@@ -1,6 +1,7 @@
 // Element-wise kernels: GELU (tanh approximation, as GPT-2), residual add, bias add and its
-// column-sum gradient (optionally storing the rounded gradient in the same pass), f32 <-> bf16/f16 casts (round to nearest even, as the CPU's), the
-// inf/NaN check and in-place scaling. Grid-stride loops over n elements.
+// column-sum gradient (optionally storing the rounded gradient in the same pass), f32 <->
+// bf16/f16 casts (round to nearest even, as the CPU's), the inf/NaN check and in-place scaling.
+// Grid-stride loops over n elements; 16-bit kernels are templated on the storage type.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,18 +31,14 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
 }
 
 // inp16 = inp rounded to T, out16 = GELU(inp16) rounded to T: one pass (16-bit models' fc1).
-template <typename T, T (*Round)(float), float (*Widen)(T)>
+template <typename T>
 __global__ void gelu_forward_rounded_kernel(T* inp16, T* out16, const float* inp, int64_t n) {
   MG_GRID_STRIDE(i, n) {
-    const T x = Round(inp[i]);
+    const T x = from_f32<T>(inp[i]);
     inp16[i] = x;
-    out16[i] = Round(gelu(Widen(x)));
+    out16[i] = from_f32<T>(gelu(to_f32(x)));
   }
 }
-__device__ __nv_bfloat16 round_bf16(float x) { return __float2bfloat16_rn(x); }
-__device__ float widen_bf16(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __half round_f16(float x) { return __float2half_rn(x); }
-__device__ float widen_f16(__half x) { return __half2float(x); }
 
 template <typename T>
 __global__ void gelu_backward_kernel(float* dinp, const T* inp, const float* dout, int64_t n,
@@ -125,33 +122,31 @@ void column_sums(float* dbias, T* out16, const float* dout, int64_t N, int64_t C
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-__global__ void f32_to_bf16_kernel(__nv_bfloat16* dst, const float* src, int64_t n) {
-  MG_GRID_STRIDE(i, n) dst[i] = __float2bfloat16_rn(src[i]);
+template <typename T>
+__global__ void narrow_kernel(T* dst, const float* src, int64_t n) {
+  MG_GRID_STRIDE(i, n) dst[i] = from_f32<T>(src[i]);
 }
-__global__ void f32_to_f16_kernel(__half* dst, const float* src, int64_t n) {
-  MG_GRID_STRIDE(i, n) dst[i] = __float2half_rn(src[i]);
-}
-__global__ void bf16_to_f32_kernel(float* dst, const __nv_bfloat16* src, int64_t n) {
-  MG_GRID_STRIDE(i, n) dst[i] = __bfloat162float(src[i]);
-}
-__global__ void f16_to_f32_kernel(float* dst, const __half* src, int64_t n) {
-  MG_GRID_STRIDE(i, n) dst[i] = __half2float(src[i]);
+template <typename T>
+__global__ void widen_kernel(float* dst, const T* src, int64_t n) {
+  MG_GRID_STRIDE(i, n) dst[i] = to_f32(src[i]);
 }
 
 // dst = x rounded to 16 bits, and x replaced by the rounded value: one pass.
-__global__ void store_rounded_bf16_kernel(__nv_bfloat16* dst, float* x, int64_t n) {
+template <typename T>
+__global__ void store_rounded_kernel(T* dst, float* x, int64_t n) {
   MG_GRID_STRIDE(i, n) {
-    const __nv_bfloat16 r = __float2bfloat16_rn(x[i]);
+    const T r = from_f32<T>(x[i]);
     dst[i] = r;
-    x[i] = __bfloat162float(r);
+    x[i] = to_f32(r);
   }
 }
-__global__ void store_rounded_f16_kernel(__half* dst, float* x, int64_t n) {
-  MG_GRID_STRIDE(i, n) {
-    const __half r = __float2half_rn(x[i]);
-    dst[i] = r;
-    x[i] = __half2float(r);
-  }
+
+// f.template operator()<T>() for the 16-bit storage type of t; other dtypes are an error that
+// names the op.
+template <typename F>
+void with_16bit(DType t, const char* op, F&& f) {
+  MG_CHECK(t == DType::BF16 || t == DType::F16, op, ": no 16-bit storage ", dtype_name(t));
+  with_storage(t, f);
 }
 
 __global__ void inf_nan_kernel(int* flag, const float* x, int64_t n) {
@@ -174,15 +169,10 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 
 void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n) {
   if (n == 0) return;
-  MG_CHECK(t == DType::BF16 || t == DType::F16, "gelu_forward_rounded to ", dtype_name(t));
-  if (t == DType::BF16)
-    gelu_forward_rounded_kernel<__nv_bfloat16, round_bf16, widen_bf16>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-            static_cast<__nv_bfloat16*>(inp16), static_cast<__nv_bfloat16*>(out16), inp, n);
-  else
-    gelu_forward_rounded_kernel<__half, round_f16, widen_f16>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<__half*>(inp16),
-                                                           static_cast<__half*>(out16), inp, n);
+  with_16bit(t, "gelu_forward_rounded", [&]<typename T>() {
+    gelu_forward_rounded_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<T*>(inp16), static_cast<T*>(out16), inp, n);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -221,8 +211,9 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
 void bias_backward_and_round(float* dbias, void* dout16, DType t, const float* dout, int64_t N,
                              int64_t C) {
   if (C == 0 || N == 0) return;
-  MG_CHECK(t == DType::BF16 || t == DType::F16, "bias_backward_and_round to ", dtype_name(t));
-  with_storage(t, [&]<typename T>() { column_sums<T>(dbias, static_cast<T*>(dout16), dout, N, C); });
+  with_16bit(t, "bias_backward_and_round", [&]<typename T>() {
+    column_sums<T>(dbias, static_cast<T*>(dout16), dout, N, C);
+  });
 }
 
 void store_rounded(void* dst, DType t, float* x, int64_t n) {
@@ -231,13 +222,10 @@ void store_rounded(void* dst, DType t, float* x, int64_t n) {
     if (dst != x) copy_on_device(dst, x, size_t(n) * 4);
     return;
   }
-  MG_CHECK(t == DType::BF16 || t == DType::F16, "store rounded to ", dtype_name(t));
-  if (t == DType::BF16)
-    store_rounded_bf16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        static_cast<__nv_bfloat16*>(dst), x, n);
-  else
-    store_rounded_f16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        static_cast<__half*>(dst), x, n);
+  with_16bit(t, "store_rounded", [&]<typename T>() {
+    store_rounded_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<T*>(dst), x, n);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -247,13 +235,10 @@ void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
     if (dst != src) copy_on_device(dst, src, size_t(n) * 4);
     return;
   }
-  MG_CHECK(t == DType::BF16 || t == DType::F16, "cast to ", dtype_name(t));
-  if (t == DType::BF16)
-    f32_to_bf16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        static_cast<__nv_bfloat16*>(dst), src, n);
-  else
-    f32_to_f16_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        static_cast<__half*>(dst), src, n);
+  with_16bit(t, "cast_from_f32", [&]<typename T>() {
+    narrow_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<T*>(dst), src,
+                                                                       n);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -263,13 +248,10 @@ void cast_to_f32(float* dst, const void* src, DType t, int64_t n) {
     if (dst != src) copy_on_device(dst, src, size_t(n) * 4);
     return;
   }
-  MG_CHECK(t == DType::BF16 || t == DType::F16, "cast from ", dtype_name(t));
-  if (t == DType::BF16)
-    bf16_to_f32_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        dst, static_cast<const __nv_bfloat16*>(src), n);
-  else
-    f16_to_f32_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        dst, static_cast<const __half*>(src), n);
+  with_16bit(t, "cast_to_f32", [&]<typename T>() {
+    widen_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dst, static_cast<const T*>(src), n);
+  });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -358,7 +358,8 @@ void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments
   const int64_t H = NH * HD, N = B * S;
   const bool lp = operands != DType::F32;
   Vec qkv = random_vec(size_t(N * 3 * H), 15), dout = random_vec(size_t(N * H), 16);
-  if (lp) cpu::cast_to_f32(dout.data(), to16(dout, operands).data(), operands, int64_t(dout.size()));
+  if (lp)
+    cpu::cast_to_f32(dout.data(), to16(dout, operands).data(), operands, int64_t(dout.size()));
   std::vector<int32_t> seg;
   if (segments) {  // documents starting at 0, 40 + 13 b and 95 - 20 b in row b
     seg.resize(static_cast<size_t>(B * S));
