@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/timers.h"
 #ifdef MG_HAS_CUDA
 #include "backend/cuda/device.h"
 #include "backend/cuda/ops.h"
@@ -21,6 +22,22 @@ Device g_device = Device::CPU;
 #define MG_OP(fn, ...) (g_device == Device::CUDA ? cuda::fn(__VA_ARGS__) : cpu::fn(__VA_ARGS__))
 #else
 #define MG_OP(fn, ...) cpu::fn(__VA_ARGS__)
+#endif
+// The same for the compute ops the op-kind timers of --timing-log-level 2 count (compute/gemm,
+// compute/attention, ...): the CPU ops hold their own timer; a GPU op is timed here, and since a
+// GPU run's timers synchronize the device, a phase holds the op's kernels.
+#ifdef MG_HAS_CUDA
+#define MG_TIMED_OP(phase, fn, ...)          \
+  do {                                       \
+    if (g_device == Device::CUDA) {          \
+      timers::Scope mg_timer(timers::phase); \
+      cuda::fn(__VA_ARGS__);                 \
+    } else {                                 \
+      cpu::fn(__VA_ARGS__);                  \
+    }                                        \
+  } while (0)
+#else
+#define MG_TIMED_OP(phase, fn, ...) cpu::fn(__VA_ARGS__)
 #endif
 
 bool cuda_available(std::string* why) {
@@ -117,13 +134,13 @@ Device where(const void* p) {
 }
 
 void cast_from_f32(void* dst, DType dst_dtype, const float* src, int64_t n) {
-  MG_OP(cast_from_f32, dst, dst_dtype, src, n);
+  MG_TIMED_OP(kCast, cast_from_f32, dst, dst_dtype, src, n);
 }
 void cast_to_f32(float* dst, const void* src, DType src_dtype, int64_t n) {
-  MG_OP(cast_to_f32, dst, src, src_dtype, n);
+  MG_TIMED_OP(kCast, cast_to_f32, dst, src, src_dtype, n);
 }
 void store_rounded(void* dst, DType dst_dtype, float* x, int64_t n) {
-  MG_OP(store_rounded, dst, dst_dtype, x, n);
+  MG_TIMED_OP(kCast, store_rounded, dst, dst_dtype, x, n);
 }
 bool has_inf_or_nan(const float* x, int64_t n) {
   return MG_OP(has_inf_or_nan, x, n);
@@ -131,15 +148,15 @@ bool has_inf_or_nan(const float* x, int64_t n) {
 
 void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT) {
-  MG_OP(linear_forward, out, inp, weight, bias, N, IN, OUT);
+  MG_TIMED_OP(kGemm, linear_forward, out, inp, weight, bias, N, IN, OUT);
 }
 void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,
                              const float* residual, int64_t N, int64_t IN, int64_t OUT) {
-  MG_OP(linear_residual_forward, out, inp, weight, bias, residual, N, IN, OUT);
+  MG_TIMED_OP(kGemm, linear_residual_forward, out, inp, weight, bias, residual, N, IN, OUT);
 }
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, Mat inp,
                      Mat weight, int64_t N, int64_t IN, int64_t OUT, GradWrite dinp_write) {
-  MG_OP(linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, dinp_write);
+  MG_TIMED_OP(kGemm, linear_backward, dinp, dweight, dbias, dout, inp, weight, N, IN, OUT, dinp_write);
 }
 void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_begin,
                        int64_t row_end, int64_t N, int64_t H, bool accumulate) {
@@ -150,45 +167,48 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
   MG_OP(embedding_backward, dtable, dout, ids, row_begin, row_end, N, H);
 }
 void bias_add_forward(float* out, const float* bias, int64_t N, int64_t C) {
-  MG_OP(bias_add_forward, out, bias, N, C);
+  MG_TIMED_OP(kGeluResidual, bias_add_forward, out, bias, N, C);
 }
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
-  MG_OP(bias_backward, dbias, dout, N, C);
+  MG_TIMED_OP(kGeluResidual, bias_backward, dbias, dout, N, C);
 }
 void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps) {
-  MG_OP(layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, eps);
+  MG_TIMED_OP(kLayerNorm, layernorm_forward, out, mean, rstd, inp, weight, bias, N, C, eps);
 }
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C) {
-  MG_OP(layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  MG_TIMED_OP(kLayerNorm, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 void gelu_forward(float* out, const float* inp, int64_t n) {
-  MG_OP(gelu_forward, out, inp, n);
+  MG_TIMED_OP(kGeluResidual, gelu_forward, out, inp, n);
 }
 void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, int64_t n) {
 #ifdef MG_HAS_CUDA
-  if (on_cuda()) return cuda::gelu_forward_rounded(inp16, out16, t, inp, n);
+  if (on_cuda()) {
+    timers::Scope timer(timers::kGeluResidual);
+    return cuda::gelu_forward_rounded(inp16, out16, t, inp, n);
+  }
 #endif
   cpu::store_rounded(inp16, t, inp, n);
   cpu::gelu_forward(inp, inp, n);
   cpu::cast_from_f32(out16, t, inp, n);
 }
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n, GradWrite write) {
-  MG_OP(gelu_backward, dinp, inp, dout, n, write);
+  MG_TIMED_OP(kGeluResidual, gelu_backward, dinp, inp, dout, n, write);
 }
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
-  MG_OP(residual_forward, out, a, b, n);
+  MG_TIMED_OP(kGeluResidual, residual_forward, out, a, b, n);
 }
 void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
                        int64_t HD, const int32_t* seg_start) {
-  MG_OP(attention_forward, out, lse, qkv, B, S, NH, HD, seg_start);
+  MG_TIMED_OP(kAttention, attention_forward, out, lse, qkv, B, S, NH, HD, seg_start);
 }
 void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
                         int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
                         GradWrite write) {
-  MG_OP(attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start, write);
+  MG_TIMED_OP(kAttention, attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start, write);
 }
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V) {
   MG_OP(cross_entropy_row_max, row_max, logits, N, V);
