@@ -181,19 +181,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         int64_t N, int64_t C) {
   MG_TIMED_OP(kLayerNorm, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
-void gelu_forward(float* out, const float* inp, int64_t n) {
+void gelu_forward(MatOut out, Mat inp, int64_t n) {
   MG_TIMED_OP(kGeluResidual, gelu_forward, out, inp, n);
-}
-void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, int64_t n) {
-#ifdef MG_HAS_CUDA
-  if (on_cuda()) {
-    timers::Scope timer(timers::kGeluResidual);
-    return cuda::gelu_forward_rounded(inp16, out16, t, inp, n);
-  }
-#endif
-  cpu::store_rounded(inp16, t, inp, n);
-  cpu::gelu_forward(inp, inp, n);
-  cpu::cast_from_f32(out16, t, inp, n);
 }
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n, GradWrite write) {
   MG_TIMED_OP(kGeluResidual, gelu_backward, dinp, inp, dout, n, write);

@@ -65,7 +65,7 @@ void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C);
-void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_forward(MatOut out, Mat inp, int64_t n);
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
                    GradWrite write = GradWrite::Add);
 // A 16-bit layer's fc1 output inp stored in t (inp16) and GELU of the stored values in t (out16).

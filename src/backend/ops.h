@@ -58,7 +58,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           int64_t ldc);
 
 // out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias[OUT] (bias may be null). Megatron's weight layout.
-// inp and weight share one dtype; bias is f32; out is f32 or 16-bit (the f32 result rounded).
+// inp and weight share one dtype; bias is f32; out is f32, or 16-bit: the fp32 sum plus the bias
+// rounded to out's dtype (a 16-bit model's biases are 16-bit values already), rounded once.
 void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT);
 // out[N,OUT] = residual + (inp W^T + bias), f32: a linear layer whose output joins the residual
@@ -96,7 +97,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* rstd, int64_t N, int64_t C);
 
 // GELU, tanh approximation (as GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-void gelu_forward(float* out, const float* inp, int64_t n);
+// out = GELU(inp), computed in fp32 from inp as stored; either may be 16-bit (rounded once).
+void gelu_forward(MatOut out, Mat inp, int64_t n);
 // inp: the forward's input, f32 or as a 16-bit model stored it.
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
                    GradWrite write = GradWrite::Add);

@@ -34,8 +34,7 @@ LayerScratch::LayerScratch(const LayerDims& d)
       d_qkv({d.rows(), 3 * d.H_local()}, DType::F32, d.device),
       d_attn({d.rows(), d.H_local()}, DType::F32, d.device),
       d_fc1({d.rows(), d.F_local()}, DType::F32, d.device),
-      d_gelu({d.rows(), d.F_local()}, DType::F32, d.device),
-      fc1_f32({d.low_precision() ? d.rows() : 0, d.F_local()}, DType::F32, d.device) {}
+      d_gelu({d.rows(), d.F_local()}, DType::F32, d.device) {}
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
@@ -54,16 +53,9 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   // MLP block.
   ops::layernorm_forward(store(c.ln2), c.ln2_mean.data<float>(), c.ln2_rstd.data<float>(),
                          c.x_mid.data<float>(), w.ln2_w, w.ln2_b, R, H, d.eps);
-  if (d.low_precision()) {  // fc1 and GELU of the stored fc1 in one pass over the f32 output
-    float* fc1 = s.fc1_f32.data<float>();
-    tp::column_parallel_forward(g, fc1, c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
-                                w.fc1_b, {N, H, d.F_local()});
-    ops::gelu_forward_rounded(c.fc1.raw(), c.gelu.raw(), d.dtype, fc1, N * d.F_local());
-  } else {
-    tp::column_parallel_forward(g, c.fc1.data<float>(), c.ln2.raw(), c.ln2_full.raw(),
-                                weight(w.fc1_w, d), w.fc1_b, {N, H, d.F_local()});
-    ops::gelu_forward(c.gelu.data<float>(), c.fc1.data<float>(), N * d.F_local());
-  }
+  tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
+                              w.fc1_b, {N, H, d.F_local()});
+  ops::gelu_forward(store(c.gelu), act(c.fc1), N * d.F_local());
   tp::row_parallel_forward(g, y, full, act(c.gelu), weight(w.fc2_w, d), w.fc2_b,
                            c.x_mid.data<float>(), {N, d.F_local(), H});
 }

@@ -73,7 +73,6 @@ struct LayerScratch {
   Tensor d_qkv;           // (S*B, 3H/TP)
   Tensor d_attn;          // (S*B, H/TP)
   Tensor d_fc1, d_gelu;   // (S*B, F/TP)
-  Tensor fc1_f32;         // (S*B, F/TP) FC1's f32 output before it is stored (16-bit only)
   explicit LayerScratch(const LayerDims& d);
 };
 

@@ -359,8 +359,8 @@ size_t GPTModel::activation_bytes() const {
   }
   for (const auto& c : recompute_pool_) b += cache_bytes(*c);
   for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
-                          &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_, &scratch_.fc1_f32,
-                          &d_resid_, &d_lnf_, &d_full_})
+                          &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_, &d_resid_, &d_lnf_,
+                          &d_full_})
     b += t->nbytes();
   return b;
 }

@@ -26,8 +26,10 @@ inline float gelu_grad_scalar(float x) {
 constexpr int64_t kBlock = 1024;  // elements per parallel work item (a multiple of kLanes)
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+void gelu_forward(MatOut out16, Mat inp16, int64_t n) {
   timers::Scope timer(timers::kGeluResidual);
+  const float* inp = f32_operand(inp16, n);
+  float* out = f32_result(out16, n);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
@@ -43,6 +45,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 #endif
     for (; i < e; ++i) out[i] = gelu_scalar(inp[i]);
   }
+  store_result(out16, out, n);
 }
 
 // d/dx = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx, u = sqrt(2/pi) (x + 0.044715 x^3).

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
 
 #include "backend/cpu/staging.h"
 #include "backend/ops.h"
@@ -76,6 +77,18 @@ void* scratch(Tensor& t, int64_t bytes) {
   return t.data<float>();
 }
 
+// The bias a 16-bit output adds: rounded to t (as the GPU's epilogue must take it) and widened
+// back. A 16-bit model's biases are 16-bit values already, so for them this changes nothing.
+const float* rounded_bias(const float* bias, DType t, int64_t n) {
+  thread_local std::vector<float> b;
+  thread_local std::vector<uint16_t> b16;
+  b.resize(size_t(n));
+  b16.resize(size_t(n));
+  cast_from_f32(b16.data(), t, bias, n);
+  cast_to_f32(b.data(), b16.data(), t, n);
+  return b.data();
+}
+
 }  // namespace
 
 bool native_lowp_gemm(DType dtype) {
@@ -115,6 +128,7 @@ void linear_forward(MatOut out16, Mat inp, Mat weight, const float* bias, int64_
            dtype_name(out16.dtype), " from ", dtype_name(inp.dtype), " operands");
   float* out = f32_result(out16, N * OUT);
   if (bias) {
+    if (out16.dtype != DType::F32) bias = rounded_bias(bias, out16.dtype, OUT);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; ++n)
       for (int64_t o = 0; o < OUT; ++o) out[n * OUT + o] = bias[o];

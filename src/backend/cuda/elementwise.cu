@@ -26,18 +26,9 @@ __device__ inline float gelu(float x) {
   return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  MG_GRID_STRIDE(i, n) out[i] = gelu(inp[i]);
-}
-
-// inp16 = inp rounded to T, out16 = GELU(inp16) rounded to T: one pass (16-bit models' fc1).
-template <typename T>
-__global__ void gelu_forward_rounded_kernel(T* inp16, T* out16, const float* inp, int64_t n) {
-  MG_GRID_STRIDE(i, n) {
-    const T x = from_f32<T>(inp[i]);
-    inp16[i] = x;
-    out16[i] = from_f32<T>(gelu(to_f32(x)));
-  }
+template <typename TO, typename TI>
+__global__ void gelu_forward_kernel(TO* out, const TI* inp, int64_t n) {
+  MG_GRID_STRIDE(i, n) out[i] = from_f32<TO>(gelu(to_f32(inp[i])));
 }
 
 template <typename T>
@@ -161,17 +152,13 @@ __global__ void scale_kernel(float* x, float s, int64_t n) {
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+void gelu_forward(MatOut out, Mat inp, int64_t n) {
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(out, inp, n);
-  MG_CUDA_CHECK(cudaGetLastError());
-}
-
-void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n) {
-  if (n == 0) return;
-  with_16bit(t, "gelu_forward_rounded", [&]<typename T>() {
-    gelu_forward_rounded_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-        static_cast<T*>(inp16), static_cast<T*>(out16), inp, n);
+  with_storage(out.dtype, [&]<typename TO>() {
+    with_storage(inp.dtype, [&]<typename TI>() {
+      gelu_forward_kernel<TO, TI><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+          static_cast<TO*>(out.data), static_cast<const TI*>(inp.data), n);
+    });
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }

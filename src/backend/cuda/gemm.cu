@@ -4,7 +4,8 @@
 // CPU to f32 rounding); bf16/f16 operands accumulate in fp32 into an f32 D, or into a D of
 // their own dtype (rounded once, from the fp32 accumulator). The linear layer's bias rides in the
 // epilogue (CUBLASLT_EPILOGUE_BIAS: one value per row of the column-major output, i.e. per
-// output feature), and so does a residual add (D = A B + C with C the residual stream).
+// output feature; f32 for an f32 D, D's own type for a 16-bit D), and so does a residual add
+// (D = A B + C with C the residual stream).
 // Descriptors and the heuristic's algorithm are built once per shape and cached.
 #include <map>
 #include <memory>
@@ -95,7 +96,8 @@ Plan* plan(const Key& k) {
                                                  sizeof(op_b)));
   if (k.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const cudaDataType_t bias_type = CUDA_R_32F;
+    // An f32 output takes an f32 bias; a 16-bit one a bias of its own type (cuBLASLt's rule).
+    const cudaDataType_t bias_type = lt_type(k.out);
     MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                    sizeof(epi)));
     MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
@@ -137,7 +139,7 @@ Plan* plan(const Key& k) {
 
 // D = alpha op(A) op(B) + beta C (+ bias); C and D share the layout and type k.out.
 void run(Key k, float alpha, const void* A, const void* B, float beta, const void* C, void* D,
-         const float* bias) {
+         const void* bias) {
   k.align_a = alignment(A);
   k.align_b = alignment(B);
   k.align_c = alignment(C);
@@ -179,20 +181,30 @@ void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t 
   MG_CHECK(out.dtype == DType::F32 || out.dtype == inp.dtype, "linear output ",
            dtype_name(out.dtype), " from ", dtype_name(inp.dtype), " operands");
   if (N == 0 || OUT == 0) return;
-  if (out.dtype != DType::F32 && (bias || IN == 0)) {  // the f32 result, then rounded
-    Buffer y(size_t(N * OUT) * sizeof(float));
-    cuda::linear_forward(y.as<float>(), inp, weight, bias, N, IN, OUT);
-    return cast_from_f32(out.data, out.dtype, y.as<float>(), N * OUT);
-  }
-  if (IN == 0) {  // no inputs: out = bias (or 0)
+  if (IN == 0) {  // no inputs: out = bias (or 0), rounded once when out is 16-bit
+    Buffer y16;
     float* y = static_cast<float*>(out.data);
+    if (out.dtype != DType::F32) {
+      y16 = Buffer(size_t(N * OUT) * sizeof(float));
+      y = y16.as<float>();
+    }
     memset_zero(y, size_t(N * OUT) * sizeof(float));
     if (bias) bias_add_forward(y, bias, N, OUT);
+    if (out.dtype != DType::F32) cast_from_f32(out.data, out.dtype, y, N * OUT);
     return;
+  }
+  // A 16-bit output's epilogue adds the bias in that dtype (as a 16-bit Megatron module holds
+  // it): the f32 bias is rounded first, OUT values, and the sum is rounded once into D.
+  Buffer bias16;
+  const void* b = bias;
+  if (bias && out.dtype != DType::F32) {
+    bias16 = Buffer(size_t(OUT) * 2);
+    cast_from_f32(bias16.get(), out.dtype, bias, OUT);
+    b = bias16.get();
   }
   Key k{false, true, bias != nullptr, N, OUT, IN, IN, IN, OUT, inp.dtype};
   k.out = out.dtype;
-  run(k, 1.0f, inp.data, weight.data, 0.0f, out.data, out.data, bias);
+  run(k, 1.0f, inp.data, weight.data, 0.0f, out.data, out.data, b);
 }
 
 void linear_residual_forward(float* out, Mat inp, Mat weight, const float* bias,

@@ -56,12 +56,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t N, int64_t C);
 
-void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_forward(MatOut out, Mat inp, int64_t n);
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
                    GradWrite write = GradWrite::Add);
-// inp16 = inp in dtype t (BF16/F16), out16 = GELU(inp16) in t, in one pass: the same values
-// as store_rounded, gelu_forward and cast_from_f32 in turn.
-void gelu_forward_rounded(void* inp16, void* out16, DType t, const float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 

@@ -190,11 +190,14 @@ TEST(Precision, SixteenBitOutputsAreTheRoundedF32Results) {
     EXPECT_EQ(y16, rounded(y, t)) << "layernorm " << dtype_name(t);
 
     const Rounded xi(random_vec(N * IN, 4), t), W(random_vec(OUT * IN, 5), t);
+    // A 16-bit output adds its bias as a 16-bit module holds it: rounded to t.
     const auto bias = random_vec(OUT, 6);
+    const Rounded bias_t(bias, t);
     for (const float* bp : {static_cast<const float*>(nullptr), bias.data()}) {
       std::vector<float> z(N * OUT);
       std::vector<uint16_t> z16(N * OUT);
-      cpu::linear_forward(z.data(), {xi.h.data(), t}, {W.h.data(), t}, bp, N, IN, OUT);
+      cpu::linear_forward(z.data(), {xi.h.data(), t}, {W.h.data(), t},
+                          bp ? bias_t.f.data() : nullptr, N, IN, OUT);
       cpu::linear_forward({z16.data(), t}, {xi.h.data(), t}, {W.h.data(), t}, bp, N, IN, OUT);
       EXPECT_EQ(z16, rounded(z, t)) << "linear " << dtype_name(t) << (bp ? " bias" : "");
     }
@@ -226,6 +229,11 @@ TEST(Precision, SixteenBitAttentionAndGeluAreTheF32OpsOnWidenedValues) {
     cpu::gelu_backward(g16.data(), {x.h.data(), t}, dout.data(), N * H);
     cpu::gelu_backward(g32.data(), x.f.data(), dout.data(), N * H);
     EXPECT_EQ(g16, g32) << "gelu backward " << dtype_name(t);
+    std::vector<float> y32(N * H);
+    std::vector<uint16_t> y16(N * H);
+    cpu::gelu_forward(y32.data(), x.f.data(), N * H);
+    cpu::gelu_forward({y16.data(), t}, {x.h.data(), t}, N * H);
+    EXPECT_EQ(y16, rounded(y32, t)) << "gelu forward " << dtype_name(t);
   }
 }
 

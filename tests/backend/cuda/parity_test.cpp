@@ -176,8 +176,8 @@ TEST(CudaParity, LinearForwardBackward) {
                                     IN, OUT);
       expect_close("linear + residual epilogue", s, down(gy, yr.size()), yr, tol);
       if (t == DType::F32) continue;
-      // A 16-bit output: the GEMM's own output type without a bias, rounded f32 with one; bf16
-      // and f16 operands.
+      // A 16-bit output: the GEMM's own output type, the bias (rounded to it) in the epilogue;
+      // bf16 and f16 operands.
       for (DType o : {DType::BF16, DType::F16})
         for (const float* bp : {static_cast<const float*>(nullptr),
                                 static_cast<const float*>(bias.data())}) {
@@ -286,31 +286,24 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
                           int64_t(n), GradWrite::Set);
       expect_close("gelu backward (set)", s, down(gdgs, n), dgs, kTolF32);
     }
-    // The fused 16-bit GELU: the same bits as the three CUDA ops it replaces, and the CPU's
-    // three ops within 16-bit rounding.
+    // GELU of a 16-bit model's stored fc1 output into 16-bit storage: the same bits as the
+    // f32 GELU of the widened input rounded, and the CPU's within 16-bit rounding.
     for (DType t : {DType::BF16, DType::F16}) {
-      cuda::Buffer in16(n * 2), out16(n * 2), ref_in16(n * 2), ref_out16(n * 2), tmp(n * 4);
-      auto gx2 = up(x);
-      cuda::gelu_forward_rounded(in16.get(), out16.get(), t, gx.as<float>(), int64_t(n));
-      cuda::store_rounded(ref_in16.get(), t, gx2.as<float>(), int64_t(n));
-      cuda::gelu_forward(tmp.as<float>(), gx2.as<float>(), int64_t(n));
-      cuda::cast_from_f32(ref_out16.get(), t, tmp.as<float>(), int64_t(n));
-      std::vector<uint16_t> a(n), b16(n), c(n), d(n);
-      cuda::copy_to_host(a.data(), in16.get(), n * 2);
-      cuda::copy_to_host(b16.data(), ref_in16.get(), n * 2);
-      cuda::copy_to_host(c.data(), out16.get(), n * 2);
-      cuda::copy_to_host(d.data(), ref_out16.get(), n * 2);
-      EXPECT_EQ(a, b16) << "gelu_forward_rounded input, " << dtype_name(t);
-      EXPECT_EQ(c, d) << "gelu_forward_rounded output, " << dtype_name(t);
-      Vec xc = x, scratch(n), got(n), want(n);
-      std::vector<uint16_t> cin(n), cout16(n);
-      cpu::store_rounded(cin.data(), t, xc.data(), int64_t(n));
-      cpu::gelu_forward(scratch.data(), xc.data(), int64_t(n));
-      cpu::cast_from_f32(cout16.data(), t, scratch.data(), int64_t(n));
-      cpu::cast_to_f32(want.data(), cout16.data(), t, int64_t(n));
-      cpu::cast_to_f32(got.data(), c.data(), t, int64_t(n));
-      expect_close(t == DType::BF16 ? "gelu rounded bf16" : "gelu rounded f16", s, got, want,
-                   kTol16);
+      const auto x16 = to16(x, t);
+      std::vector<uint16_t> y16(n);
+      cpu::gelu_forward({y16.data(), t}, {x16.data(), t}, int64_t(n));
+      auto gx16 = up(x16);
+      cuda::Buffer gy16(n * 2), gxw(n * 4), gyw(n * 4), ref16(n * 2);
+      cuda::gelu_forward({gy16.get(), t}, {gx16.get(), t}, int64_t(n));
+      cuda::cast_to_f32(gxw.as<float>(), gx16.get(), t, int64_t(n));
+      cuda::gelu_forward(gyw.as<float>(), gxw.as<float>(), int64_t(n));
+      cuda::cast_from_f32(ref16.get(), t, gyw.as<float>(), int64_t(n));
+      std::vector<uint16_t> got(n), ref(n);
+      cuda::copy_to_host(got.data(), gy16.get(), n * 2);
+      cuda::copy_to_host(ref.data(), ref16.get(), n * 2);
+      EXPECT_EQ(got, ref) << "16-bit gelu_forward against the f32 one rounded, " << dtype_name(t);
+      expect_close(t == DType::BF16 ? "gelu forward bf16" : "gelu forward f16", s,
+                   widen(got, t), widen(y16, t), kTol16);
     }
 
     Vec r(n), da(n, 1.f), dbb(n, 2.f);
