@@ -68,10 +68,6 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void gelu_forward(MatOut out, Mat inp, int64_t n);
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
                    GradWrite write = GradWrite::Add);
-// A 16-bit layer's fc1 output inp stored in t (inp16) and GELU of the stored values in t (out16).
-// CPU: store_rounded(inp16, inp), gelu_forward(inp, inp), cast_from_f32(out16, inp) (inp is
-// overwritten); CUDA: one fused pass (inp untouched).
-void gelu_forward_rounded(void* inp16, void* out16, DType t, float* inp, int64_t n);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // qkv and out in f32, or both in a 16-bit model's dtype: the GPU then runs the tensor-core
 // kernels on those operands; the CPU always computes in fp32.

@@ -181,16 +181,15 @@ void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t 
   MG_CHECK(out.dtype == DType::F32 || out.dtype == inp.dtype, "linear output ",
            dtype_name(out.dtype), " from ", dtype_name(inp.dtype), " operands");
   if (N == 0 || OUT == 0) return;
-  if (IN == 0) {  // no inputs: out = bias (or 0), rounded once when out is 16-bit
-    Buffer y16;
+  if (out.dtype != DType::F32 && IN == 0) {  // the f32 result (the bias, or 0), then rounded
+    Buffer y(size_t(N * OUT) * sizeof(float));
+    cuda::linear_forward(y.as<float>(), inp, weight, bias, N, IN, OUT);
+    return cast_from_f32(out.data, out.dtype, y.as<float>(), N * OUT);
+  }
+  if (IN == 0) {  // no inputs: out = bias (or 0)
     float* y = static_cast<float*>(out.data);
-    if (out.dtype != DType::F32) {
-      y16 = Buffer(size_t(N * OUT) * sizeof(float));
-      y = y16.as<float>();
-    }
     memset_zero(y, size_t(N * OUT) * sizeof(float));
     if (bias) bias_add_forward(y, bias, N, OUT);
-    if (out.dtype != DType::F32) cast_from_f32(out.data, out.dtype, y, N * OUT);
     return;
   }
   // A 16-bit output's epilogue adds the bias in that dtype (as a 16-bit Megatron module holds
