@@ -132,9 +132,6 @@ void empty_cache() {
   a.free_blocks.clear();
 }
 
-void copy_to_device(void* dst, const void* src, size_t bytes) {
-  MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_stream()));
-}
 void copy_to_host(void* dst, const void* src, size_t bytes) {
   MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_stream()));
   synchronize();

@@ -31,7 +31,12 @@ int64_t bytes_peak();  // the most ever live at once
 // Returns every cached free block to the driver.
 void empty_cache();
 
-void copy_to_device(void* dst, const void* src, size_t bytes);    // queued on the stream
+// Queued on the stream; src may be reused once it returns. Up to 1 MiB goes through pinned
+// staging slots (upload.cu), so the call does not wait for the GPU; larger copies go direct.
+void copy_to_device(void* dst, const void* src, size_t bytes);
+// How many copy_to_device calls went through the pinned slots and how many went direct.
+struct UploadCounts { int64_t staged = 0, direct = 0, slot_bytes = 0; };
+UploadCounts upload_counts();
 void copy_to_host(void* dst, const void* src, size_t bytes);      // returns once copied
 void copy_on_device(void* dst, const void* src, size_t bytes);    // queued on the stream
 void memset_zero(void* dst, size_t bytes);                         // queued on the stream

@@ -565,5 +565,44 @@ TEST(CudaParity, AllocatorReusesBlocksAndCountsThePeak) {
   EXPECT_EQ(cuda::bytes_live(), live0);
 }
 
+// copy_to_device stages small copies through a ring of pinned slots (upload.cu). Queue more
+// copies than there are slots behind a long GEMM, rewriting the one host source right after each
+// call: every device buffer must still receive the values the source held at its call.
+TEST(CudaParity, PinnedUploadsKeepEachCallsBytes) {
+  MG_REQUIRE_GPU();
+  const int64_t M = 2048;
+  auto a = up(random_vec(size_t(M * M), 1)), c = up(Vec(size_t(M * M), 0.f));
+  for (int i = 0; i < 4; ++i)  // ~70 GFLOP queued ahead of the copies
+    cuda::gemm(false, false, M, M, M, 1.0f, a.as<float>(), M, a.as<float>(), M, 0.0f,
+               c.as<float>(), M);
+  const cuda::UploadCounts before = cuda::upload_counts();
+  const size_t n = 4099;  // floats per copy
+  const int copies = 40;  // more than the slots, so slots are waited on and written again
+  std::vector<cuda::Buffer> dst;
+  Vec src(n);
+  for (int k = 0; k < copies; ++k) {
+    for (size_t i = 0; i < n; ++i) src[i] = float(k * 100000 + int(i));
+    dst.emplace_back(n * sizeof(float));
+    cuda::copy_to_device(dst.back().get(), src.data(), n * sizeof(float));
+  }
+  // One copy larger than a slot goes straight from the caller's memory.
+  const size_t big = size_t(before.slot_bytes) / sizeof(float) + 1;
+  Vec big_src = random_vec(big, 7);
+  cuda::Buffer big_dst(big * sizeof(float));
+  cuda::copy_to_device(big_dst.get(), big_src.data(), big * sizeof(float));
+  const cuda::UploadCounts after = cuda::upload_counts();
+  EXPECT_EQ(after.staged - before.staged, copies);
+  EXPECT_EQ(after.direct - before.direct, 1);
+  int64_t wrong = 0;
+  for (int k = 0; k < copies; ++k) {
+    const Vec got = down(dst[size_t(k)], n);
+    for (size_t i = 0; i < n; ++i) wrong += got[i] != float(k * 100000 + int(i));
+  }
+  std::printf("  %-28s %d copies of %zu floats, %lld wrong values\n", "pinned uploads", copies, n,
+              static_cast<long long>(wrong));
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(down(big_dst, big), big_src);
+}
+
 }  // namespace
 }  // namespace mg
