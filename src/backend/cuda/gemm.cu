@@ -128,11 +128,15 @@ Plan* plan(const Key& k) {
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  MG_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle(), p->desc, p->a, p->b, p->c, p->c, pref,
-                                                 1, &result, &found));
+  // With nothing to offer the heuristic answers NOT_SUPPORTED (or found = 0): say what was asked.
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle(), p->desc, p->a, p->b, p->c,
+                                                           p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  MG_CHECK(found > 0, "cuBLASLt has no algorithm for M=", k.M, " N=", k.N, " K=", k.K, " in ",
-           dtype_name(k.t), " into ", dtype_name(k.out));
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED) MG_CUBLAS_CHECK(st);
+  MG_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for M=", k.M,
+           " N=", k.N, " K=", k.K, " in ", dtype_name(k.t), " into ", dtype_name(k.out),
+           k.bias ? " with a bias epilogue" : "", " (operand alignments ", k.align_a, "/",
+           k.align_b, "/", k.align_c, "/", k.align_d, " bytes)");
   p->algo = result.algo;
   return (cache[k] = std::move(p)).get();
 }
@@ -145,6 +149,15 @@ void run(Key k, float alpha, const void* A, const void* B, float beta, const voi
   k.align_c = alignment(C);
   k.align_d = alignment(D);
   Plan* p = plan(k);
+  // The epilogue's bias vector is read with vector loads: a bias that is not 16-byte aligned (a
+  // parameter packed at an odd offset) is copied to an aligned block first (k.N values).
+  Buffer aligned_bias;
+  if (bias && alignment(bias) < 16) {
+    const size_t bytes = size_t(k.N) * (k.out == DType::F32 ? 4 : 2);
+    aligned_bias = Buffer(bytes);
+    copy_on_device(aligned_bias.get(), bias, bytes);
+    bias = aligned_bias.get();
+  }
   // The bias pointer is set on the shared cached descriptor: one GEMM at a time.
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);

@@ -25,8 +25,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
           int64_t lda, Mat B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 // out[N,OUT] = inp[N,IN] W[OUT,IN]^T + bias (the bias add fused into the GEMM epilogue). A
-// 16-bit out is the GEMM's own output type; with a bias it is an f32 result rounded in a second
-// pass, since cuBLASLt's bias must have the output's type and ours is f32.
+// 16-bit out is the GEMM's own output type; its bias is first rounded to that type (cuBLASLt's
+// bias must have the output's type), then added to the fp32 sum before D's one rounding.
 void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
                     int64_t OUT);
 // out = residual + (inp W^T + bias) in one GEMM: C = residual, D = out, bias in the epilogue.

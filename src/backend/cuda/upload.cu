@@ -5,7 +5,9 @@
 // DMA from it on the compute stream and records an event; the slot is written again only after
 // its event has fired, so the caller may reuse its own buffer as soon as the call returns (the
 // same contract as before) while the host runs ahead of the GPU. Copies larger than a slot (the
-// parameter uploads at start-up) go straight from the caller's memory.
+// parameter uploads at start-up) go straight from the caller's memory, which is then pageable
+// (every host buffer here is): the driver has staged it when the call returns. A pinned source
+// over 1 MiB would still be read after the return.
 #include <cstring>
 #include <mutex>
 

@@ -175,7 +175,22 @@ TEST(CudaParity, LinearForwardBackward) {
       cuda::linear_residual_forward(gy.as<float>(), gxm, gwm, gb.as<float>(), gres.as<float>(), N,
                                     IN, OUT);
       expect_close("linear + residual epilogue", s, down(gy, yr.size()), yr, tol);
-      if (t == DType::F32) continue;
+      if (t == DType::F32) {
+        // Operands and bias one float into their blocks (4-byte aligned, as parameters packed
+        // at odd offsets are): other cuBLASLt plans, and the bias copied to an aligned block.
+        Vec xs(x.size() + 1), ws(w.size() + 1), bs(bias.size() + 1);
+        std::copy(x.begin(), x.end(), xs.begin() + 1);
+        std::copy(w.begin(), w.end(), ws.begin() + 1);
+        std::copy(bias.begin(), bias.end(), bs.begin() + 1);
+        auto gxs = up(xs), gws = up(ws), gbs = up(bs);
+        cuda::Buffer gys((y.size() + 1) * 4);
+        cuda::linear_forward(gys.as<float>() + 1, {gxs.as<float>() + 1, t},
+                             {gws.as<float>() + 1, t}, gbs.as<float>() + 1, N, IN, OUT);
+        Vec got = down(gys, y.size() + 1);
+        got.erase(got.begin());
+        expect_close("linear forward (offset 4 B)", s, got, y, tol);
+        continue;
+      }
       // A 16-bit output: the GEMM's own output type, the bias (rounded to it) in the epilogue;
       // bf16 and f16 operands.
       for (DType o : {DType::BF16, DType::F16})
