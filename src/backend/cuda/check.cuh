@@ -21,6 +21,11 @@
 
 namespace mg::cuda {
 inline cudaStream_t compute_stream();
+// A grid-stride loop over [0, n) with a 64-bit index i.
+#define MG_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
 // Threads per block and a grid that covers n elements with grid-stride loops.
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) {

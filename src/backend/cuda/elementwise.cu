@@ -18,10 +18,6 @@ namespace {
 
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 
-#define MG_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
-       i += int64_t(gridDim.x) * blockDim.x)
-
 __device__ inline float gelu(float x) {
   return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }

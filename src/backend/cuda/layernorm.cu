@@ -1,7 +1,9 @@
 // LayerNorm over the last dim C: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), one
 // warp per row (two passes over the row: mean, then the centred variance, as the CPU). Backward:
 // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, one warp per row; dw and db are column
-// sums over the rows in a second kernel (fixed order, no atomics).
+// sums over row chunks, then over the chunks (fixed order, no atomics).
+#include <algorithm>
+
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
 #include "backend/cuda/storage.cuh"
@@ -60,15 +62,21 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
     dx[c] += r * (dy[c] * w[c] - mean_g - (x[c] - m) * r * mean_gx);
 }
 
-// 32 columns per block, 8 row-strided partial sums per column, added in a fixed order.
-__global__ void layernorm_backward_params_kernel(float* dw, float* db, const float* dout,
-                                                 const float* inp, const float* mean,
-                                                 const float* rstd, int64_t N, int64_t C) {
+// dw and db in two fixed-order stages (as the bias column sums of elementwise.cu), so that a
+// narrow C (1280: 40 column blocks) still fills the GPU. Stage 1: block (x, g) of 32 x 8 threads
+// sums 32 columns over row chunk g, each row of threads a strided set of the chunk's rows, the 8
+// partials added in order into partial[g, c] (dw) and partial[g, C + c] (db). Stage 2: the chunk
+// partials in chunk order, added into dw and db.
+__global__ void layernorm_params_chunks_kernel(float* partial, const float* dout,
+                                               const float* inp, const float* mean,
+                                               const float* rstd, int64_t N, int64_t C,
+                                               int64_t rows_per_chunk) {
   __shared__ float pw[8][33], pb[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t n0 = blockIdx.y * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
   float sw = 0.f, sb = 0.f;
   if (c < C)
-    for (int64_t n = threadIdx.y; n < N; n += 8) {
+    for (int64_t n = n0 + threadIdx.y; n < n1; n += 8) {
       const float dy = dout[n * C + c];
       sw += dy * (inp[n * C + c] - mean[n]) * rstd[n];
       sb += dy;
@@ -82,8 +90,18 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const flo
       tw += pw[r][threadIdx.x];
       tb += pb[r][threadIdx.x];
     }
-    dw[c] += tw;
-    db[c] += tb;
+    partial[blockIdx.y * 2 * C + c] = tw;
+    partial[blockIdx.y * 2 * C + C + c] = tb;
+  }
+}
+
+__global__ void layernorm_params_finish_kernel(float* dw, float* db, const float* partial,
+                                               int64_t chunks, int64_t C) {
+  MG_GRID_STRIDE(i, 2 * C) {
+    float t = 0.f;
+    for (int64_t g = 0; g < chunks; ++g) t += partial[g * 2 * C + i];
+    if (i < C) dw[i] += t;
+    else db[i - C] += t;
   }
 }
 
@@ -108,9 +126,18 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   layernorm_backward_input_kernel<<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
   MG_CUDA_CHECK(cudaGetLastError());
-  layernorm_backward_params_kernel<<<unsigned((C + 31) / 32), dim3(32, 8), 0,
-                                     compute_stream()>>>(dweight, dbias, dout, inp, mean, rstd,
-                                                         N, C);
+  // About 1024 blocks, chunks of at least 64 rows: a fixed function of N and C (so is the order
+  // of the sums, hence the result).
+  const int64_t col_blocks = (C + 31) / 32;
+  const int64_t chunks = std::max<int64_t>(1, std::min((N + 63) / 64, 1024 / col_blocks));
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  Buffer partial(size_t(chunks * 2 * C) * sizeof(float));
+  layernorm_params_chunks_kernel<<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0,
+                                   compute_stream()>>>(partial.as<float>(), dout, inp, mean, rstd,
+                                                       N, C, rows_per_chunk);
+  MG_CUDA_CHECK(cudaGetLastError());
+  layernorm_params_finish_kernel<<<blocks_for(2 * C), kThreads, 0, compute_stream()>>>(
+      dweight, dbias, partial.as<float>(), chunks, C);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
