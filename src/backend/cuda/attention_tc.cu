@@ -377,9 +377,20 @@ __global__ void __launch_bounds__(kBlock)
   add_rows<HD>(sf, dv, row_of(2), set);
 }
 
-// Above 48 KiB a kernel must opt in to its dynamic shared memory.
+// Above 48 KiB a kernel must opt in to its dynamic shared memory (up to 227 KiB on Hopper; the
+// dK/dV kernel needs 156 KB at head dim 128, more than the ~100 KiB of sm_86/89/120 GPUs).
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), size_t smem, const Geometry& g, Args... args) {
+  static const int optin = [] {
+    int dev = 0, v = 0;
+    MG_CUDA_CHECK(cudaGetDevice(&dev));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return v;
+  }();
+  MG_USER_CHECK(smem <= size_t(optin), "tensor-core attention needs ", smem,
+                " bytes of shared memory per block at this head dim, but the GPU offers ", optin,
+                "; use a smaller head dim (more --num-attention-heads for the same --hidden-size), "
+                "or f32 (no --bf16/--fp16), whose kernel needs less");
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      int(smem)));
   const dim3 grid(unsigned((g.S + kRows - 1) / kRows), unsigned(g.B * g.NH));
