@@ -2,6 +2,7 @@
 // and SGD with momentum, each reading the gradient times the global-norm clip factor so that
 // clipping needs no pass of its own; the sum of squares for the grad norm, reduced in double
 // in a fixed order (per-block partials, then one block) so it is bitwise reproducible.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -98,13 +99,16 @@ void sgd_update(float* param, const float* grad, float* buf, int64_t n, float lr
 }
 
 namespace {
-// Sum of squares of x[0, n) into *out on the device (two fixed-order passes).
+// Sum of squares of x[0, n) into *out on the device (two fixed-order passes). The first pass
+// has a block per kThreads elements up to kPartials blocks: a bias or LayerNorm weight of 1280
+// values takes 5 blocks, not 1024 mostly idle ones (the grad norm runs this once per tensor).
 void sum_squares_into(double* out, const float* x, int64_t n) {
   static Buffer partial(kPartials * sizeof(double));
-  sum_squares_partial_kernel<<<kPartials, kThreads, 0, compute_stream()>>>(
+  const int blocks = int(std::min<int64_t>(kPartials, (n + kThreads - 1) / kThreads));
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, compute_stream()>>>(
       partial.as<double>(), x, n);
   MG_CUDA_CHECK(cudaGetLastError());
-  sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(out, partial.as<double>(), kPartials);
+  sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(out, partial.as<double>(), blocks);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace
