@@ -1,0 +1,277 @@
+// The CUDA emulator's kernel threads (tests/cuda_emu/README.md): each thread of a block is a
+// fiber; the scheduler runs them until they wait, releases warps and blocks at their barriers,
+// and reports a deadlock with every thread's state.
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "emu.h"
+
+using mg_emu::fatal;
+using mg_emu::kMaxThreads;
+using mg_emu::kSmemOptin;
+
+namespace {
+
+// ---- kernel threads as fibers ----
+// A fiber switch on x86-64 saves the callee-saved registers on the old stack and loads them
+// from the new one (the floating-point control words are never changed here, so they stay) (no signal-mask syscall, unlike swapcontext,
+// which made the emulator spend most of its time in the kernel). Under AddressSanitizer, or
+// elsewhere, ucontext does the switch.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+extern "C" void mg_emu_switch(void** save_sp, void* to_sp);
+asm(R"(
+  .text
+  .globl mg_emu_switch
+  .type mg_emu_switch, @function
+mg_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size mg_emu_switch, .-mg_emu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+// A fresh stack that mg_emu_switch "returns" into entry, with the stack aligned as after a call.
+void context_init(Context& c, void* stack, size_t bytes, void (*entry)()) {
+  auto* top = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15));
+  top[-1] = 0;                                     // entry's return address: it never returns
+  top[-2] = reinterpret_cast<uint64_t>(entry);     // popped by ret
+  for (int r = 3; r <= 8; ++r) top[-r] = 0;        // rbp, rbx, r12..r15
+  c.sp = &top[-8];
+}
+void context_switch(Context& from, Context& to) { mg_emu_switch(&from.sp, to.sp); }
+#else
+struct Context {
+  ucontext_t uc;
+};
+void context_init(Context& c, void* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
+constexpr size_t kStackBytes = size_t(256) << 10;
+
+enum class State { Ready, AtWarp, AtBlock, Done };
+struct Fiber {
+  Context ctx;
+  void* stack = nullptr;
+  State state = State::Ready;
+  bool pred = false;
+  uint3 tid{};
+};
+
+struct Grid {
+  std::mutex mu;  // one launch at a time
+  std::vector<Fiber> fibers;
+  Context sched;
+  int current = 0;
+  bool fiber_mode = true;
+  bool barrier_seen = false;
+  bool or_result = false;
+  void (*body)(void*) = nullptr;
+  void* ctx = nullptr;
+  uint3 tid{}, bid{};
+  dim3 grid, block;
+  std::vector<unsigned char> smem_store;
+  unsigned char* smem = nullptr;
+  uint64_t slots[kMaxThreads / 32][32];
+  bool reverse = false;
+};
+Grid* make_grid() {
+  auto* x = new Grid;
+  const char* o = std::getenv("MG_CUDA_EMU_ORDER");
+  x->reverse = o && std::string(o) == "reverse";
+  return x;
+}
+Grid* const g_grid = make_grid();  // never destroyed: kernels may run from static destructors
+inline Grid& G() { return *g_grid; }
+
+int linear(const uint3& t, const dim3& b) { return int(t.x + b.x * (t.y + b.y * t.z)); }
+
+[[noreturn]] void fiber_entry() {
+  Grid& g = G();
+  g.body(g.ctx);
+  Fiber& f = g.fibers[g.current];
+  f.state = State::Done;
+  context_switch(f.ctx, g.sched);
+  fatal("an exited kernel thread was resumed");
+}
+
+void wait_here(State s) {
+  Grid& g = G();
+  if (!g.fiber_mode)
+    fatal("a kernel thread reached a barrier although no thread of block (0,0,0) did; the "
+          "emulator runs such kernels without fibers (a kernel whose first block skips every "
+          "barrier is not supported)");
+  g.barrier_seen = true;
+  Fiber& f = g.fibers[g.current];
+  f.state = s;
+  context_switch(f.ctx, g.sched);
+}
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::Ready: return "ready";
+    case State::AtWarp: return "at __syncwarp/shuffle";
+    case State::AtBlock: return "at __syncthreads";
+    case State::Done: return "exited";
+  }
+  return "?";
+}
+
+void run_block_fibers(Grid& g, int n) {
+  if (g.fibers.size() < size_t(n)) g.fibers.resize(n);
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = g.fibers[i];
+    if (!f.stack) {
+      f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (f.stack == MAP_FAILED) fatal("no memory for a kernel thread's stack");
+    }
+    context_init(f.ctx, f.stack, kStackBytes, fiber_entry);
+    f.state = State::Ready;
+    f.tid = uint3{unsigned(i % g.block.x), unsigned(i / g.block.x % g.block.y),
+                  unsigned(i / (g.block.x * g.block.y))};
+  }
+  const int warps = (n + 31) / 32;
+  for (;;) {
+    for (int k = 0; k < n; ++k) {
+      const int i = g.reverse ? n - 1 - k : k;
+      if (g.fibers[i].state != State::Ready) continue;
+      g.current = i;
+      g.tid = g.fibers[i].tid;
+      context_switch(g.sched, g.fibers[i].ctx);
+    }
+    int done = 0, at_block = 0;
+    for (int i = 0; i < n; ++i) {
+      done += g.fibers[i].state == State::Done;
+      at_block += g.fibers[i].state == State::AtBlock;
+    }
+    if (done == n) return;
+    bool released = false;
+    for (int w = 0; w < warps; ++w) {
+      const int lo = w * 32, hi = std::min(n, lo + 32);
+      int live = 0, waiting = 0;
+      for (int i = lo; i < hi; ++i) {
+        live += g.fibers[i].state != State::Done;
+        waiting += g.fibers[i].state == State::AtWarp;
+      }
+      if (live > 0 && waiting == live) {
+        for (int i = lo; i < hi; ++i)
+          if (g.fibers[i].state == State::AtWarp) g.fibers[i].state = State::Ready;
+        released = true;
+      }
+    }
+    if (released) continue;
+    if (at_block == n - done) {
+      bool any = false;
+      for (int i = 0; i < n; ++i)
+        if (g.fibers[i].state == State::AtBlock) {
+          any = any || g.fibers[i].pred;
+          g.fibers[i].state = State::Ready;
+        }
+      g.or_result = any;
+      continue;
+    }
+    std::string why = "deadlock in block (" + std::to_string(g.bid.x) + "," +
+                      std::to_string(g.bid.y) + "," + std::to_string(g.bid.z) + "):";
+    for (int w = 0; w < warps; ++w) {
+      why += " warp " + std::to_string(w) + " [";
+      for (int i = w * 32; i < std::min(n, w * 32 + 32); ++i)
+        why += std::string(i > w * 32 ? " " : "") + state_name(g.fibers[i].state);
+      why += "]";
+    }
+    fatal(why);
+  }
+}
+
+}  // namespace
+
+namespace mg_emu {
+
+const uint3& thread_idx() { return G().tid; }
+const uint3& block_idx() { return G().bid; }
+const dim3& block_dim() { return G().block; }
+const dim3& grid_dim() { return G().grid; }
+void* dynamic_smem() { return G().smem; }
+void sync_block() { wait_here(State::AtBlock); }
+bool sync_block_or(bool pred) {
+  Grid& g = G();
+  if (g.fiber_mode) g.fibers[g.current].pred = pred;
+  wait_here(State::AtBlock);
+  return g.or_result;
+}
+void sync_warp() { wait_here(State::AtWarp); }
+int lane_id() { return linear(G().tid, G().block) % 32; }
+uint64_t* warp_slots() { return G().slots[linear(G().tid, G().block) / 32]; }
+
+void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx) {
+  Grid& g = G();
+  std::lock_guard<std::mutex> lock(g.mu);
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  if (threads == 0 || threads > uint64_t(kMaxThreads) || block.z > 64 || grid.x == 0 ||
+      grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+    set_last_error(cudaErrorInvalidConfiguration);
+    return;
+  }
+  if (smem > size_t(kSmemOptin)) {
+    set_last_error(cudaErrorInvalidValue);
+    return;
+  }
+  g.grid = grid;
+  g.block = block;
+  g.body = body;
+  g.ctx = ctx;
+  g.smem_store.assign(smem + 128, 0xff);  // poisoned: shared memory starts undefined
+  g.smem = g.smem_store.data() + (128 - reinterpret_cast<uintptr_t>(g.smem_store.data()) % 128);
+  g.barrier_seen = false;
+  const int n = int(threads);
+  bool first = true;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        g.bid = uint3{x, y, z};
+        if (smem && !first) std::fill(g.smem_store.begin(), g.smem_store.end(), 0xff);
+        // Block (0,0,0) runs on fibers; when none of its threads met a barrier, the kernel
+        // has none and the other blocks run thread after thread on this stack.
+        g.fiber_mode = first || g.barrier_seen;
+        if (g.fiber_mode) {
+          run_block_fibers(g, n);
+        } else {
+          for (int i = 0; i < n; ++i) {
+            g.tid = uint3{unsigned(i % block.x), unsigned(i / block.x % block.y),
+                          unsigned(i / (block.x * block.y))};
+            body(ctx);
+          }
+        }
+        first = false;
+      }
+}
+
+}  // namespace mg_emu
