@@ -86,14 +86,18 @@ cudaError_t cudaGetLastError() {
   g_last = cudaSuccess;
   return e;
 }
-// An HGX node of 8 emulated GPUs unless MG_CUDA_EMU_DEVICES says otherwise. They share the
-// host's memory; what differs is the ordinal and the PCI bus id, which is what rank-to-GPU
-// placement looks at.
+// An HGX node of 8 emulated GPUs, unless MG_CUDA_EMU_DEVICES gives the number, or
+// CUDA_VISIBLE_DEVICES lists fewer (as the runtime counts them). They share the host's memory;
+// what differs is the ordinal and the PCI bus id, which is what rank-to-GPU placement looks at.
 int device_count_emulated() {
   static const int n = [] {
-    const char* e = std::getenv("MG_CUDA_EMU_DEVICES");
-    const int v = e ? std::atoi(e) : 8;
-    return v < 0 ? 0 : v;
+    if (const char* e = std::getenv("MG_CUDA_EMU_DEVICES")) return std::max(0, std::atoi(e));
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      const std::string list(v);
+      if (list.empty()) return 0;
+      return int(std::count(list.begin(), list.end(), ',')) + 1;
+    }
+    return 8;
   }();
   return n;
 }

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/device.h"
 #include "backend/dispatch.h"
 #include "model/gpt.h"
 #include "optim/optimizer.h"
@@ -171,6 +172,45 @@ INSTANTIATE_TEST_SUITE_P(, CudaLayouts,
                                               : info.index == 1 ? "pp2"
                                                                 : "dp2_distributed_optimizer");
                          });
+
+// The same layouts over NCCL (the default on GPUs), one GPU per rank: needs two GPUs (the
+// emulator has 8; a one-GPU machine skips).
+class CudaNcclLayouts : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaNcclLayouts, OneGpuPerRankTracksTheSingleRankCpuRun) {
+  MG_REQUIRE_GPU();
+  if (!std::filesystem::exists(MG_MPIEXEC))
+    GTEST_SKIP() << "no " << MG_MPIEXEC << " on this machine: the two-rank GPU runs need mpirun";
+  if (cuda::device_count() < 2)
+    GTEST_SKIP() << "NCCL needs a GPU per rank; this machine has " << cuda::device_count();
+  expect_same_losses_as_cpu(testing::mpirun_prefix(2) + megatron_binary() + kTrainArgs +
+                            " --device cuda --distributed-backend nccl " + GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(, CudaNcclLayouts,
+                         ::testing::Values("--tensor-model-parallel-size 2 --sequence-parallel",
+                                           "--pipeline-model-parallel-size 2",
+                                           "--use-distributed-optimizer"),
+                         [](const auto& info) {
+                           return std::string(info.index == 0   ? "tp2_sp"
+                                              : info.index == 1 ? "pp2"
+                                                                : "dp2_distributed_optimizer");
+                         });
+
+// Two ranks on one GPU over NCCL stop at startup with the flag and the way out (NCCL would
+// refuse the communicator later, or hang).
+TEST(CudaTraining, NcclRefusesTwoRanksOnOneGpu) {
+  MG_REQUIRE_GPU();
+  if (!std::filesystem::exists(MG_MPIEXEC))
+    GTEST_SKIP() << "no " << MG_MPIEXEC << " on this machine: the two-rank GPU runs need mpirun";
+  const auto r = testing::run_command("CUDA_VISIBLE_DEVICES=0 " + testing::mpirun_prefix(2) +
+                                      megatron_binary() + kTrainArgs +
+                                      " --device cuda --distributed-backend nccl"
+                                      " --tensor-model-parallel-size 2");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--distributed-backend nccl needs a GPU per rank"), std::string::npos)
+      << r.output;
+}
 
 // fp16 with an inf injected into the grads at iteration 3: the GPU run skips that step and
 // halves the loss scale exactly as the CPU run does, and the losses track it (fp16: 2%).
