@@ -144,8 +144,15 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d) {
 }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
+// Exactly `bytes` (256-byte aligned, as cudaMalloc's): under AddressSanitizer a kernel that
+// reads or writes past an allocation is reported at the access.
+static void* allocate(size_t bytes) {
+  void* q = nullptr;
+  return posix_memalign(&q, 256, bytes == 0 ? 1 : bytes) == 0 ? q : nullptr;
+}
+
 cudaError_t cudaMalloc(void** p, size_t bytes) {
-  void* q = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  void* q = allocate(bytes);
   if (!q) return fail(cudaErrorMemoryAllocation);
   std::memset(q, 0xff, bytes);  // poisoned: device memory starts undefined (NaN as floats)
   std::lock_guard<std::mutex> lock(g_mem_mu);
@@ -154,7 +161,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  void* q = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+  void* q = allocate(bytes);
   if (!q) return fail(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> lock(g_mem_mu);
   g_regions[reinterpret_cast<uintptr_t>(q)] = Region{bytes, false};
