@@ -151,6 +151,17 @@ TEST(CudaTraining, TrainCommandOnTheGpuMatchesTheCpu) {
   expect_same_losses_as_cpu(megatron_binary() + kTrainArgs + " --device cuda");
 }
 
+// The test name of a two-rank layout's flags: tp2, tp2_sp, pp2 or dp2_distributed_optimizer.
+std::string layout_name(const ::testing::TestParamInfo<std::string>& info) {
+  const std::string& f = info.param;
+  std::string n = f.find("--tensor-model-parallel-size 2") != std::string::npos     ? "tp2"
+                  : f.find("--pipeline-model-parallel-size 2") != std::string::npos ? "pp2"
+                                                                                    : "dp2";
+  if (f.find("--sequence-parallel") != std::string::npos) n += "_sp";
+  if (f.find("--use-distributed-optimizer") != std::string::npos) n += "_distributed_optimizer";
+  return n;
+}
+
 // TP = 2 and PP = 2 on one GPU: two ranks share it through --distributed-backend mpi (GPU
 // buffers staged through host memory), against the single-rank CPU run.
 class CudaLayouts : public ::testing::TestWithParam<std::string> {};
@@ -167,11 +178,7 @@ INSTANTIATE_TEST_SUITE_P(, CudaLayouts,
                          ::testing::Values("--tensor-model-parallel-size 2",
                                            "--pipeline-model-parallel-size 2",
                                            "--use-distributed-optimizer"),
-                         [](const auto& info) {
-                           return std::string(info.index == 0   ? "tp2"
-                                              : info.index == 1 ? "pp2"
-                                                                : "dp2_distributed_optimizer");
-                         });
+                         layout_name);
 
 // The same layouts over NCCL (the default on GPUs), one GPU per rank: needs two GPUs (the
 // emulator has 8; a one-GPU machine skips).
@@ -191,11 +198,7 @@ INSTANTIATE_TEST_SUITE_P(, CudaNcclLayouts,
                          ::testing::Values("--tensor-model-parallel-size 2 --sequence-parallel",
                                            "--pipeline-model-parallel-size 2",
                                            "--use-distributed-optimizer"),
-                         [](const auto& info) {
-                           return std::string(info.index == 0   ? "tp2_sp"
-                                              : info.index == 1 ? "pp2"
-                                                                : "dp2_distributed_optimizer");
-                         });
+                         layout_name);
 
 // Two ranks on one GPU over NCCL stop at startup with the flag and the way out (NCCL would
 // refuse the communicator later, or hang).
