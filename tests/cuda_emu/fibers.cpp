@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -102,6 +103,14 @@ struct Grid {
   unsigned char* smem = nullptr;
   uint64_t slots[kMaxThreads / 32][32];
   bool reverse = false;
+  // Static __shared__ arrays: one copy, repoisoned when a new block first touches it.
+  struct Shared {
+    void* p;
+    size_t bytes;
+    uint64_t block;
+  };
+  std::map<const void*, Shared> shared;
+  uint64_t block_serial = 0;  // counts blocks across launches
 };
 Grid* make_grid() {
   auto* x = new Grid;
@@ -220,6 +229,22 @@ const uint3& block_idx() { return G().bid; }
 const dim3& block_dim() { return G().block; }
 const dim3& grid_dim() { return G().grid; }
 void* dynamic_smem() { return G().smem; }
+void* shared_storage(const void* key, size_t bytes) {
+  Grid& g = G();
+  auto it = g.shared.find(key);
+  if (it == g.shared.end()) {
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, bytes) != 0) fatal("no memory for a __shared__ array");
+    it = g.shared.emplace(key, Grid::Shared{p, bytes, ~uint64_t(0)}).first;
+  }
+  Grid::Shared& sh = it->second;
+  if (sh.bytes != bytes) fatal("a __shared__ array changed size");
+  if (sh.block != g.block_serial) {
+    std::memset(sh.p, 0xff, bytes);
+    sh.block = g.block_serial;
+  }
+  return sh.p;
+}
 void sync_block() { wait_here(State::AtBlock); }
 bool sync_block_or(bool pred) {
   Grid& g = G();
@@ -257,6 +282,7 @@ void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         g.bid = uint3{x, y, z};
+        ++g.block_serial;
         if (smem && !first) std::fill(g.smem_store.begin(), g.smem_store.end(), 0xff);
         // Block (0,0,0) runs on fibers; when none of its threads met a barrier, the kernel
         // has none and the other blocks run thread after thread on this stack.

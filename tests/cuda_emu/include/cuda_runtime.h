@@ -15,7 +15,6 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __restrict__ __restrict
@@ -120,6 +119,14 @@ const uint3& block_idx();
 const dim3& block_dim();
 const dim3& grid_dim();
 void* dynamic_smem();
+// The calling block's copy of the static __shared__ array identified by key: fresh and
+// poisoned (0xff bytes) for every block, as shared memory is undefined when a block starts.
+void* shared_storage(const void* key, size_t bytes);
+template <typename A>
+A* shared_array(const void* key) {
+  static_assert(alignof(A) <= 64, "__shared__ array aligned past 64 bytes");
+  return static_cast<A*>(shared_storage(key, sizeof(A)));
+}
 void sync_block();
 bool sync_block_or(bool pred);
 void sync_warp();
