@@ -4,6 +4,10 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -23,10 +27,11 @@ namespace {
 
 // ---- kernel threads as fibers ----
 // A fiber switch on x86-64 saves the callee-saved registers on the old stack and loads them
-// from the new one (the floating-point control words are never changed here, so they stay) (no signal-mask syscall, unlike swapcontext,
-// which made the emulator spend most of its time in the kernel). Under AddressSanitizer, or
-// elsewhere, ucontext does the switch.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// from the new one: no signal-mask syscall, unlike swapcontext, which made the emulator spend
+// most of its time in the kernel (the floating-point control words are never changed here, so
+// they need no saving). Under AddressSanitizer each switch is announced to it, so it knows
+// which stack is live. Elsewhere than x86-64, ucontext does the switch.
+#if defined(__x86_64__)
 extern "C" void mg_emu_switch(void** save_sp, void* to_sp);
 asm(R"(
   .text
@@ -52,6 +57,8 @@ mg_emu_switch:
 )");
 struct Context {
   void* sp = nullptr;
+  const void* bottom = nullptr;  // the stack, for AddressSanitizer
+  size_t size = 0;
 };
 // A fresh stack that mg_emu_switch "returns" into entry, with the stack aligned as after a call.
 void context_init(Context& c, void* stack, size_t bytes, void (*entry)()) {
@@ -60,8 +67,29 @@ void context_init(Context& c, void* stack, size_t bytes, void (*entry)()) {
   top[-2] = reinterpret_cast<uint64_t>(entry);     // popped by ret
   for (int r = 3; r <= 8; ++r) top[-r] = 0;        // rbp, rbx, r12..r15
   c.sp = &top[-8];
+  c.bottom = stack;
+  c.size = bytes;
 }
-void context_switch(Context& from, Context& to) { mg_emu_switch(&from.sp, to.sp); }
+// final: `from` never runs again (an exited thread), so ASan may drop its fake stack.
+void context_switch(Context& from, Context& to, bool final = false) {
+#ifdef __SANITIZE_ADDRESS__
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(final ? nullptr : &fake, to.bottom, to.size);
+  mg_emu_switch(&from.sp, to.sp);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  (void)final;
+  mg_emu_switch(&from.sp, to.sp);
+#endif
+}
+// Called first on a fresh fiber: `from` (the scheduler) learns its own stack for later switches.
+void context_started(Context& from) {
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(nullptr, &from.bottom, &from.size);
+#else
+  (void)from;
+#endif
+}
 #else
 struct Context {
   ucontext_t uc;
@@ -73,7 +101,8 @@ void context_init(Context& c, void* stack, size_t bytes, void (*entry)()) {
   c.uc.uc_link = nullptr;
   makecontext(&c.uc, entry, 0);
 }
-void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+void context_switch(Context& from, Context& to, bool = false) { swapcontext(&from.uc, &to.uc); }
+void context_started(Context&) {}
 #endif
 
 constexpr size_t kStackBytes = size_t(256) << 10;
@@ -125,10 +154,11 @@ int linear(const uint3& t, const dim3& b) { return int(t.x + b.x * (t.y + b.y * 
 
 [[noreturn]] void fiber_entry() {
   Grid& g = G();
+  context_started(g.sched);
   g.body(g.ctx);
   Fiber& f = g.fibers[g.current];
   f.state = State::Done;
-  context_switch(f.ctx, g.sched);
+  context_switch(f.ctx, g.sched, true);
   fatal("an exited kernel thread was resumed");
 }
 
