@@ -188,10 +188,13 @@ void run_block_fibers(Grid& g, int n) {
   if (g.fibers.size() < size_t(n)) g.fibers.resize(n);
   for (int i = 0; i < n; ++i) {
     Fiber& f = g.fibers[i];
-    if (!f.stack) {
-      f.stack = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+    if (!f.stack) {  // with an inaccessible page below: an overflow faults, not corrupts
+      constexpr size_t kGuard = 4096;
+      void* m = mmap(nullptr, kGuard + kStackBytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (f.stack == MAP_FAILED) fatal("no memory for a kernel thread's stack");
+      if (m == MAP_FAILED || mprotect(m, kGuard, PROT_NONE) != 0)
+        fatal("no memory for a kernel thread's stack");
+      f.stack = static_cast<char*>(m) + kGuard;
     }
     context_init(f.ctx, f.stack, kStackBytes, fiber_entry);
     f.state = State::Ready;
