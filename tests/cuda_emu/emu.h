@@ -10,8 +10,7 @@ namespace mg_emu {
 constexpr int kSmemOptin = 232448;  // Hopper's 227 KiB of dynamic shared memory per block
 constexpr int kMaxThreads = 1024;   // threads per block
 
-// Prints "CUDA emulator: what" and aborts: a kernel broke a rule a GPU would not survive.
-[[noreturn]] void fatal(const std::string& what);
+// fatal(what) is declared in cuda_runtime.h (kernels call it too).
 // Sets the error cudaGetLastError() returns next; returns e.
 cudaError_t set_last_error(cudaError_t e);
 

@@ -131,7 +131,8 @@ struct Grid {
   std::vector<unsigned char> smem_store;
   unsigned char* smem = nullptr;
   uint64_t slots[kMaxThreads / 32][32];
-  bool reverse = false;
+  bool reverse = false;      // threads, warps and blocks in reverse order
+  bool warps_ahead = false;  // each warp runs to its next block barrier before the next starts
   // Static __shared__ arrays: one copy, repoisoned when a new block first touches it.
   struct Shared {
     void* p;
@@ -144,7 +145,11 @@ struct Grid {
 Grid* make_grid() {
   auto* x = new Grid;
   const char* o = std::getenv("MG_CUDA_EMU_ORDER");
-  x->reverse = o && std::string(o) == "reverse";
+  const std::string order = o ? o : "forward";
+  if (order != "forward" && order != "reverse" && order != "warps-ahead")
+    fatal("MG_CUDA_EMU_ORDER=" + order + ": use forward, reverse or warps-ahead");
+  x->reverse = order != "forward";
+  x->warps_ahead = order == "warps-ahead";
   return x;
 }
 Grid* const g_grid = make_grid();  // never destroyed: kernels may run from static destructors
@@ -165,9 +170,9 @@ int linear(const uint3& t, const dim3& b) { return int(t.x + b.x * (t.y + b.y * 
 void wait_here(State s) {
   Grid& g = G();
   if (!g.fiber_mode)
-    fatal("a kernel thread reached a barrier although no thread of block (0,0,0) did; the "
-          "emulator runs such kernels without fibers (a kernel whose first block skips every "
-          "barrier is not supported)");
+    fatal("a kernel thread reached a barrier although no thread of the launch's first block "
+          "did; the emulator runs such kernels without fibers (a kernel whose first block skips "
+          "every barrier is not supported)");
   g.barrier_seen = true;
   Fiber& f = g.fibers[g.current];
   f.state = s;
@@ -202,13 +207,38 @@ void run_block_fibers(Grid& g, int n) {
                   unsigned(i / (g.block.x * g.block.y))};
   }
   const int warps = (n + 31) / 32;
-  for (;;) {
-    for (int k = 0; k < n; ++k) {
-      const int i = g.reverse ? n - 1 - k : k;
+  // Runs the ready lanes of warp w; returns whether they then all wait at a warp barrier, which
+  // releases them.
+  auto run_warp = [&](int w) {
+    const int lo = w * 32, hi = std::min(n, lo + 32);
+    for (int k = lo; k < hi; ++k) {
+      const int i = g.reverse ? lo + hi - 1 - k : k;
       if (g.fibers[i].state != State::Ready) continue;
       g.current = i;
       g.tid = g.fibers[i].tid;
       context_switch(g.sched, g.fibers[i].ctx);
+    }
+    int live = 0, waiting = 0;
+    for (int i = lo; i < hi; ++i) {
+      live += g.fibers[i].state != State::Done;
+      waiting += g.fibers[i].state == State::AtWarp;
+    }
+    if (live == 0 || waiting != live) return false;
+    for (int i = lo; i < hi; ++i)
+      if (g.fibers[i].state == State::AtWarp) g.fibers[i].state = State::Ready;
+    return true;
+  };
+  for (;;) {
+    // In step (the default and reverse orders), every warp advances to its next barrier before
+    // any goes on; warps ahead lets each warp run on to its next block barrier before the next
+    // warp starts, so a race between warps across warp-level steps shows too.
+    bool released = false;
+    for (int k = 0; k < warps; ++k) {
+      const int w = g.reverse ? warps - 1 - k : k;
+      if (g.warps_ahead)
+        while (run_warp(w)) {}
+      else
+        released = run_warp(w) || released;
     }
     int done = 0, at_block = 0;
     for (int i = 0; i < n; ++i) {
@@ -216,20 +246,6 @@ void run_block_fibers(Grid& g, int n) {
       at_block += g.fibers[i].state == State::AtBlock;
     }
     if (done == n) return;
-    bool released = false;
-    for (int w = 0; w < warps; ++w) {
-      const int lo = w * 32, hi = std::min(n, lo + 32);
-      int live = 0, waiting = 0;
-      for (int i = lo; i < hi; ++i) {
-        live += g.fibers[i].state != State::Done;
-        waiting += g.fibers[i].state == State::AtWarp;
-      }
-      if (live > 0 && waiting == live) {
-        for (int i = lo; i < hi; ++i)
-          if (g.fibers[i].state == State::AtWarp) g.fibers[i].state = State::Ready;
-        released = true;
-      }
-    }
     if (released) continue;
     if (at_block == n - done) {
       bool any = false;
@@ -310,27 +326,27 @@ void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx
   g.smem = g.smem_store.data() + (128 - reinterpret_cast<uintptr_t>(g.smem_store.data()) % 128);
   g.barrier_seen = false;
   const int n = int(threads);
-  bool first = true;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        g.bid = uint3{x, y, z};
-        ++g.block_serial;
-        if (smem && !first) std::fill(g.smem_store.begin(), g.smem_store.end(), 0xff);
-        // Block (0,0,0) runs on fibers; when none of its threads met a barrier, the kernel
-        // has none and the other blocks run thread after thread on this stack.
-        g.fiber_mode = first || g.barrier_seen;
-        if (g.fiber_mode) {
-          run_block_fibers(g, n);
-        } else {
-          for (int i = 0; i < n; ++i) {
-            g.tid = uint3{unsigned(i % block.x), unsigned(i / block.x % block.y),
-                          unsigned(i / (block.x * block.y))};
-            body(ctx);
-          }
-        }
-        first = false;
+  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+  for (uint64_t k = 0; k < blocks; ++k) {
+    const uint64_t b = g.reverse ? blocks - 1 - k : k;
+    g.bid = uint3{unsigned(b % grid.x), unsigned(b / grid.x % grid.y),
+                  unsigned(b / (uint64_t(grid.x) * grid.y))};
+    ++g.block_serial;
+    if (smem && k > 0) std::fill(g.smem_store.begin(), g.smem_store.end(), 0xff);
+    // The first block runs on fibers; when none of its threads met a barrier, the kernel has
+    // none and the other blocks run thread after thread on this stack.
+    g.fiber_mode = k == 0 || g.barrier_seen;
+    if (g.fiber_mode) {
+      run_block_fibers(g, n);
+    } else {
+      for (int j = 0; j < n; ++j) {
+        const int i = g.reverse ? n - 1 - j : j;
+        g.tid = uint3{unsigned(i % block.x), unsigned(i / block.x % block.y),
+                      unsigned(i / (block.x * block.y))};
+        body(ctx);
       }
+    }
+  }
 }
 
 }  // namespace mg_emu

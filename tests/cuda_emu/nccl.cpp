@@ -3,6 +3,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -37,6 +38,9 @@ bool reducible(ncclDataType_t t, ncclRedOp_t op) {
 MPI_Op mpi_op(ncclRedOp_t op) { return op == ncclSum ? MPI_SUM : MPI_MAX; }
 
 ncclResult_t ok(int mpi_rc) { return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclInternalError; }
+
+// MPI counts are ints; NCCL's are size_t. Past INT_MAX the emulator refuses instead of wrapping.
+bool fits_int(size_t count, size_t elem_bytes) { return count * elem_bytes <= size_t(INT_MAX); }
 
 }  // namespace
 
@@ -111,7 +115,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  if (!reducible(t, op)) return ncclInvalidArgument;
+  if (!reducible(t, op) || !fits_int(count, 1)) return ncclInvalidArgument;
   return ok(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), MPI_FLOAT,
                           mpi_op(op), comm->comm));
 }
@@ -121,6 +125,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
   int rank = 0;
   MPI_Comm_rank(comm->comm, &rank);
   const size_t bytes = count * type_bytes(t);
+  if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   if (rank == root && send != recv) std::memmove(recv, send, bytes);
   return ok(MPI_Bcast(recv, int(bytes), MPI_BYTE, root, comm->comm));
 }
@@ -130,11 +135,15 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   if (!reducible(t, op)) return ncclInvalidArgument;
   int size = 1;
   MPI_Comm_size(comm->comm, &size);
-  // NCCL allows recv inside send (in place); MPI wants separate buffers.
+  // NCCL allows one overlap, in place: recv = send + rank * count; MPI wants separate buffers.
+  int rank = 0;
+  MPI_Comm_rank(comm->comm, &rank);
+  if (!fits_int(count, 1)) return ncclInvalidArgument;
   const float* in = static_cast<const float*>(send);
   const float* out = static_cast<const float*>(recv);
   std::vector<float> copy;
   if (out < in + count * size_t(size) && in < out + count) {
+    if (out != in + count * size_t(rank)) return ncclInvalidArgument;
     copy.assign(in, in + count * size_t(size));
     in = copy.data();
   }
@@ -143,6 +152,7 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t,
                            ncclComm_t comm, cudaStream_t) {
+  if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   const int bytes = int(count * type_bytes(t));
   int rank = 0;
   MPI_Comm_rank(comm->comm, &rank);
@@ -153,6 +163,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t) {
+  if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   MPI_Request r;
   MPI_Isend(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
   g_pending.push_back(r);
@@ -160,6 +171,7 @@ ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer,
 }
 ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t) {
+  if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   MPI_Request r;
   MPI_Irecv(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
   g_pending.push_back(r);

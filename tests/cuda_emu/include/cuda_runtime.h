@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 // ---- kernel-language keywords ----
 #define __global__
@@ -131,6 +132,8 @@ void sync_block();
 bool sync_block_or(bool pred);
 void sync_warp();
 int lane_id();
+// Prints "CUDA emulator: what" and aborts: a kernel broke a rule a GPU would not survive.
+[[noreturn]] void fatal(const std::string& what);
 uint64_t* warp_slots();  // kWarpSize exchange words of the calling thread's warp
 
 // Runs body for every thread of the grid (grid x block), with `smem` bytes of dynamic shared
@@ -174,7 +177,9 @@ template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
   (void)mask;
-  (void)width;
+  if (lane_mask < 0 || lane_mask >= width || width != 32)
+    ::mg_emu::fatal("__shfl_xor_sync with lane mask " + std::to_string(lane_mask) + " and width " +
+                    std::to_string(width) + " (the emulator has full-warp shuffles)");
   uint64_t* slots = ::mg_emu::warp_slots();
   const int lane = ::mg_emu::lane_id();
   uint64_t w = 0;
