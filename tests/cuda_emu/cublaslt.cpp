@@ -76,10 +76,6 @@ cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
   *h = new mg_emu_lt_handle;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-  delete h;
-  return CUBLAS_STATUS_SUCCESS;
-}
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
                                         cudaDataType_t scale) {
   if (compute != CUBLAS_COMPUTE_32F || scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;

@@ -10,6 +10,7 @@
 
 struct mg_emu_nccl_comm {
   MPI_Comm comm;
+  int rank, size;
 };
 
 namespace {
@@ -102,6 +103,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     delete c;
     return ncclInternalError;
   }
+  c->rank = rank;
+  c->size = nranks;
   *comm = c;
   return ncclSuccess;
 }
@@ -122,29 +125,23 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
                            ncclComm_t comm, cudaStream_t) {
-  int rank = 0;
-  MPI_Comm_rank(comm->comm, &rank);
   const size_t bytes = count * type_bytes(t);
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
-  if (rank == root && send != recv) std::memmove(recv, send, bytes);
+  if (comm->rank == root && send != recv) std::memmove(recv, send, bytes);
   return ok(MPI_Bcast(recv, int(bytes), MPI_BYTE, root, comm->comm));
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  if (!reducible(t, op)) return ncclInvalidArgument;
-  int size = 1;
-  MPI_Comm_size(comm->comm, &size);
+  if (!reducible(t, op) || !fits_int(count, 1)) return ncclInvalidArgument;
   // NCCL allows one overlap, in place: recv = send + rank * count; MPI wants separate buffers.
-  int rank = 0;
-  MPI_Comm_rank(comm->comm, &rank);
-  if (!fits_int(count, 1)) return ncclInvalidArgument;
+  const size_t size = size_t(comm->size), rank = size_t(comm->rank);
   const float* in = static_cast<const float*>(send);
   const float* out = static_cast<const float*>(recv);
   std::vector<float> copy;
-  if (out < in + count * size_t(size) && in < out + count) {
-    if (out != in + count * size_t(rank)) return ncclInvalidArgument;
-    copy.assign(in, in + count * size_t(size));
+  if (out < in + count * size && in < out + count) {
+    if (out != in + count * rank) return ncclInvalidArgument;
+    copy.assign(in, in + count * size);
     in = copy.data();
   }
   return ok(MPI_Reduce_scatter_block(in, recv, int(count), MPI_FLOAT, mpi_op(op), comm->comm));
@@ -154,29 +151,34 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
                            ncclComm_t comm, cudaStream_t) {
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   const int bytes = int(count * type_bytes(t));
-  int rank = 0;
-  MPI_Comm_rank(comm->comm, &rank);
-  const bool in_place = static_cast<const char*>(send) == static_cast<char*>(recv) + rank * bytes;
+  const bool in_place =
+      static_cast<const char*>(send) == static_cast<char*>(recv) + size_t(comm->rank) * bytes;
   return ok(MPI_Allgather(in_place ? MPI_IN_PLACE : send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
                           comm->comm));
+}
+
+// A send or receive (its request r) joins the open group, or completes now outside one.
+static ncclResult_t post(int mpi_rc, const MPI_Request& r) {
+  if (mpi_rc != MPI_SUCCESS) return ncclInternalError;
+  g_pending.push_back(r);
+  return g_in_group ? ncclSuccess : ncclGroupEnd();
 }
 
 ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t) {
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   MPI_Request r;
-  MPI_Isend(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
-  g_pending.push_back(r);
-  return g_in_group ? ncclSuccess : ncclGroupEnd();
+  const int rc = MPI_Isend(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
+  return post(rc, r);
 }
 ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t) {
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
   MPI_Request r;
-  MPI_Irecv(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
-  g_pending.push_back(r);
-  return g_in_group ? ncclSuccess : ncclGroupEnd();
+  const int rc = MPI_Irecv(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
+  return post(rc, r);
 }
+
 ncclResult_t ncclGroupStart() {
   g_in_group = true;
   return ncclSuccess;

@@ -59,7 +59,6 @@ struct cublasLtMatmulHeuristicResult_t {
 };
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h);
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t h);
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
                                         cudaDataType_t scale);
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d);

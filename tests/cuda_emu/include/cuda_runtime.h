@@ -15,10 +15,8 @@
 #define __global__
 #define __device__
 #define __host__
-#define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-#define __restrict__ __restrict
 
 struct uint3 {
   unsigned x, y, z;
@@ -88,11 +86,9 @@ cudaError_t cudaGetDevice(int* d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d);
 cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d);
 cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d);
-cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
 cudaError_t cudaMallocHost(void** p, size_t bytes);
-cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s = nullptr);
@@ -198,19 +194,7 @@ inline int atomicOr(int* p, int v) {
   *p = old | v;
   return old;
 }
-inline int atomicAdd(int* p, int v) {
-  const int old = *p;
-  *p = old + v;
-  return old;
-}
-inline float atomicAdd(float* p, float v) {
-  const float old = *p;
-  *p = old + v;
-  return old;
-}
 using std::isfinite;
-using std::isinf;
-using std::isnan;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 template <typename T>
 inline T min(T a, T b) { return b < a ? b : a; }
