@@ -190,14 +190,39 @@ void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n, GradWrite
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   MG_TIMED_OP(kGeluResidual, residual_forward, out, a, b, n);
 }
-void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start) {
-  MG_TIMED_OP(kAttention, attention_forward, out, lse, qkv, B, S, NH, HD, seg_start);
+void rmsnorm_forward(MatOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps) {
+  MG_OP(rmsnorm_forward, out, rstd, inp, weight, N, C, eps);
 }
-void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+  MG_OP(rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+void swiglu_forward(MatOut out, Mat inp, int64_t N, int64_t F) {
+  MG_OP(swiglu_forward, out, inp, N, F);
+}
+void swiglu_backward(float* dinp, Mat inp, const float* dout, int64_t N, int64_t F,
+                     GradWrite write) {
+  MG_OP(swiglu_backward, dinp, inp, dout, N, F, write);
+}
+void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
+                  int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved) {
+  MG_OP(rope_forward, x, positions, inv_freq, N, n_heads, HD, rot_dim, interleaved);
+}
+void rope_backward(Heads dx, const int32_t* positions, const float* inv_freq, int64_t N,
+                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved) {
+  MG_OP(rope_backward, dx, positions, inv_freq, N, n_heads, HD, rot_dim, interleaved);
+}
+void attention_forward(MatOut out, float* lse, const Heads& q, const Heads& k, const Heads& v,
+                       const AttentionShape& a, const int32_t* seg_start) {
+  MG_TIMED_OP(kAttention, attention_forward, out, lse, q, k, v, a, seg_start);
+}
+void attention_backward(const Heads& dq, const Heads& dk, const Heads& dv, const float* dout,
+                        Mat out, const Heads& q, const Heads& k, const Heads& v,
+                        const float* lse, const AttentionShape& a, const int32_t* seg_start,
                         GradWrite write) {
-  MG_TIMED_OP(kAttention, attention_backward, dqkv, dout, out, qkv, lse, B, S, NH, HD, seg_start, write);
+  MG_TIMED_OP(kAttention, attention_backward, dq, dk, dv, dout, out, q, k, v, lse, a, seg_start,
+              write);
 }
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V) {
   MG_OP(cross_entropy_row_max, row_max, logits, N, V);

@@ -69,12 +69,27 @@ void gelu_forward(MatOut out, Mat inp, int64_t n);
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
                    GradWrite write = GradWrite::Add);
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
-// qkv and out in f32, or both in a 16-bit model's dtype: the GPU then runs the tensor-core
+void rmsnorm_forward(MatOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C);
+void swiglu_forward(MatOut out, Mat inp, int64_t N, int64_t F);
+void swiglu_backward(float* dinp, Mat inp, const float* dout, int64_t N, int64_t F,
+                     GradWrite write = GradWrite::Add);
+using cpu::Heads;
+using cpu::AttentionShape;
+using cpu::fused_qkv;
+void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
+                  int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
+void rope_backward(Heads dx, const int32_t* positions, const float* inv_freq, int64_t N,
+                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
+// q/k/v and out in f32, or all in a 16-bit model's dtype: the GPU then runs the tensor-core
 // kernels on those operands; the CPU always computes in fp32.
-void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start = nullptr);
-void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD,
+void attention_forward(MatOut out, float* lse, const Heads& q, const Heads& k, const Heads& v,
+                       const AttentionShape& a, const int32_t* seg_start = nullptr);
+void attention_backward(const Heads& dq, const Heads& dk, const Heads& dv, const float* dout,
+                        Mat out, const Heads& q, const Heads& k, const Heads& v,
+                        const float* lse, const AttentionShape& a,
                         const int32_t* seg_start = nullptr, GradWrite write = GradWrite::Add);
 void cross_entropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V);
 void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shift, int64_t N,

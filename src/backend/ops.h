@@ -107,19 +107,103 @@ void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 
-// Causal multi-head self-attention core on Megatron's sequence-first layout and interleaved
-// QKV rows: qkv[S,B,NH,3,HD] (per head: q, k, v), out[S,B,NH*HD] = softmax(q k^T / sqrt(HD)
-// with the causal mask) v. Flash-style: tiled over queries and keys with an online softmax;
-// only lse[B,NH,S] (the log-sum-exp of each row's scores) is saved, no S x S tensor.
-// seg_start (B, S) may be null; else position t of row b attends only to [seg_start, t]
-// (Megatron's --reset-attention-mask: no attention across an EOD). qkv and out are f32 or, in a
-// 16-bit model, that dtype (widened on load, rounded at the store); the CPU computes in fp32.
-void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start = nullptr);
-// dqkv += ...; recomputes the probabilities from qkv and lse; needs the forward's out.
-void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD,
+// RMSNorm over the last dim C: out = inp / sqrt(mean(inp^2) + eps) * weight; saves rstd[N].
+// out is f32 or 16-bit (rounded at the store).
+void rmsnorm_forward(MatOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C);
+
+// SwiGLU on rows stacked [gate | up]: out[n, f] = silu(inp[n, f]) * inp[n, F + f], silu(x) =
+// x sigmoid(x); inp (N, 2F), out (N, F); f32 or 16-bit (computed in fp32, rounded once).
+void swiglu_forward(MatOut out, Mat inp, int64_t N, int64_t F);
+// dinp (N, 2F): [dgate | dup].
+void swiglu_backward(float* dinp, Mat inp, const float* dout, int64_t N, int64_t F,
+                     GradWrite write = GradWrite::Add);
+
+// Attention heads inside a row-major activation (rows are tokens, sequence-first: row = t*B +
+// b): head h of row n starts at element n*row_stride + (h / heads_per_group)*group_stride +
+// (h % heads_per_group)*HD of data. Megatron's fused QKV rows [NG, (NH/NG + 2), HD] give the Q
+// view (heads_per_group NH/NG) and the K and V views (one head per group) of one buffer; a
+// contiguous (N, NH*HD) tensor is {row_stride NH*HD, group_stride HD, heads_per_group 1}.
+struct Heads {
+  void* data;
+  DType dtype;  // f32, or bf16/f16 in a 16-bit model (gradients are always f32)
+  int64_t row_stride, group_stride, heads_per_group = 1;
+  // The same view moved by `elements` (e.g. to the K heads of a fused QKV buffer).
+  Heads shifted(int64_t elements) const {
+    return {static_cast<char*>(data) + elements * int64_t(dtype_size(dtype)), dtype, row_stride,
+            group_stride, heads_per_group};
+  }
+  int64_t offset(int64_t row, int64_t head, int64_t HD) const {
+    return row * row_stride + (head / heads_per_group) * group_stride +
+           (head % heads_per_group) * HD;
+  }
+};
+
+// Rotary position embedding (Su et al. 2021) in place on n_heads heads of N rows: channel pairs
+// (c, c + rot_dim/2) (rotate-half, Megatron's default) or (2c, 2c + 1) (interleaved) of the
+// first rot_dim channels turn by angle positions[n] * inv_freq[c], c < rot_dim/2, the angle
+// formed in fp32 as Megatron and Hugging Face form it; channels past rot_dim pass unchanged.
+void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
+                  int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
+// The transpose: rotates the f32 gradient dx (in place) by the opposite angles.
+void rope_backward(Heads dx, const int32_t* positions, const float* inv_freq, int64_t N,
+                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
+
+// The geometry of one attention call. Query rows are t*B + b for t < Sq, key rows t*B + b for
+// t < Sk. Query head h reads key/value head h / (NH/NKV) (grouped-query attention; NKV = NH is
+// multi-head attention). Query t sits at position q_pos0 + t, key t at k_pos0 + t; with causal,
+// a query sees the keys at positions <= its own (context parallelism and a KV cache shift the
+// two offsets).
+struct AttentionShape {
+  int64_t B, Sq, Sk, NH, NKV, HD;
+  int64_t q_pos0 = 0, k_pos0 = 0;
+  bool causal = true;
+};
+
+// Flash-style attention core: out (Sq*B, NH*HD) contiguous = softmax(q k^T / sqrt(HD) with the
+// causal mask) v; only lse (B, NH, Sq) (the log-sum-exp of each row's scores) is saved, no
+// S x S tensor. seg_start (B, Sq) may be null; else query t of sample b sees only keys at
+// positions >= seg_start[b*Sq + t] (Megatron's --reset-attention-mask: no attention across an
+// EOD). q/k/v and out are f32 or all in a 16-bit model's dtype (widened on load, rounded at the
+// store); the CPU computes in fp32.
+void attention_forward(MatOut out, float* lse, const Heads& q, const Heads& k, const Heads& v,
+                       const AttentionShape& a, const int32_t* seg_start = nullptr);
+// dq, dk, dv (f32 views, which may share one fused buffer) receive the gradients (+=, or = with
+// GradWrite::Set); recomputes the probabilities from q, k and lse; needs the forward's out.
+void attention_backward(const Heads& dq, const Heads& dk, const Heads& dv, const float* dout,
+                        Mat out, const Heads& q, const Heads& k, const Heads& v,
+                        const float* lse, const AttentionShape& a,
                         const int32_t* seg_start = nullptr, GradWrite write = GradWrite::Add);
+
+// GPT-2's causal multi-head case on Megatron's interleaved rows qkv[S,B,NH,3,HD] (per head: q,
+// k, v), as views for the calls above.
+struct FusedQKV {
+  Heads q, k, v;
+  AttentionShape shape;
+};
+inline FusedQKV fused_qkv(const void* qkv, DType t, int64_t B, int64_t S, int64_t NH,
+                          int64_t NG, int64_t HD) {
+  const int64_t per_group = NH / NG + 2;
+  const Heads q{const_cast<void*>(qkv), t, NG * per_group * HD, per_group * HD, NH / NG};
+  Heads kv = q;
+  kv.heads_per_group = 1;
+  return {q, kv.shifted((NH / NG) * HD), kv.shifted((NH / NG + 1) * HD), {B, S, S, NH, NG, HD}};
+}
+inline void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                              int64_t HD, const int32_t* seg_start = nullptr) {
+  const FusedQKV f = fused_qkv(qkv.data, qkv.dtype, B, S, NH, NH, HD);
+  attention_forward(out, lse, f.q, f.k, f.v, f.shape, seg_start);
+}
+inline void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                               int64_t B, int64_t S, int64_t NH, int64_t HD,
+                               const int32_t* seg_start = nullptr,
+                               GradWrite write = GradWrite::Add) {
+  const FusedQKV f = fused_qkv(qkv.data, qkv.dtype, B, S, NH, NH, HD);
+  const FusedQKV d = fused_qkv(dqkv, DType::F32, B, S, NH, NH, HD);
+  attention_backward(d.q, d.k, d.v, dout, out, f.q, f.k, f.v, lse, f.shape, seg_start, write);
+}
 
 // Fused softmax + cross-entropy over V logits per row: losses[n] = logsumexp(logits[n]) -
 // logits[n, targets[n]]; lse[n] saved. targets[n] < 0 means "ignore": loss 0.

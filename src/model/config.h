@@ -1,41 +1,95 @@
-// GPT model configuration (GPT-2 architecture: learned absolute positions, pre-LayerNorm
-// blocks, 4h GELU MLP with biases, final LayerNorm, output layer tied to the word embedding).
+// The model description: one config from which every block's parameters, saved activations,
+// the CLI flags, the checkpoint metadata, the parameter count and the FLOPs per token are
+// derived (model/fields.cpp lists the fields once). GPT-2 and Llama are presets of it:
+//   GPT-2: LayerNorm, learned absolute positions, 4H GELU MLP, biases, tied output layer.
+//   Llama: RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases, untied output layer.
+// Notation: H hidden, NH query heads, NG query groups, HD = kv channels, F MLP width.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace mg {
+
+enum class NormKind { LayerNorm, RMSNorm };
+enum class PositionKind { LearnedAbsolute, Rope, None };
+enum class MlpKind { Gelu, SwiGLU };
+
+// What one transformer layer is made of (every layer is the same today; mixtures of experts
+// will vary the MLP by layer).
+struct LayerSpec {
+  NormKind norm;
+  int64_t heads, query_groups, kv_channels;  // NH, NG, HD
+  bool rope;                                 // rotary embedding on Q and K
+  bool qkv_bias, qk_layernorm;
+  MlpKind mlp;
+  int64_t ffn;        // F: the MLP's intermediate width (SwiGLU: each of gate and up)
+  bool linear_bias;   // biases on linear_proj, linear_fc1, linear_fc2
+};
 
 struct GPTConfig {
   int64_t num_layers = 12;               // L: transformer layers
   int64_t hidden_size = 768;             // H
-  int64_t num_attention_heads = 12;      // NH; head dim HD = H / NH
-  int64_t ffn_hidden_size = 0;           // MLP width; 0 means 4*H
+  int64_t num_attention_heads = 12;      // NH
+  int64_t ffn_hidden_size = 0;           // F; 0 means 4H (Megatron's default, also for SwiGLU)
   int64_t seq_length = 1024;             // S: tokens per sample
   int64_t max_position_embeddings = 0;   // rows of the position table; 0 means seq_length
   int64_t vocab_size = 50257;            // V before padding
   int64_t make_vocab_size_divisible_by = 128;  // pad V up to a multiple of this (x TP)
   float init_method_std = 0.02f;         // N(0, std) init; output projections use std/sqrt(2L)
-  float norm_epsilon = 1e-5f;            // LayerNorm epsilon
+  float norm_epsilon = 1e-5f;            // LayerNorm / RMSNorm epsilon
   int64_t vocab_pad_tp = 1;              // TP size the vocab is padded for (Megatron pads to
                                          // a multiple of make_vocab_size_divisible_by x TP)
+  std::string normalization = "LayerNorm";  // LayerNorm | RMSNorm
+  std::string position_embedding_type = "learned_absolute";  // learned_absolute | rope | none
+  float rotary_base = 10000.f;           // RoPE: inv_freq[j] = base^(-2j/dim)
+  float rotary_percent = 1.f;            // RoPE: fraction of each head's channels rotated
+  bool rotary_interleaved = false;       // RoPE: pair channels (2j, 2j+1), not (j, j + dim/2)
+  bool use_rope_scaling = false;         // Llama 3.1's frequency scaling of RoPE
+  float rope_scaling_factor = 8.f;       // its factor; the low/high-frequency factors and the
+                                         // original context are Llama 3.1's (1, 4, 8192)
+  bool group_query_attention = false;    // GQA: num_query_groups K/V heads shared by the heads
+  int64_t num_query_groups = 1;          // NG with group_query_attention (else NG = NH)
+  int64_t kv_channels = 0;               // HD; 0 means H / NH
+  bool swiglu = false;                   // SwiGLU MLP (fc1 stacks [gate; up]) instead of GELU
+  bool add_bias_linear = true;           // biases on every linear layer (--disable-bias-linear)
+  bool add_qkv_bias = false;             // a QKV bias even without the others (Qwen2)
+  bool untie_embeddings_and_output_weights = false;  // an output layer of its own
+  bool qk_layernorm = false;             // normalize each Q and K head before RoPE
 
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
+  int64_t query_groups() const {
+    return group_query_attention ? num_query_groups : num_attention_heads;
+  }
+  bool learned_positions() const { return position_embedding_type == "learned_absolute"; }
+  bool rope() const { return position_embedding_type == "rope"; }
+  bool tied_output() const { return !untie_embeddings_and_output_weights; }
+  NormKind norm() const { return normalization == "RMSNorm" ? NormKind::RMSNorm : NormKind::LayerNorm; }
+  bool norm_bias() const { return norm() == NormKind::LayerNorm; }
+  // Channels of each head that RoPE rotates (even).
+  int64_t rotary_dim() const;
+  // RoPE's inverse frequencies (rotary_dim()/2 of them), scaled for Llama 3.1 when asked.
+  std::vector<float> rope_inv_freq() const;
+  LayerSpec layer_spec(int64_t layer) const;
   // Megatron's padding: the smallest multiple of make_vocab_size_divisible_by (x TP) >= V.
   int64_t padded_vocab_size(int64_t tp_size = 0) const {
     const int64_t m = make_vocab_size_divisible_by * (tp_size > 0 ? tp_size : vocab_pad_tp);
     return (vocab_size + m - 1) / m * m;
   }
-  // Parameter count, exactly: embeddings + L * (12 H^2-style blocks) + final norm.
+  // Parameter count, exactly: the sum over the single-rank parameter layout.
   int64_t num_parameters() const;
-  // Model FLOPs per token for training: 6 * params + 12 * L * H * S (full-attention convention).
+  // Model FLOPs per token for training: 6 * params + 12 * L * NH * HD * S (full-attention
+  // convention).
   double train_flops_per_token() const;
 
   // Throws UsageError naming the flag when values are inconsistent.
   void validate() const;
 };
+
+using ModelConfig = GPTConfig;
 
 }  // namespace mg
