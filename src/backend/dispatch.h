@@ -79,6 +79,7 @@ void swiglu_backward(float* dinp, Mat inp, const float* dout, int64_t N, int64_t
 using cpu::Heads;
 using cpu::AttentionShape;
 using cpu::fused_qkv;
+using cpu::FusedQKV;
 void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
 void rope_backward(Heads dx, const int32_t* positions, const float* inv_freq, int64_t N,

@@ -14,6 +14,7 @@
 #include "checkpoint/files.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "model/fields.h"
 
 namespace mg {
 
@@ -56,7 +57,7 @@ void store_piece(const LocalPiece& pc, const float* values, std::vector<char>& s
 }
 
 // The last stage's tied output layer is the word embedding.
-std::string param_name(const ParamSpec& p) { return p.tied_copy ? kEmbedding : p.name; }
+std::string param_name(const ParamSpec& p) { return p.sharding.tied_copy ? kEmbedding : p.name; }
 
 DType dtype_from_name(const std::string& s, const std::string& where) {
   for (DType t : {DType::F32, DType::BF16, DType::F16})
@@ -101,18 +102,17 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   return out;
 }
 
-json model_json(const GPTConfig& c) {
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"ffn_hidden_size", c.ffn()},
-          {"seq_length", c.seq_length},
-          {"max_position_embeddings", c.max_positions()},
-          {"vocab_size", c.vocab_size},
-          {"padded_vocab_size", c.padded_vocab_size()},
-          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
-          {"init_method_std", c.init_method_std},
-          {"norm_epsilon", c.norm_epsilon}};
+// The model record: every field of model/fields.h with its resolved value (F, P and HD as
+// the run used them), plus the padded vocabulary.
+json model_json(GPTConfig c) {
+  c.ffn_hidden_size = c.ffn();
+  c.max_position_embeddings = c.max_positions();
+  c.kv_channels = c.head_dim();
+  json j;
+  for (const ModelField& f : model_fields())
+    std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
+  j["padded_vocab_size"] = c.padded_vocab_size();
+  return j;
 }
 
 std::string rank_name(int r) {
@@ -170,7 +170,8 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
                     {"dtype", dtype_name(pc.dtype)},
                     {"global_shape", pc.p->global_shape},
                     {"local_shape", pc.p->shape},
-                    {"tp_split_dim", tp > 1 ? pc.p->tp_split_dim : -1},
+                    {"tp_split_dim", tp > 1 ? pc.p->sharding.split_dim : -1},
+                    {"tp_stride", pc.p->sharding.stride},
                     {"tp_size", tp},
                     {"tp_rank", g.coord.tp},
                     {"local_begin", pc.begin},
@@ -285,7 +286,10 @@ class CheckpointReader {
       ParamSpec spec;
       spec.shape = m.at("local_shape").get<Shape>();
       spec.global_shape = shape;
-      spec.tp_split_dim = m.at("tp_split_dim").get<int>();
+      spec.sharding.split_dim = m.at("tp_split_dim").get<int>();
+      spec.sharding.stride = m.value("tp_stride", int64_t(1));  // version 1: no strides
+      MG_USER_CHECK(spec.sharding.stride >= 1, "checkpoint '", dir_, "': piece of ", key,
+                    " has partition stride ", spec.sharding.stride);
       const int64_t tp = m.at("tp_size"), r = m.at("tp_rank"), b = m.at("local_begin"),
                     n = m.at("numel"), off = m.at("offset");
       const DType t = dtype_from_name(m.at("dtype"), files_[s.file].path);
@@ -338,13 +342,17 @@ class CheckpointReader {
   uint64_t bytes_read_ = 0;
 };
 
+// The structural fields must agree; a field missing from the record (an older checkpoint) has
+// the value that checkpoint was trained with: the GPT-2 default.
 void check_model(const json& saved, const GPTConfig& c, const std::string& path) {
-  const json now = model_json(c);
-  for (const char* k : {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                        "max_position_embeddings"})
-    MG_USER_CHECK(saved.at(k) == now.at(k), "checkpoint '", path, "' was trained with ", k, " = ",
-                  saved.at(k).dump(), " but this run has ", now.at(k).dump(),
-                  " (pass the checkpoint's model flags)");
+  const json now = model_json(c), defaults = model_json(GPTConfig{});
+  for (const ModelField& f : model_fields()) {
+    if (!f.structural) continue;
+    const json& was = saved.contains(f.key) ? saved.at(f.key) : defaults.at(f.key);
+    MG_USER_CHECK(was == now.at(f.key), "checkpoint '", path, "' was trained with ", f.key, " = ",
+                  was.dump(), " but this run has ", now.at(f.key).dump(), " (",
+                  f.metavar[0] ? "pass " : "set ", f.flag, " as the checkpoint has it)");
+  }
 }
 
 }  // namespace
@@ -362,7 +370,8 @@ json read_metadata(const std::string& dir) {
   }
   MG_USER_CHECK(meta.value("format", "") == kFormat, "'", path, "' is not a ", kFormat,
                 " metadata file");
-  MG_USER_CHECK(meta.value("version", 0) == kCheckpointVersion, "'", path,
+  const int version = meta.value("version", 0);
+  MG_USER_CHECK(version >= 1 && version <= kCheckpointVersion, "'", path,
                 "' has format version ", meta.value("version", 0), "; this build reads version ",
                 kCheckpointVersion);
   return meta;
@@ -390,16 +399,11 @@ GPTConfig checkpoint_model_config(const std::string& dir) {
   MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatest, ")");
   const json m = read_metadata(ckdir).at("model");  // the fields model_json() writes
   GPTConfig c;
-  c.num_layers = m.at("num_layers");
-  c.hidden_size = m.at("hidden_size");
-  c.num_attention_heads = m.at("num_attention_heads");
-  c.ffn_hidden_size = m.at("ffn_hidden_size");
-  c.seq_length = m.at("seq_length");
-  c.max_position_embeddings = m.at("max_position_embeddings");
-  c.vocab_size = m.at("vocab_size");
-  c.make_vocab_size_divisible_by = m.at("make_vocab_size_divisible_by");
-  c.init_method_std = m.at("init_method_std");
-  c.norm_epsilon = m.at("norm_epsilon");
+  for (const ModelField& f : model_fields()) {
+    if (!m.contains(f.key)) continue;  // older checkpoints: the GPT-2 default
+    const json& v = m.at(f.key);
+    set_field(c, f, v.is_string() ? v.get<std::string>() : v.dump());
+  }
   return c;
 }
 

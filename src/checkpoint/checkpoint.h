@@ -17,7 +17,9 @@
 
 namespace mg {
 
-constexpr int kCheckpointVersion = 1;
+// Version 2 records each piece's partition stride and the whole model description; version 1
+// checkpoints (GPT-2 only, no strides) still load.
+constexpr int kCheckpointVersion = 2;
 
 // Training progress saved beside the tensors.
 struct TrainProgress {

@@ -1,6 +1,7 @@
 // `megatron generate` flags: the model shape it was trained with, its tokenizer, the
 // parameters file and the sampling settings.
 #include "cli/commands.h"
+#include "cli/model_options.h"
 
 namespace mg {
 
@@ -8,18 +9,9 @@ namespace mg {
 
 const std::vector<Option<GenerateConfig>>& generate_options() {
   using C = GenerateConfig;
-  static const std::vector<Option<C>> table = {
-      valued<C>("--num-layers", "L", "transformer layers", MG_FIELD(model.num_layers)),
-      valued<C>("--hidden-size", "H", "hidden size", MG_FIELD(model.hidden_size)),
-      valued<C>("--num-attention-heads", "NH", "attention heads", MG_FIELD(model.num_attention_heads)),
-      valued<C>("--ffn-hidden-size", "F", "MLP width (0: 4 x hidden size)",
-                MG_FIELD(model.ffn_hidden_size)),
-      valued<C>("--seq-length", "S", "context length", MG_FIELD(model.seq_length)),
-      valued<C>("--max-position-embeddings", "P", "rows of the position table (0: --seq-length)",
-                MG_FIELD(model.max_position_embeddings)),
-      valued<C>("--vocab-size", "V", "vocabulary size (NullTokenizer)", MG_FIELD(model.vocab_size)),
-      valued<C>("--make-vocab-size-divisible-by", "K", "vocabulary padding multiple",
-                MG_FIELD(model.make_vocab_size_divisible_by)),
+  static const std::vector<Option<C>> table = [] {
+    std::vector<Option<C>> t = model_options<C>(MG_FIELD(model));
+    std::vector<Option<C>> rest = {
       valued<C>("--tokenizer-type", "NAME", "GPT2BPETokenizer | NullTokenizer",
                 MG_FIELD(tokenizer.tokenizer_type)),
       valued<C>("--vocab-file", "PATH", "GPT-2 vocab.json / encoder.json", MG_FIELD(tokenizer.vocab_file)),
@@ -33,7 +25,10 @@ const std::vector<Option<GenerateConfig>>& generate_options() {
       valued<C>("--top-k", "K", "sample from the K most likely tokens (1: greedy)", MG_FIELD(top_k)),
       valued<C>("--temperature", "T", "softmax temperature for sampling", MG_FIELD(temperature)),
       valued<C>("--seed", "N", "sampling seed", MG_FIELD(seed)),
-  };
+    };
+    t.insert(t.end(), rest.begin(), rest.end());
+    return t;
+  }();
   return table;
 }
 

@@ -1,5 +1,6 @@
 // `megatron train` flags: Megatron-LM's names and meanings.
 #include "cli/commands.h"
+#include "cli/model_options.h"
 
 namespace mg {
 
@@ -7,25 +8,9 @@ namespace mg {
 
 const std::vector<Option<TrainConfig>>& train_options() {
   using C = TrainConfig;
-  static const std::vector<Option<C>> table = {
-      // model
-      valued<C>("--num-layers", "L", "transformer layers", MG_FIELD(model.num_layers)),
-      valued<C>("--hidden-size", "H", "hidden size", MG_FIELD(model.hidden_size)),
-      valued<C>("--num-attention-heads", "NH", "attention heads (must divide --hidden-size)",
-                MG_FIELD(model.num_attention_heads)),
-      valued<C>("--ffn-hidden-size", "F", "MLP width (0: 4 x hidden size)",
-                MG_FIELD(model.ffn_hidden_size)),
-      valued<C>("--seq-length", "S", "tokens per sample", MG_FIELD(model.seq_length)),
-      valued<C>("--max-position-embeddings", "P", "rows of the position table (0: --seq-length)",
-                MG_FIELD(model.max_position_embeddings)),
-      valued<C>("--vocab-size", "V",
-                "vocabulary size before padding (NullTokenizer / --mock-data; a tokenizer sets it)",
-                MG_FIELD(model.vocab_size)),
-      valued<C>("--make-vocab-size-divisible-by", "K", "pad the vocabulary to a multiple of K x TP",
-                MG_FIELD(model.make_vocab_size_divisible_by)),
-      valued<C>("--init-method-std", "X", "std of the N(0, std) weight init",
-                MG_FIELD(model.init_method_std)),
-      valued<C>("--norm-epsilon", "X", "LayerNorm epsilon", MG_FIELD(model.norm_epsilon)),
+  static const std::vector<Option<C>> table = [] {
+    std::vector<Option<C>> t = model_options<C>(MG_FIELD(model));
+    std::vector<Option<C>> rest = {
       // batch and run length
       valued<C>("--micro-batch-size", "B", "samples per micro-batch", MG_FIELD(micro_batch_size)),
       valued<C>("--global-batch-size", "G",
@@ -199,7 +184,10 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "after training, write all parameters in the single-rank layout (raw fp32 to "
                 "PATH, names/shapes/offsets to PATH.json)",
                 MG_FIELD(dump_final_params)),
-  };
+    };
+    t.insert(t.end(), rest.begin(), rest.end());
+    return t;
+  }();
   return table;
 }
 

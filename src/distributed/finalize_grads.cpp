@@ -14,12 +14,12 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
     const Device dev = ops::device();
     int64_t n = 0;
     for (const ParamSpec& p : model.layout().params())
-      if (p.sequence_parallel) n += p.numel();
+      if (p.sharding.sequence_parallel) n += p.numel();
     Tensor packed({n}, DType::F32, dev);
     auto move = [&](bool pack) {
       float* k = packed.data<float>();
       for (const ParamSpec& p : model.layout().params())
-        if (p.sequence_parallel) {
+        if (p.sharding.sequence_parallel) {
           const size_t bytes = size_t(p.numel()) * sizeof(float);
           if (pack) ops::copy(k, dev, G + p.offset, dev, bytes);
           else ops::copy(G + p.offset, dev, k, dev, bytes);
@@ -30,7 +30,8 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
     g.tp->all_reduce(packed.data<float>(), n);
     move(false);
   }
-  if (g.grid.pp > 1 && (g.first_stage() || g.last_stage())) {
+  // The word embedding and its tied copy on the last stage (untied models share nothing).
+  if (g.grid.pp > 1 && (g.first_stage() || g.last_stage()) && model.config().tied_output()) {
     timers::Scope timer(timers::kEmbeddingGradsAllReduce);
     const ParamSpec& p = model.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
                                                             : "output_layer.weight");
@@ -39,7 +40,8 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
 }
 
 void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g) {
-  if (g.grid.pp == 1 || !(g.first_stage() || g.last_stage())) return;
+  if (g.grid.pp == 1 || !(g.first_stage() || g.last_stage()) || !model.config().tied_output())
+    return;
   const ParamSpec& p = model.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
                                                           : "output_layer.weight");
   std::vector<float> w(size_t(p.numel()));  // f32 even for 16-bit models: one side is zero

@@ -1,20 +1,23 @@
-// One GPT-2 transformer layer (pre-LayerNorm), tensor-parallel in Megatron's way:
-//   x_mid = x + RowParallel(Attn(ColumnParallel_QKV(LN1(x))))      heads split across TP
-//   y     = x_mid + RowParallel_FC2(GELU(ColumnParallel_FC1(LN2(x_mid))))
-// Activations are sequence-first [S, B, H]; with sequence parallelism x, x_mid and y hold this
-// rank's S/TP rows and the LayerNorm outputs are gathered before the column-parallel GEMMs.
-// forward() fills a named cache of saved activations; backward() consumes it and ADDS into the
-// parameter grads and into the incoming residual gradient.
+// One transformer layer (pre-norm), tensor-parallel in Megatron's way, built from its spec:
+//   x_mid = x + RowParallel_proj(Attn(RoPE?(ColumnParallel_QKV(Norm1(x)))))  groups split across TP
+//   y     = x_mid + RowParallel_FC2(Act(ColumnParallel_FC1(Norm2(x_mid))))
+// Norm is LayerNorm or RMSNorm; Act is GELU or SwiGLU (fc1 = [gate; up]); attention is
+// grouped-query (NG K/V heads shared by NH query heads; GPT-2 is NG = NH) with optional RoPE on Q
+// and K; biases are optional. Activations are sequence-first [S, B, H]; with sequence
+// parallelism x, x_mid and y hold this rank's S/TP rows and the norm outputs are gathered before
+// the column-parallel GEMMs. forward() fills a named cache of saved activations; backward()
+// consumes it and ADDS into the parameter grads and into the incoming residual gradient.
 // Mixed precision (LayerDims::dtype bf16/f16): GEMM weights and the saved GEMM inputs and
-// outputs (LayerNorm outputs, QKV, attention output, FC1, GELU) are stored in 16 bits; GEMMs
-// accumulate in fp32; LayerNorm, softmax, GELU and the residual stream compute in fp32 (the
-// residual stream stays fp32, Megatron's --fp32-residual-connection). An op that produces a
-// saved activation rounds it where it stores it, the op that reads one widens it, and forward
-// goes on with the rounded value, so backward sees exactly what forward used. Grads are fp32
-// (the main grads).
+// outputs (norm outputs, QKV, attention output, FC1, activation) are stored in 16 bits; GEMMs
+// accumulate in fp32; norms, softmax, RoPE, activations and the residual stream compute in fp32
+// (the residual stream stays fp32, Megatron's --fp32-residual-connection). An op that produces
+// a saved activation rounds it where it stores it, the op that reads one widens it, and forward
+// goes on with the rounded value, so backward sees exactly what forward used. Grads are fp32.
 #pragma once
 #include <cstdint>
+#include <vector>
 
+#include "layers/layer_spec.h"
 #include "tensor/tensor.h"
 #include "tensor_parallel/mappings.h"
 
@@ -22,68 +25,97 @@ namespace mg {
 
 // Pointers into the flat parameter (or gradient) buffer for one layer (local TP shards). The
 // GEMM weights are in the layer's dtype for parameters (f32 for grads); the 1-D parameters
-// (LayerNorms, biases) are always f32 (under mixed precision: the model's f32 copies).
+// (norms, biases) are always f32 (under mixed precision: the model's f32 copies). Absent
+// parameters (RMSNorm's bias, biases under --disable-bias-linear) are null.
 struct LayerWeights {
   float *ln1_w, *ln1_b;    // (H)
-  void* qkv_w;             // (3H/TP, H): rows interleaved per head [q, k, v]
-  float* qkv_b;            // (3H/TP)
-  void* proj_w;            // (H, H/TP)
+  void* qkv_w;             // ((NH + 2 NG) HD / TP, H): per group [its q heads, k, v]
+  float* qkv_b;            // ((NH + 2 NG) HD / TP)
+  void* proj_w;            // (H, NH HD / TP)
   float* proj_b;           // (H)
   float *ln2_w, *ln2_b;    // (H)
-  void* fc1_w;             // (F/TP, H)
-  float* fc1_b;            // (F/TP)
-  void* fc2_w;             // (H, F/TP)
+  void* fc1_w;             // (F / TP, H), SwiGLU (2F / TP, H) = [gate shard; up shard]
+  float* fc1_b;            // (F / TP), SwiGLU (2F / TP)
+  void* fc2_w;             // (H, F / TP)
   float* fc2_b;            // (H)
 };
 
 struct LayerDims {
-  int64_t B, S, H, NH, F;  // global sizes
-  int64_t tp = 1;          // TP size
-  bool sp = false;         // sequence parallel
-  float eps;
+  int64_t B, S, H;           // global sizes
+  LayerSpec spec;
+  int64_t tp = 1;            // TP size
+  bool sp = false;           // sequence parallel
+  float eps = 1e-5f;
+  int64_t rotary_dim = 0;    // RoPE: channels rotated per head
+  bool rotary_interleaved = false;
   DType dtype = DType::F32;  // storage of GEMM weights and saved GEMM inputs/outputs
   Device device = Device::CPU;  // where the activations live (the compute device)
   int64_t rows() const { return S * B; }                    // full-sequence rows
   int64_t local_rows() const { return sp ? rows() / tp : rows(); }  // rows of x / y
-  int64_t NH_local() const { return NH / tp; }
-  int64_t H_local() const { return H / tp; }  // attention width on this rank
-  int64_t F_local() const { return F / tp; }
+  int64_t HD() const { return spec.kv_channels; }
+  int64_t NH_local() const { return spec.heads / tp; }
+  int64_t NG_local() const { return spec.query_groups / tp; }
+  int64_t qkv_local() const { return spec.qkv_rows() / tp; }
+  int64_t attn_local() const { return NH_local() * HD(); }  // attention output width
+  int64_t F_local() const { return spec.ffn / tp; }
+  int64_t fc1_local() const { return spec.fc1_rows() / tp; }
   bool low_precision() const { return dtype != DType::F32; }
+};
+
+// Per-micro-batch inputs every layer reads (device pointers; null when unused).
+struct LayerInputs {
+  const int32_t* seg_start = nullptr;   // (B, S): first position each token attends to
+  const int32_t* positions = nullptr;   // (S*B): RoPE positions of the rows
+  const float* inv_freq = nullptr;      // (rotary_dim / 2): RoPE inverse frequencies
 };
 
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).
 struct LayerCache {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (R, H) [dtype], (R), (R)
-  Tensor ln1_full;                 // (S*B, H) [dtype] gathered LN1 output (sequence parallel)
-  Tensor qkv;                      // (S*B, 3H/TP) [dtype]
+  Tensor ln1, ln1_mean, ln1_rstd;  // (R, H) [dtype], (R), (R); RMSNorm: no mean
+  Tensor ln1_full;                 // (S*B, H) [dtype] gathered norm output (sequence parallel)
+  Tensor qkv;                      // (S*B, (NH + 2 NG) HD / TP) [dtype], Q and K after RoPE
   Tensor lse;                      // (B, NH/TP, S) attention log-sum-exp (flash attention)
-  Tensor attn;                     // (S*B, H/TP) [dtype] attention output before the projection
+  Tensor attn;                     // (S*B, NH HD / TP) [dtype] attention output
   Tensor x_mid;                    // (R, H) residual stream after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (R, H) [dtype], (R), (R)
   Tensor ln2_full;                 // (S*B, H) [dtype] (sequence parallel only)
-  Tensor fc1;                      // (S*B, F/TP) [dtype] pre-activation
-  Tensor gelu;                     // (S*B, F/TP) [dtype]
+  Tensor fc1;                      // (S*B, F/TP or 2F/TP) [dtype] pre-activation
+  Tensor act;                      // (S*B, F/TP) [dtype] GELU / SwiGLU output
   explicit LayerCache(const LayerDims& d);
 };
+
+// The saved activations' shapes and dtypes, as a pure function of the dims: the allocator
+// (LayerCache), the memory report and a planner read this one list.
+struct ActivationDecl {
+  Tensor LayerCache::*member;
+  const char* name;
+  Shape shape;
+  DType dtype;
+};
+std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d);
+// Bytes of one layer's cache.
+size_t layer_cache_bytes(const LayerDims& d);
 
 // Scratch reused by every layer's forward and backward.
 struct LayerScratch {
   Tensor full;            // (S*B, H) row-parallel partial sums / full-sequence grads
   Tensor d_ln;            // (R, H)
-  Tensor d_qkv;           // (S*B, 3H/TP)
-  Tensor d_attn;          // (S*B, H/TP)
-  Tensor d_fc1, d_gelu;   // (S*B, F/TP)
+  Tensor d_qkv;           // (S*B, (NH + 2 NG) HD / TP)
+  Tensor d_attn;          // (S*B, NH HD / TP)
+  Tensor d_fc1;           // (S*B, fc1 width / TP)
+  Tensor d_act;           // (S*B, F/TP)
   explicit LayerScratch(const LayerDims& d);
+  size_t bytes() const;
 };
 
-// y (R, H) from x (R, H). seg_start (B, S): optional per-position attention start.
+// y (R, H) from x (R, H).
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerWeights& w, LayerCache& c, LayerScratch& s,
-                               const LayerDims& d, const int32_t* seg_start = nullptr);
+                               const LayerDims& d, const LayerInputs& in);
 // On entry d_resid (R, H) holds dL/dy; on exit dL/dx. Param grads are added into gw.
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
                                 const LayerWeights& w, const LayerWeights& gw,
                                 const LayerCache& c, LayerScratch& s, const LayerDims& d,
-                                const int32_t* seg_start = nullptr);
+                                const LayerInputs& in);
 
 }  // namespace mg

@@ -1,25 +1,67 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "model/param_layout.h"
 
 namespace mg {
 
+int64_t GPTConfig::rotary_dim() const {
+  return int64_t(double(head_dim()) * double(rotary_percent));
+}
+
+// Megatron's RotaryEmbedding: inv_freq[j] = 1 / base^(2j/dim); with --use-rope-scaling, Llama
+// 3.1's rule (../shared/specs/llama-moe-cp.md section 2): low frequencies (long wavelengths)
+// divided by the factor, high ones kept, a smooth blend between.
+std::vector<float> GPTConfig::rope_inv_freq() const {
+  const int64_t dim = rotary_dim();
+  std::vector<float> f(size_t(dim / 2));
+  for (int64_t j = 0; j < dim / 2; ++j) {
+    const float exponent = float(2 * j) / float(dim);
+    f[size_t(j)] = 1.0f / std::pow(rotary_base, exponent);
+  }
+  if (!use_rope_scaling) return f;
+  const double low = 1.0, high = 4.0, original = 8192.0, factor = rope_scaling_factor;
+  const double low_wavelen = original / low, high_wavelen = original / high;
+  for (float& x : f) {
+    const double wavelen = 2 * M_PI / x;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      x = float(x / factor);
+    } else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      x = float((1 - smooth) * x / factor + smooth * x);
+    }
+  }
+  return f;
+}
+
+LayerSpec GPTConfig::layer_spec(int64_t) const {
+  LayerSpec s;
+  s.norm = norm();
+  s.heads = num_attention_heads;
+  s.query_groups = query_groups();
+  s.kv_channels = head_dim();
+  s.rope = rope();
+  s.qkv_bias = add_bias_linear || add_qkv_bias;
+  s.mlp = swiglu ? MlpKind::SwiGLU : MlpKind::Gelu;
+  s.ffn = ffn();
+  s.linear_bias = add_bias_linear;
+  return s;
+}
+
 int64_t GPTConfig::num_parameters() const {
-  const int64_t H = hidden_size, F = ffn();
-  const int64_t per_layer = 4 * H            // two LayerNorms
-                            + 3 * H * H + 3 * H  // QKV
-                            + H * H + H          // projection
-                            + H * F + F          // fc1
-                            + F * H + H;         // fc2
-  return padded_vocab_size() * H + max_positions() * H + num_layers * per_layer + 2 * H;
+  return gpt_param_layout(*this).total_numel();
 }
 
 // The convention the benchmarks report (full attention, as in issue 7 / formulas.md):
-// 6 FLOPs per parameter per token (2 forward, 4 backward) plus 12 * L * H * S for the attention
-// core (Q K^T and P V, forward and backward, without halving for the causal mask).
+// 6 FLOPs per parameter per token (2 forward, 4 backward) plus 12 * L * NH * HD * S for the
+// attention core (Q K^T and P V, forward and backward, without halving for the causal mask).
 double GPTConfig::train_flops_per_token() const {
-  return 6.0 * double(num_parameters()) +
-         12.0 * double(num_layers) * double(hidden_size) * double(seq_length);
+  return 6.0 * double(num_parameters()) + 12.0 * double(num_layers) *
+                                              double(num_attention_heads * head_dim()) *
+                                              double(seq_length);
 }
 
 void GPTConfig::validate() const {
@@ -27,13 +69,41 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(hidden_size > 0, "--hidden-size must be positive (got ", hidden_size, ")");
   MG_USER_CHECK(num_attention_heads > 0,
                 "--num-attention-heads must be positive (got ", num_attention_heads, ")");
-  MG_USER_CHECK(hidden_size % num_attention_heads == 0, "--num-attention-heads ",
-                num_attention_heads, " must divide --hidden-size ", hidden_size);
+  MG_USER_CHECK(kv_channels >= 0, "--kv-channels must be positive (got ", kv_channels, ")");
+  MG_USER_CHECK(kv_channels > 0 || hidden_size % num_attention_heads == 0,
+                "--num-attention-heads ", num_attention_heads, " must divide --hidden-size ",
+                hidden_size, " (or give the head size with --kv-channels)");
+  if (group_query_attention) {
+    MG_USER_CHECK(num_query_groups > 0, "--num-query-groups must be positive (got ",
+                  num_query_groups, ")");
+    MG_USER_CHECK(num_attention_heads % num_query_groups == 0, "--num-query-groups ",
+                  num_query_groups, " must divide --num-attention-heads ", num_attention_heads);
+  }
+  MG_USER_CHECK(normalization == "LayerNorm" || normalization == "RMSNorm", "--normalization '",
+                normalization, "' is not known; use LayerNorm or RMSNorm");
+  MG_USER_CHECK(position_embedding_type == "learned_absolute" || position_embedding_type == "rope" ||
+                    position_embedding_type == "none",
+                "--position-embedding-type '", position_embedding_type,
+                "' is not known; use learned_absolute, rope or none");
+  if (rope()) {
+    MG_USER_CHECK(rotary_percent > 0.f && rotary_percent <= 1.f,
+                  "--rotary-percent must be in (0, 1] (got ", rotary_percent, ")");
+    MG_USER_CHECK(rotary_dim() >= 2 && rotary_dim() % 2 == 0, "--rotary-percent ",
+                  rotary_percent, " of ", head_dim(), " head channels gives ", rotary_dim(),
+                  " rotated channels; it must be a positive even number");
+    MG_USER_CHECK(rotary_base > 0.f, "--rotary-base must be positive (got ", rotary_base, ")");
+    MG_USER_CHECK(!use_rope_scaling || rope_scaling_factor > 0.f,
+                  "--rope-scaling-factor must be positive (got ", rope_scaling_factor, ")");
+  }
+  MG_USER_CHECK(!qk_layernorm, "--qk-layernorm is not supported by megatron-cpp yet");
   MG_USER_CHECK(ffn_hidden_size >= 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size,
                 ")");
   MG_USER_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
-  MG_USER_CHECK(max_positions() >= seq_length, "--max-position-embeddings ", max_positions(),
-                " must be >= --seq-length ", seq_length);
+  MG_USER_CHECK(max_position_embeddings >= 0, "--max-position-embeddings must be positive (got ",
+                max_position_embeddings, ")");
+  MG_USER_CHECK(!learned_positions() || max_positions() >= seq_length,
+                "--max-position-embeddings ", max_positions(), " must be >= --seq-length ",
+                seq_length);
   MG_USER_CHECK(vocab_size > 0, "--vocab-size must be positive (got ", vocab_size, ")");
   MG_USER_CHECK(make_vocab_size_divisible_by > 0,
                 "--make-vocab-size-divisible-by must be positive (got ",

@@ -9,23 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "layers/layer_spec.h"
+
 namespace mg {
-
-enum class NormKind { LayerNorm, RMSNorm };
-enum class PositionKind { LearnedAbsolute, Rope, None };
-enum class MlpKind { Gelu, SwiGLU };
-
-// What one transformer layer is made of (every layer is the same today; mixtures of experts
-// will vary the MLP by layer).
-struct LayerSpec {
-  NormKind norm;
-  int64_t heads, query_groups, kv_channels;  // NH, NG, HD
-  bool rope;                                 // rotary embedding on Q and K
-  bool qkv_bias, qk_layernorm;
-  MlpKind mlp;
-  int64_t ffn;        // F: the MLP's intermediate width (SwiGLU: each of gate and up)
-  bool linear_bias;   // biases on linear_proj, linear_fc1, linear_fc2
-};
 
 struct GPTConfig {
   int64_t num_layers = 12;               // L: transformer layers

@@ -10,10 +10,18 @@ namespace mg {
 
 namespace {
 LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
-  LayerDims d{B, c.seq_length, c.hidden_size, c.num_attention_heads, c.ffn(), 1, false,
-              c.norm_epsilon, s.dtype, ops::device()};
+  LayerDims d;
+  d.B = B;
+  d.S = c.seq_length;
+  d.H = c.hidden_size;
+  d.spec = c.layer_spec(s.shard.layer_begin);
   d.tp = s.shard.tp_size;
   d.sp = s.sequence_parallel && d.tp > 1;
+  d.eps = c.norm_epsilon;
+  d.rotary_dim = c.rope() ? c.rotary_dim() : 0;
+  d.rotary_interleaved = c.rotary_interleaved;
+  d.dtype = s.dtype;
+  d.device = ops::device();
   return d;
 }
 ParamLayout bucketed_layout(const GPTConfig& cfg, const StageSpec& spec) {
@@ -89,7 +97,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
     s.attention_start = Tensor({N}, DType::I32, dev_);
     if (sh.last_stage) {
       s.lnf = Tensor({R, H}, spec.dtype, dev_);
-      s.lnf_mean = Tensor({R}, DType::F32, dev_);
+      s.lnf_mean = Tensor({cfg.norm_bias() ? R : 0}, DType::F32, dev_);
       s.lnf_rstd = Tensor({R}, DType::F32, dev_);
       s.lnf_full = Tensor({dims_.sp ? N : 0, H}, spec.dtype, dev_);
       s.logits = Tensor({N, V_local}, DType::F32, dev_);
@@ -104,6 +112,17 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   dlosses_ = Tensor({N}, DType::F32, dev_);
   dlosses_h_ = Tensor({N});
   loss_sum_ = Tensor({1}, DType::I64, dev_);  // 8 bytes, used as a double
+  if (cfg.rope()) {
+    // Megatron's RoPE positions are the sequence index 0..S-1 of each row (row = t*B + b),
+    // whatever the position ids: the same table for every micro-batch.
+    const std::vector<float> inv_freq = cfg.rope_inv_freq();
+    rope_inv_freq_ = Tensor({int64_t(inv_freq.size())}, DType::F32, dev_);
+    ops::copy(rope_inv_freq_.raw(), dev_, inv_freq.data(), Device::CPU, rope_inv_freq_.nbytes());
+    std::vector<int32_t> pos(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) pos[size_t(n)] = int32_t(n / dims_.B);
+    rope_positions_ = Tensor({N}, DType::I32, dev_);
+    ops::copy(rope_positions_.raw(), dev_, pos.data(), Device::CPU, rope_positions_.nbytes());
+  }
   ce_scratch_ = Tensor({N}, DType::F32, dev_);
 }
 
@@ -178,14 +197,51 @@ LayerCache& GPTModel::cache(Slot& s, int64_t l) {
   return recomputed(l) ? *recompute_pool_[size_t(l - chunk_begin(l))] : *s.caches[size_t(l)];
 }
 
-const char* GPTModel::word_embedding_name() const {
-  return spec_.shard.first_stage ? "embedding.word_embeddings.weight" : "output_layer.weight";
+const char* GPTModel::output_weight_name() const {
+  return spec_.shard.first_stage && cfg_.tied_output() ? "embedding.word_embeddings.weight"
+                                                        : "output_layer.weight";
+}
+
+LayerInputs GPTModel::layer_inputs(const Slot& s) const {
+  LayerInputs in;
+  in.seg_start = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
+  if (cfg_.rope()) {
+    in.positions = rope_positions_.data<int32_t>();
+    in.inv_freq = rope_inv_freq_.data<float>();
+  }
+  return in;
+}
+
+void GPTModel::final_norm_forward(Slot& s) {
+  const int64_t R = dims_.local_rows(), H = dims_.H;
+  const cpu::MatOut out{s.lnf.raw(), s.lnf.dtype()};
+  const float* x = s.resid.back().data<float>();
+  if (!cfg_.norm_bias())
+    return ops::rmsnorm_forward(out, s.lnf_rstd.data<float>(), x,
+                                param("decoder.final_layernorm.weight"), R, H, cfg_.norm_epsilon);
+  ops::layernorm_forward(out, s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(), x,
+                         param("decoder.final_layernorm.weight"),
+                         param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
+}
+
+void GPTModel::final_norm_backward(Slot& s) {
+  const int64_t R = dims_.local_rows(), H = dims_.H;
+  const float* x = s.resid.back().data<float>();
+  if (!cfg_.norm_bias())
+    return ops::rmsnorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
+                                 d_lnf_.data<float>(), x, param("decoder.final_layernorm.weight"),
+                                 s.lnf_rstd.data<float>(), R, H);
+  ops::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
+                          grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(), x,
+                          param("decoder.final_layernorm.weight"), s.lnf_mean.data<float>(),
+                          s.lnf_rstd.data<float>(), R, H);
 }
 
 LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  auto vec = [&](const char* suffix) {
+  auto vec = [&](const char* suffix) -> float* {
     const std::string n = p + suffix;
+    if (!layout_.has(n)) return nullptr;  // RMSNorm's bias, --disable-bias-linear
     return for_grads ? grads() + layout_.get(n).offset : param(n.c_str());
   };
   auto mat = [&](const char* suffix) -> void* {
@@ -213,7 +269,8 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
         MG_USER_CHECK(mb.tokens[i] >= 0 && mb.tokens[i] < V, "the data holds token id ",
                       mb.tokens[i], " but the model's vocabulary has ", V,
                       " entries; preprocess with the tokenizer given to train (--tokenizer-type)");
-        MG_CHECK(mb.position_ids[i] >= 0 && mb.position_ids[i] < cfg_.max_positions(),
+        MG_CHECK(!cfg_.learned_positions() ||
+                     (mb.position_ids[i] >= 0 && mb.position_ids[i] < cfg_.max_positions()),
                  "position id ", mb.position_ids[i], " outside the position table");
         s.tokens_h.data<int32_t>()[row] = mb.tokens[i];
         s.positions_h.data<int32_t>()[row] = mb.position_ids[i];
@@ -240,7 +297,7 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
   s.has_attention_start = mb.attention_start != nullptr;
   if (s.has_attention_start)
     ops::copy(s.attention_start.raw(), dev_, mb.attention_start, Device::CPU, ids_bytes);
-  const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
+  const LayerInputs in = layer_inputs(s);
   if (sh.first_stage) {
     need(embedding_params_);
     float* x0 = s.resid.front().data<float>();
@@ -248,26 +305,25 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
     tp::vocab_parallel_embedding_forward(tp_, emb, s.tokens.data<int32_t>(),
                                          s.positions.data<int32_t>(),
                                          matrix("embedding.word_embeddings.weight"),
-                                         matrix("embedding.position_embeddings.weight"), V_local,
-                                         N, H);
+                                         cfg_.learned_positions()
+                                             ? matrix("embedding.position_embeddings.weight")
+                                             : cpu::Mat{nullptr, dtype()},
+                                         V_local, N, H);
     if (dims_.sp) tp::scatter_to_sp_region_forward(tp_, emb, x0, R * H);
   }
   for (int64_t l = 0; l < num_layers_; ++l) {
     need(layer_param_ids_[size_t(l)]);
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
-                              layer_params_[l], cache(s, l), scratch_, dims_, seg);
+                              layer_params_[l], cache(s, l), scratch_, dims_, in);
   }
   if (!sh.last_stage) return;
   need(head_params_);
 
-  ops::layernorm_forward({s.lnf.raw(), s.lnf.dtype()}, s.lnf_mean.data<float>(),
-                         s.lnf_rstd.data<float>(), s.resid.back().data<float>(),
-                         param("decoder.final_layernorm.weight"),
-                         param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
-  // Output layer: column-parallel over the vocab with the tied word embedding, no bias. The
-  // logits come out of the GEMM in f32, and the loss is computed in f32.
+  final_norm_forward(s);
+  // Output layer: column-parallel over the vocab (the tied word embedding, or its own weight),
+  // no bias. The logits come out of the GEMM in f32, and the loss is computed in f32.
   tp::column_parallel_forward(tp_, s.logits.data<float>(), s.lnf.raw(), s.lnf_full.raw(),
-                              matrix(word_embedding_name()), nullptr, {N, H, V_local});
+                              matrix(output_weight_name()), nullptr, {N, H, V_local});
   tp::vocab_parallel_cross_entropy_forward(tp_, s.losses.data<float>(), s.lse.data<float>(),
                                            ce_scratch_.data<float>(), s.logits.data<float>(),
                                            s.labels.data<int32_t>(), N, V_local);
@@ -302,19 +358,16 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                                               s.lse.data<float>(), s.labels.data<int32_t>(),
                                               dlosses_.data<float>(), N, V_local);
     tp::column_parallel_backward(tp_, d_lnf_.data<float>(), d_full_.data<float>(),
-                                 grad(word_embedding_name()), nullptr, dlogits,
+                                 grad(output_weight_name()), nullptr, dlogits,
                                  {(dims_.sp ? s.lnf_full : s.lnf).raw(), dtype()},
-                                 matrix(word_embedding_name()), {N, H, V_local});
+                                 matrix(output_weight_name()), {N, H, V_local});
     d_resid_.zero();
-    ops::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
-                            grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(),
-                            s.resid.back().data<float>(), param("decoder.final_layernorm.weight"),
-                            s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(), R, H);
+    final_norm_backward(s);
     notify(head_params_);
   } else {
     ops::copy(d_resid_.raw(), dev_, d_output, dev_, R * H * sizeof(float));
   }
-  const int32_t* seg = s.has_attention_start ? s.attention_start.data<int32_t>() : nullptr;
+  const LayerInputs in = layer_inputs(s);
   for (int64_t l = num_layers_ - 1; l >= 0; --l) {
     // Full recompute: entering a chunk from its top, re-run its forward from the stored chunk
     // input (same kernels, same inputs: the same bits) to refill the shared caches.
@@ -322,9 +375,10 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                           !recomputed(l + 1)))
       for (int64_t r = chunk_begin(l); r <= l; ++r)
         transformer_layer_forward(tp_, s.resid[r + 1].data<float>(), s.resid[r].data<float>(),
-                                  layer_params_[r], cache(s, r), scratch_, dims_, seg);
+                                  layer_params_[r], cache(s, r), scratch_, dims_, in);
     transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
-                               layer_params_[l], layer_grads_[l], cache(s, l), scratch_, dims_, seg);
+                               layer_params_[l], layer_grads_[l], cache(s, l), scratch_, dims_,
+                               in);
     notify(layer_param_ids_[size_t(l)]);
   }
   if (sh.first_stage) {
@@ -334,7 +388,10 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
       d_emb = d_full_.data<float>();
     }
     tp::vocab_parallel_embedding_backward(tp_, grad("embedding.word_embeddings.weight"),
-                                          grad("embedding.position_embeddings.weight"), d_emb,
+                                          cfg_.learned_positions()
+                                              ? grad("embedding.position_embeddings.weight")
+                                              : nullptr,
+                                          d_emb,
                                           s.tokens.data<int32_t>(), s.positions.data<int32_t>(),
                                           V_local, N, H);
     notify(embedding_params_);
@@ -342,26 +399,16 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
 }
 
 size_t GPTModel::activation_bytes() const {
-  auto cache_bytes = [](const LayerCache& c) {
-    size_t b = 0;
-    for (const Tensor* t : {&c.ln1, &c.ln1_mean, &c.ln1_rstd, &c.ln1_full, &c.qkv, &c.lse, &c.attn,
-                            &c.x_mid, &c.ln2, &c.ln2_mean, &c.ln2_rstd, &c.ln2_full, &c.fc1,
-                            &c.gelu})
-      b += t->nbytes();
-    return b;
-  };
+  const size_t cache = layer_cache_bytes(dims_);
   size_t b = 0;
   for (const Slot& s : slots_) {
     for (const Tensor& t : s.resid) b += t.nbytes();
     for (const auto& c : s.caches)
-      if (c) b += cache_bytes(*c);
+      if (c) b += cache;
     for (const Tensor* t : {&s.lnf, &s.lnf_full, &s.logits, &s.losses, &s.lse}) b += t->nbytes();
   }
-  for (const auto& c : recompute_pool_) b += cache_bytes(*c);
-  for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
-                          &scratch_.d_fc1, &scratch_.d_gelu, &emb_full_, &d_resid_, &d_lnf_,
-                          &d_full_})
-    b += t->nbytes();
+  b += recompute_pool_.size() * cache + scratch_.bytes();
+  for (const Tensor* t : {&emb_full_, &d_resid_, &d_lnf_, &d_full_}) b += t->nbytes();
   return b;
 }
 

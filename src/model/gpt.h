@@ -1,6 +1,7 @@
-// GPT-2 language model, or one pipeline stage of it on one TP shard: [embedding] -> this
-// stage's transformer layers -> [final LayerNorm -> logits through the tied word embedding ->
-// vocab-parallel cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron.
+// A GPT-style language model (GPT-2, Llama, ... as described by GPTConfig), or one pipeline
+// stage of it on one TP shard: [embedding] -> this stage's transformer layers -> [final norm ->
+// logits through the output layer (tied to the word embedding or its own) -> vocab-parallel
+// cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron.
 // Parameters live in one flat buffer (f32, or bf16/f16 under mixed precision), grads in one
 // flat fp32 buffer with the same layout (the main grads); backward ADDS into grads
 // (micro-batch accumulation). Under mixed precision the 1-D parameters (LayerNorms, biases)
@@ -129,7 +130,12 @@ class GPTModel {
   char* param_bytes(const ParamSpec& p) const;
   // Stores n host f32 values at dst (in the flat buffer), rounded to dtype().
   void store_from_host(char* dst, const float* in, int64_t n);
-  const char* word_embedding_name() const;
+  // The output layer's weight on this stage: the word embedding when tied (its copy on a later
+  // stage), else output_layer.weight.
+  const char* output_weight_name() const;
+  LayerInputs layer_inputs(const Slot& s) const;
+  void final_norm_forward(Slot& s);
+  void final_norm_backward(Slot& s);
 
   GPTConfig cfg_;
   StageSpec spec_;
@@ -151,6 +157,8 @@ class GPTModel {
   Tensor dlosses_, ce_scratch_;      // (S*B)
   Tensor dlosses_h_;                 // (S*B) host: dlosses is formed from the host mask
   Tensor loss_sum_;                  // one double on the compute device: take_loss()'s sum
+  Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
+  Tensor rope_positions_;            // (S*B) RoPE position of each row
   Device dev_ = Device::CPU;         // the compute device every model buffer lives on
   GradReadyHook grad_ready_, params_needed_;
   std::vector<int> head_params_, embedding_params_;

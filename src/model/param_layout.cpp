@@ -8,21 +8,19 @@
 
 namespace mg {
 
-size_t ParamLayout::add(std::string name, Shape global_shape, int tp_split_dim, InitKind init,
-                        float init_std, const ShardSpec& shard) {
+size_t ParamLayout::add(const ParamDecl& d, const ShardSpec& shard) {
   ParamSpec p;
-  p.name = std::move(name);
-  p.global_shape = global_shape;
-  p.shape = std::move(global_shape);
-  p.tp_split_dim = tp_split_dim;
-  if (tp_split_dim >= 0) {
-    MG_CHECK(p.shape[tp_split_dim] % shard.tp_size == 0, p.name, " dim ", tp_split_dim,
-             " not divisible by TP ", shard.tp_size);
-    p.shape[tp_split_dim] /= shard.tp_size;
-  }
+  p.name = d.name;
+  p.global_shape = d.global_shape;
+  p.sharding = d.sharding;
+  if (d.sharding.split())
+    MG_CHECK(d.global_shape[size_t(d.sharding.split_dim)] % (shard.tp_size * d.sharding.stride) == 0,
+             p.name, " dim ", d.sharding.split_dim, " not divisible by TP ", shard.tp_size,
+             " x stride ", d.sharding.stride);
+  p.shape = local_shape(d.global_shape, d.sharding, shard.tp_size);
   p.offset = total_;
-  p.init = init;
-  p.init_std = init_std;
+  p.init = d.init;
+  p.init_std = d.init_std;
   p.weight_decay = p.shape.size() > 1 && !p.name.ends_with(".bias");
   total_ += p.numel();
   params_.push_back(std::move(p));
@@ -64,54 +62,28 @@ bool ParamLayout::has(const std::string& name) const {
                      [&](const ParamSpec& p) { return p.name == name; });
 }
 
-ParamLayout gpt_param_layout(const GPTConfig& cfg, const ShardSpec& shard) {
-  const int64_t H = cfg.hidden_size, F = cfg.ffn(), V = cfg.padded_vocab_size();
-  const float std = cfg.init_method_std;
-  const float out_std = std / std::sqrt(2.0f * float(cfg.num_layers));
+std::vector<ParamDecl> model_param_decls(const GPTConfig& cfg, const ShardSpec& shard) {
+  const int64_t H = cfg.hidden_size, V = cfg.padded_vocab_size();
+  const InitScales init{cfg.init_method_std,
+                        cfg.init_method_std / std::sqrt(2.0f * float(cfg.num_layers))};
   const int64_t end = shard.layer_end < 0 ? cfg.num_layers : shard.layer_end;
-  ParamLayout l;
-  auto add = [&](const std::string& name, Shape shape, int split, InitKind init, float s = 0.f) {
-    return l.add(name, std::move(shape), split, init, s, shard);
-  };
-  auto sp = [&](size_t idx) { l.param(idx).sequence_parallel = true; };
-  if (shard.first_stage) {
-    add("embedding.word_embeddings.weight", {V, H}, 0, InitKind::Normal, std);
-    add("embedding.position_embeddings.weight", {cfg.max_positions(), H}, -1, InitKind::Normal,
-        std);
-  }
-  for (int64_t i = shard.layer_begin; i < end; ++i) {
-    const std::string p = "decoder.layers." + std::to_string(i) + ".";
-    sp(add(p + "input_layernorm.weight", {H}, -1, InitKind::Ones));
-    sp(add(p + "input_layernorm.bias", {H}, -1, InitKind::Zeros));
-    add(p + "self_attention.linear_qkv.weight", {3 * H, H}, 0, InitKind::Normal, std);
-    add(p + "self_attention.linear_qkv.bias", {3 * H}, 0, InitKind::Zeros);
-    add(p + "self_attention.linear_proj.weight", {H, H}, 1, InitKind::Normal, out_std);
-    sp(add(p + "self_attention.linear_proj.bias", {H}, -1, InitKind::Zeros));
-    sp(add(p + "pre_mlp_layernorm.weight", {H}, -1, InitKind::Ones));
-    sp(add(p + "pre_mlp_layernorm.bias", {H}, -1, InitKind::Zeros));
-    add(p + "mlp.linear_fc1.weight", {F, H}, 0, InitKind::Normal, std);
-    add(p + "mlp.linear_fc1.bias", {F}, 0, InitKind::Zeros);
-    add(p + "mlp.linear_fc2.weight", {H, F}, 1, InitKind::Normal, out_std);
-    sp(add(p + "mlp.linear_fc2.bias", {H}, -1, InitKind::Zeros));
-  }
+  std::vector<ParamDecl> d;
+  if (shard.first_stage)
+    embedding_params(d, V, H, cfg.max_positions(), cfg.learned_positions(), init);
+  for (int64_t i = shard.layer_begin; i < end; ++i)
+    transformer_layer_params(d, i, cfg.layer_spec(i), H, init);
   if (shard.last_stage) {
-    sp(add("decoder.final_layernorm.weight", {H}, -1, InitKind::Ones));
-    sp(add("decoder.final_layernorm.bias", {H}, -1, InitKind::Zeros));
-    if (!shard.first_stage) {
-      // Tied output layer on the last stage: zero-initialized, then summed with the first
-      // stage's word embedding over the embedding group (Megatron's scheme).
-      l.param(add("output_layer.weight", {V, H}, 0, InitKind::Zeros)).tied_copy = true;
-    }
+    norm_params(d, "decoder.final_layernorm", cfg.norm(), H);
+    if (!cfg.tied_output() || !shard.first_stage)
+      output_params(d, V, H, /*tied_copy=*/cfg.tied_output(), init);
   }
-  return l;
+  return d;
 }
 
-int64_t global_index(const ParamSpec& p, int64_t local_index, int64_t tp_size, int64_t tp_rank) {
-  if (p.tp_split_dim < 0 || tp_size == 1) return local_index;
-  if (p.tp_split_dim == 0) return tp_rank * p.numel() + local_index;
-  // Split along dim 1 of a 2-D [rows, cols] tensor.
-  const int64_t local_cols = p.shape[1], row = local_index / local_cols;
-  return row * p.global_shape[1] + tp_rank * local_cols + local_index % local_cols;
+ParamLayout gpt_param_layout(const GPTConfig& cfg, const ShardSpec& shard) {
+  ParamLayout l;
+  for (const ParamDecl& d : model_param_decls(cfg, shard)) l.add(d, shard);
+  return l;
 }
 
 void init_params(const ParamLayout& layout, float* params, uint64_t seed, const ShardSpec& shard) {
@@ -120,15 +92,14 @@ void init_params(const ParamLayout& layout, float* params, uint64_t seed, const 
     switch (p.init) {
       case InitKind::Normal: {
         const uint64_t stream = stream_id(p.name.c_str());
-        if (p.tp_split_dim == 1) {  // one contiguous global run per row
-          const int64_t cols = p.shape[1];
-          for (int64_t r = 0; r < p.shape[0]; ++r)
-            fill_normal(dst + r * cols, cols, p.init_std, seed, stream,
-                        global_index(p, r * cols, shard.tp_size, shard.tp_rank));
-        } else {
-          fill_normal(dst, p.numel(), p.init_std, seed, stream,
-                      global_index(p, 0, shard.tp_size, shard.tp_rank));
-        }
+        // Runs of elements contiguous in both the shard and the global tensor: rows for a
+        // split along dim 1, stacked parts for a strided split along dim 0.
+        int64_t run = p.numel();
+        if (p.sharding.split_dim == 1) run = p.shape[1];
+        if (p.sharding.split_dim == 0) run = p.numel() / p.sharding.stride;
+        for (int64_t b = 0; b < p.numel(); b += run)
+          fill_normal(dst + b, run, p.init_std, seed, stream,
+                      global_index(p, b, shard.tp_size, shard.tp_rank));
         break;
       }
       case InitKind::Zeros: std::fill(dst, dst + p.numel(), 0.f); break;

@@ -30,8 +30,12 @@ std::string ParallelConfig::validate(int world, const GPTConfig& m, int64_t mbs,
                 " x --pipeline-model-parallel-size ", P, " (launch a multiple of ", T * P,
                 " ranks)");
   const int DP = world / (T * P);
+  // Megatron's TransformerConfig rules: heads and query groups are split across TP ranks.
   MG_USER_CHECK(m.num_attention_heads % T == 0, "--num-attention-heads ", m.num_attention_heads,
-                " must be divisible by --tensor-model-parallel-size ", T);
+                " must be a multiple of --tensor-model-parallel-size ", T);
+  MG_USER_CHECK(m.query_groups() % T == 0, "--num-query-groups ", m.query_groups(),
+                " must be a multiple of --tensor-model-parallel-size ", T,
+                " (each TP rank holds whole query groups)");
   MG_USER_CHECK(m.ffn() % T == 0, "--ffn-hidden-size ", m.ffn(),
                 " must be divisible by --tensor-model-parallel-size ", T);
   MG_USER_CHECK(m.padded_vocab_size(T) % T == 0, "padded vocabulary ", m.padded_vocab_size(T),

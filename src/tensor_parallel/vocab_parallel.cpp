@@ -13,7 +13,7 @@ void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_
   const int64_t v0 = g.rank() * vocab_local;
   ops::embedding_forward(out, tokens, word_local, v0, v0 + vocab_local, rows, H, false);
   reduce_from_region_forward(g, out, rows * H);
-  ops::embedding_forward(out, positions, position, 0, INT32_MAX, rows, H, true);
+  if (position.data) ops::embedding_forward(out, positions, position, 0, INT32_MAX, rows, H, true);
 }
 
 void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, float* dposition,
@@ -22,7 +22,7 @@ void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, flo
                                        int64_t rows, int64_t H) {
   timers::Scope timer(timers::kEmbedding);
   const int64_t v0 = g.rank() * vocab_local;
-  ops::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
+  if (dposition) ops::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
   ops::embedding_backward(dword_local, dout, tokens, v0, v0 + vocab_local, rows, H);
 }
 

@@ -12,7 +12,8 @@
 
 namespace mg::tp {
 
-// out (rows, H) = word[tokens] (summed across TP) + position[positions].
+// out (rows, H) = word[tokens] (summed across TP) + position[positions] (position.data null:
+// no position table, as with RoPE; dposition null then).
 void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_t* tokens,
                                       const int32_t* positions, cpu::Mat word_local,
                                       cpu::Mat position, int64_t vocab_local, int64_t rows,

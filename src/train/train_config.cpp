@@ -57,11 +57,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(distributed_backend == "mpi" || device == "cuda", "--distributed-backend nccl "
                 "moves GPU memory and needs --device cuda; CPU runs use mpi");
   if (device == "cuda") {
-    const int64_t head_dim = model.hidden_size / model.num_attention_heads;
+    const int64_t head_dim = model.head_dim();
     MG_USER_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128, "--device cuda: the CUDA "
-                  "attention kernels take head dims 32, 64 and 128, but --hidden-size ",
-                  model.hidden_size, " / --num-attention-heads ", model.num_attention_heads,
-                  " = ", head_dim, "; change one of them, or train with --device cpu");
+                  "attention kernels take head dims 32, 64 and 128, but the head dim (--kv-channels, "
+                  "or --hidden-size ", model.hidden_size, " / --num-attention-heads ",
+                  model.num_attention_heads, ") is ", head_dim,
+                  "; change one of them, or train with --device cpu");
   }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");

@@ -1,0 +1,73 @@
+#include "layers/block_params.h"
+
+namespace mg {
+
+namespace {
+Sharding replicated_sp() {
+  Sharding s;
+  s.sequence_parallel = true;
+  return s;
+}
+Sharding split(int dim, int64_t stride = 1) {
+  Sharding s;
+  s.split_dim = dim;
+  s.stride = stride;
+  return s;
+}
+}  // namespace
+
+void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t max_positions,
+                      bool learned_positions, const InitScales& init) {
+  out.push_back({"embedding.word_embeddings.weight", {V, H}, split(0), InitKind::Normal, init.std});
+  if (learned_positions)
+    out.push_back({"embedding.position_embeddings.weight", {max_positions, H}, Sharding{},
+                   InitKind::Normal, init.std});
+}
+
+void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind, int64_t H) {
+  out.push_back({prefix + ".weight", {H}, replicated_sp(), InitKind::Ones});
+  if (kind == NormKind::LayerNorm)
+    out.push_back({prefix + ".bias", {H}, replicated_sp(), InitKind::Zeros});
+}
+
+void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                      int64_t H, const InitScales& init) {
+  const int64_t QKV = s.qkv_rows(), A = s.heads * s.kv_channels;
+  out.push_back({prefix + "linear_qkv.weight", {QKV, H}, split(0), InitKind::Normal, init.std});
+  if (s.qkv_bias) out.push_back({prefix + "linear_qkv.bias", {QKV}, split(0), InitKind::Zeros});
+  out.push_back({prefix + "linear_proj.weight", {H, A}, split(1), InitKind::Normal, init.out_std});
+  if (s.linear_bias)
+    out.push_back({prefix + "linear_proj.bias", {H}, replicated_sp(), InitKind::Zeros});
+}
+
+void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                int64_t H, const InitScales& init) {
+  const int64_t stride = s.mlp == MlpKind::SwiGLU ? 2 : 1;
+  out.push_back({prefix + "linear_fc1.weight", {s.fc1_rows(), H}, split(0, stride),
+                 InitKind::Normal, init.std});
+  if (s.linear_bias)
+    out.push_back({prefix + "linear_fc1.bias", {s.fc1_rows()}, split(0, stride), InitKind::Zeros});
+  out.push_back({prefix + "linear_fc2.weight", {H, s.ffn}, split(1), InitKind::Normal,
+                 init.out_std});
+  if (s.linear_bias)
+    out.push_back({prefix + "linear_fc2.bias", {H}, replicated_sp(), InitKind::Zeros});
+}
+
+void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const LayerSpec& s,
+                              int64_t H, const InitScales& init) {
+  const std::string p = "decoder.layers." + std::to_string(layer) + ".";
+  norm_params(out, p + "input_layernorm", s.norm, H);
+  attention_params(out, p + "self_attention.", s, H, init);
+  norm_params(out, p + "pre_mlp_layernorm", s.norm, H);
+  mlp_params(out, p + "mlp.", s, H, init);
+}
+
+void output_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, bool tied_copy,
+                   const InitScales& init) {
+  Sharding s = split(0);
+  s.tied_copy = tied_copy;
+  out.push_back({"output_layer.weight", {V, H}, s, tied_copy ? InitKind::Zeros : InitKind::Normal,
+                 tied_copy ? 0.f : init.std});
+}
+
+}  // namespace mg

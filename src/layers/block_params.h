@@ -1,0 +1,53 @@
+// What each block of the model holds: its parameters (name, global shape, TP sharding, init) as
+// pure functions of the layer spec, so the parameter layout, the checkpoint, the parameter
+// count and a planner read the same declarations without building a model. Names are
+// Megatron-Core's (local spec: input_layernorm / pre_mlp_layernorm hold the norms).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "layers/layer_spec.h"
+#include "tensor_parallel/sharding.h"
+
+namespace mg {
+
+enum class InitKind { Normal, Zeros, Ones };
+
+struct ParamDecl {
+  std::string name;     // full name, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
+  Shape global_shape;   // [out, in] for linear weights, as Megatron stores them
+  Sharding sharding;
+  InitKind init = InitKind::Zeros;
+  float init_std = 0.f;  // for InitKind::Normal
+};
+
+// Init scales: weights N(0, std), output projections (linear_proj, linear_fc2) N(0, out_std)
+// with out_std = std / sqrt(2 L).
+struct InitScales {
+  float std, out_std;
+};
+
+// The word embedding [V, H] (vocab-parallel) and, with learned positions, the position table.
+void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t max_positions,
+                      bool learned_positions, const InitScales& init);
+// A LayerNorm (weight, bias) or an RMSNorm (weight) over H: TP-replicated, grads partial under SP.
+void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind, int64_t H);
+// Self-attention: linear_qkv [(NH + 2 NG) HD, H] in Megatron's per-group row order (a group's
+// NH/NG query heads, then its K head, then its V head), split by whole groups; linear_proj
+// [H, NH HD] split by input columns.
+void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                      int64_t H, const InitScales& init);
+// The MLP: linear_fc1 [F, H] (GELU) or [2F, H] = [gate; up] (SwiGLU, partition stride 2),
+// linear_fc2 [H, F].
+void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                int64_t H, const InitScales& init);
+// One transformer layer: norm, attention, norm, MLP under "decoder.layers.<i>.".
+void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const LayerSpec& s,
+                              int64_t H, const InitScales& init);
+// The output layer [V, H] of an untied model (vocab-parallel), or the last stage's tied copy of
+// the word embedding (zero-initialized, then summed with the first stage's over the embedding
+// group: Megatron's scheme).
+void output_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, bool tied_copy,
+                   const InitScales& init);
+
+}  // namespace mg

@@ -1,0 +1,22 @@
+// What one transformer layer is made of; model/config.h derives it from the model config.
+#pragma once
+#include <cstdint>
+
+namespace mg {
+
+enum class NormKind { LayerNorm, RMSNorm };
+enum class MlpKind { Gelu, SwiGLU };
+
+struct LayerSpec {
+  NormKind norm = NormKind::LayerNorm;
+  int64_t heads = 1, query_groups = 1, kv_channels = 1;  // NH, NG, HD
+  bool rope = false;                                     // rotary embedding on Q and K
+  bool qkv_bias = true;
+  MlpKind mlp = MlpKind::Gelu;
+  int64_t ffn = 4;           // F: the MLP's intermediate width (SwiGLU: each of gate and up)
+  bool linear_bias = true;   // biases on linear_proj, linear_fc1, linear_fc2
+  int64_t qkv_rows() const { return (heads + 2 * query_groups) * kv_channels; }
+  int64_t fc1_rows() const { return mlp == MlpKind::SwiGLU ? 2 * ffn : ffn; }
+};
+
+}  // namespace mg

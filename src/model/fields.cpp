@@ -1,0 +1,112 @@
+#include "model/fields.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mg {
+
+const std::vector<ModelField>& model_fields() {
+  using C = GPTConfig;
+  static const std::vector<ModelField> fields = {
+      {"--num-layers", "num_layers", "L", "transformer layers", &C::num_layers},
+      {"--hidden-size", "hidden_size", "H", "hidden size", &C::hidden_size},
+      {"--num-attention-heads", "num_attention_heads", "NH", "query heads",
+       &C::num_attention_heads},
+      {"--ffn-hidden-size", "ffn_hidden_size", "F",
+       "MLP width (SwiGLU: the width of each of gate and up; 0: 4 x hidden size)",
+       &C::ffn_hidden_size},
+      {"--kv-channels", "kv_channels", "HD", "channels per head (0: hidden size / heads)",
+       &C::kv_channels},
+      {"--group-query-attention", "group_query_attention", "",
+       "grouped-query attention: --num-query-groups K/V heads, each shared by a group of query "
+       "heads", &C::group_query_attention},
+      {"--num-query-groups", "num_query_groups", "NG",
+       "query groups (K/V heads) with --group-query-attention", &C::num_query_groups},
+      {"--normalization", "normalization", "NAME", "LayerNorm | RMSNorm", &C::normalization},
+      {"--norm-epsilon", "norm_epsilon", "X", "LayerNorm / RMSNorm epsilon", &C::norm_epsilon,
+       false},
+      {"--swiglu", "swiglu", "", "SwiGLU MLP: silu(x W_gate) * (x W_up), fc1 stacks [gate; up]",
+       &C::swiglu},
+      {"--disable-bias-linear", "add_bias_linear", "", "no biases on the linear layers",
+       &C::add_bias_linear, true, true},
+      {"--add-qkv-bias", "add_qkv_bias", "", "a QKV bias even with --disable-bias-linear",
+       &C::add_qkv_bias},
+      {"--untie-embeddings-and-output-weights", "untie_embeddings_and_output_weights", "",
+       "an output layer of its own instead of the word embedding",
+       &C::untie_embeddings_and_output_weights},
+      {"--qk-layernorm", "qk_layernorm", "",
+       "normalize each query and key head (--normalization) before RoPE", &C::qk_layernorm},
+      {"--position-embedding-type", "position_embedding_type", "NAME",
+       "learned_absolute | rope | none", &C::position_embedding_type},
+      {"--rotary-base", "rotary_base", "X", "RoPE base (Llama 2: 10000, Llama 3: 500000)",
+       &C::rotary_base},
+      {"--rotary-percent", "rotary_percent", "X", "fraction of each head's channels RoPE rotates",
+       &C::rotary_percent},
+      {"--rotary-interleaved", "rotary_interleaved", "",
+       "RoPE on channel pairs (2j, 2j+1) instead of (j, j + dim/2)", &C::rotary_interleaved},
+      {"--use-rope-scaling", "use_rope_scaling", "", "Llama 3.1's RoPE frequency scaling",
+       &C::use_rope_scaling},
+      {"--rope-scaling-factor", "rope_scaling_factor", "X", "the factor of --use-rope-scaling",
+       &C::rope_scaling_factor},
+      {"--seq-length", "seq_length", "S", "tokens per sample", &C::seq_length, false},
+      {"--max-position-embeddings", "max_position_embeddings", "P",
+       "rows of the learned position table (0: --seq-length)", &C::max_position_embeddings},
+      {"--vocab-size", "vocab_size", "V",
+       "vocabulary size before padding (NullTokenizer / --mock-data; a tokenizer sets it)",
+       &C::vocab_size, false},
+      {"--make-vocab-size-divisible-by", "make_vocab_size_divisible_by", "K",
+       "pad the vocabulary to a multiple of K x TP", &C::make_vocab_size_divisible_by, false},
+      {"--init-method-std", "init_method_std", "X", "std of the N(0, std) weight init",
+       &C::init_method_std, false},
+  };
+  return fields;
+}
+
+std::string field_text(const GPTConfig& c, const ModelField& f) {
+  return std::visit(
+      [&](auto m) -> std::string {
+        const auto& v = c.*m;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          return v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else {
+          std::ostringstream os;
+          os << v;
+          return os.str();
+        }
+      },
+      f.member);
+}
+
+void set_field(GPTConfig& c, const ModelField& f, const std::string& text) {
+  std::visit(
+      [&](auto m) {
+        auto& v = c.*m;
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          v = text;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          MG_USER_CHECK(text == "true" || text == "false", f.key, ": expected true or false, got '",
+                        text, "'");
+          v = text == "true";
+        } else if constexpr (std::is_same_v<T, float>) {
+          char* end = nullptr;
+          const double d = std::strtod(text.c_str(), &end);
+          MG_USER_CHECK(!text.empty() && end && *end == '\0', f.flag, " expects a number, got '",
+                        text, "'");
+          v = float(d);
+        } else {
+          auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+          MG_USER_CHECK(ec == std::errc() && p == text.data() + text.size(), f.flag,
+                        " expects an integer, got '", text, "'");
+        }
+      },
+      f.member);
+}
+
+}  // namespace mg
