@@ -342,16 +342,26 @@ class CheckpointReader {
   uint64_t bytes_read_ = 0;
 };
 
-// The structural fields must agree; a field missing from the record (an older checkpoint) has
-// the value that checkpoint was trained with: the GPT-2 default.
+// A model record back into a config; a field missing from the record (an older checkpoint)
+// keeps the value that checkpoint was trained with: the GPT-2 default.
+GPTConfig config_from_json(const json& m) {
+  GPTConfig c;
+  for (const ModelField& f : model_fields()) {
+    if (!m.contains(f.key)) continue;
+    const json& v = m.at(f.key);
+    set_field(c, f, v.is_string() ? v.get<std::string>() : v.dump());
+  }
+  return c;
+}
+
+// The structural fields must agree (compared resolved: F, P and HD as each run used them).
 void check_model(const json& saved, const GPTConfig& c, const std::string& path) {
-  const json now = model_json(c), defaults = model_json(GPTConfig{});
+  const json now = model_json(c), was = model_json(config_from_json(saved));
   for (const ModelField& f : model_fields()) {
     if (!f.structural) continue;
-    const json& was = saved.contains(f.key) ? saved.at(f.key) : defaults.at(f.key);
-    MG_USER_CHECK(was == now.at(f.key), "checkpoint '", path, "' was trained with ", f.key, " = ",
-                  was.dump(), " but this run has ", now.at(f.key).dump(), " (",
-                  f.metavar[0] ? "pass " : "set ", f.flag, " as the checkpoint has it)");
+    MG_USER_CHECK(was.at(f.key) == now.at(f.key), "checkpoint '", path, "' was trained with ",
+                  f.key, " = ", was.at(f.key).dump(), " but this run has ", now.at(f.key).dump(),
+                  " (", f.metavar[0] ? "pass " : "set ", f.flag, " as the checkpoint has it)");
   }
 }
 
@@ -397,14 +407,7 @@ std::string latest_checkpoint_dir(const std::string& dir) {
 GPTConfig checkpoint_model_config(const std::string& dir) {
   const std::string ckdir = latest_checkpoint_dir(dir);
   MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatest, ")");
-  const json m = read_metadata(ckdir).at("model");  // the fields model_json() writes
-  GPTConfig c;
-  for (const ModelField& f : model_fields()) {
-    if (!m.contains(f.key)) continue;  // older checkpoints: the GPT-2 default
-    const json& v = m.at(f.key);
-    set_field(c, f, v.is_string() ? v.get<std::string>() : v.dump());
-  }
-  return c;
+  return config_from_json(read_metadata(ckdir).at("model"));  // the fields model_json() writes
 }
 
 bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {

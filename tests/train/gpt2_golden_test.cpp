@@ -101,8 +101,9 @@ class GPT2Golden : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GPT2Golden, LossLinesUnchanged) {
   const Case& c = GetParam();
-  const auto r = testing::run_command(testing::mpirun_prefix(c.ranks) + MG_BINARY + kModel + " " +
-                                      c.flags);
+  // One thread per rank, as capture.sh ran them (threaded reductions add in another order).
+  const auto r = testing::run_command("OMP_NUM_THREADS=1 " + testing::mpirun_prefix(c.ranks) +
+                                      MG_BINARY + kModel + " " + c.flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_golden(c.name, r.output);
 }
@@ -124,7 +125,7 @@ TEST(GPT2Golden, VersionOneCheckpointLoadsAndContinues) {
   const fs::path dir = mkdtemp(tmpl);
   fs::copy(kGolden / "v1_checkpoint", dir / "ck", fs::copy_options::recursive);
   const auto r = testing::run_command(
-      std::string(MG_BINARY) +
+      "OMP_NUM_THREADS=1 " + std::string(MG_BINARY) +
       " train --mock-data --num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8"
       " --vocab-size 100 --make-vocab-size-divisible-by 4 --micro-batch-size 2"
       " --global-batch-size 4 --lr 2e-3 --log-interval 1 --seed 7 --train-iters 8 --load " +
