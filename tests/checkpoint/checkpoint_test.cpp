@@ -91,29 +91,46 @@ TEST(Checkpoint, ResumeIsBitwiseExactWithDataBlending) {
   expect_bitwise_resume(2, "", model);
 }
 
-// Save under (TP, PP, DP) = (2, 2, 2) at iteration 10; load under other layouts and continue.
-TEST(Checkpoint, ReshardsIntoOtherLayouts) {
+struct Target {
+  int ranks;
+  std::string flags;
+};
+
+// Save under (TP, PP, DP) = (2, 2, 2) at iteration 10; load under other layouts and continue
+// within 1e-5 of the uninterrupted run.
+void expect_reshard(const std::vector<Target>& targets, const std::string& model = kModel) {
   TempDir d;
   const std::string layout = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
-  const auto full = run(8, layout);
+  const auto full = run(8, layout, model);
   ASSERT_EQ(full.exit_code, 0) << full.output;
   const auto want = tail(losses(full), 10);
-  const auto save = run(8, layout + " --save " + d.str("ck") + " --exit-interval 10");
+  const auto save = run(8, layout + " --save " + d.str("ck") + " --exit-interval 10", model);
   ASSERT_EQ(save.exit_code, 0) << save.output;
-  struct Target {
-    int ranks;
-    std::string flags;
-  };
-  for (const Target& t : {Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"},
-                          Target{4, "--pipeline-model-parallel-size 4"},
-                          Target{8, "--tensor-model-parallel-size 2 --use-distributed-optimizer"}}) {
-    const auto r = run(t.ranks, t.flags + " --load " + d.str("ck"));
+  for (const Target& t : targets) {
+    const auto r = run(t.ranks, t.flags + " --load " + d.str("ck"), model);
     ASSERT_EQ(r.exit_code, 0) << t.flags << "\n" << r.output;
     const auto got = losses(r);
     ASSERT_EQ(got.size(), 10u) << r.output;
     for (size_t i = 0; i < 10; ++i)
       EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "np " << t.ranks << " " << t.flags << " step " << i + 11;
   }
+}
+
+TEST(Checkpoint, ReshardsIntoOtherLayouts) {
+  expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"},
+                  Target{4, "--pipeline-model-parallel-size 4"},
+                  Target{8, "--tensor-model-parallel-size 2 --use-distributed-optimizer"}});
+}
+
+// The same for a Llama: the grouped QKV rows and SwiGLU's stacked [gate; up] fc1 (partition
+// stride 2) reshard from TP 2 to TP 1 and TP 4.
+TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {
+  const std::string llama =
+      kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
+               " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
+               " --position-embedding-type rope --disable-bias-linear"
+               " --untie-embeddings-and-output-weights";
+  expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"}}, llama);
 }
 
 std::string latest(const TempDir& d) {

@@ -36,11 +36,21 @@ struct RunOut {
   std::string log;
 };
 
-RunOut train(int ranks, const std::string& layout) {
+// Tiny Llama: RMSNorm, RoPE, SwiGLU, grouped-query attention with fewer groups than heads (8
+// heads in 4 groups, so TP 4 holds one group per rank), no biases, untied output layer.
+const std::string kLlama =
+    " train --mock-data --num-layers 4 --hidden-size 64 --num-attention-heads 8"
+    " --group-query-attention --num-query-groups 4 --normalization RMSNorm --swiglu"
+    " --ffn-hidden-size 96 --position-embedding-type rope --disable-bias-linear"
+    " --untie-embeddings-and-output-weights --seq-length 16"
+    " --vocab-size 500 --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 2e-3"
+    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7";
+
+RunOut train(int ranks, const std::string& layout, const std::string& model = kModel) {
   char tmpl[] = "/tmp/mg_layout_XXXXXX";
   const fs::path dir = mkdtemp(tmpl);
   const std::string dump = (dir / "params.bin").string();
-  auto r = testing::run_command(testing::mpirun_prefix(ranks) + MG_BINARY + kModel + " " + layout +
+  auto r = testing::run_command(testing::mpirun_prefix(ranks) + MG_BINARY + model + " " + layout +
                                 " --dump-final-params " + dump);
   RunOut out;
   out.log = r.output;
@@ -70,10 +80,10 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   return names[info.index];
 }
 
-TEST_P(LayoutParity, MatchesSingleRank) {
-  const RunOut base = train(1, "");
+void expect_parity(const Layout& layout, const std::string& model) {
+  const RunOut base = train(1, "", model);
   ASSERT_EQ(base.losses.size(), 20u) << base.log;
-  const RunOut run = train(GetParam().ranks, GetParam().flags);
+  const RunOut run = train(layout.ranks, layout.flags, model);
   ASSERT_EQ(run.losses.size(), base.losses.size()) << run.log;
   for (size_t i = 0; i < base.losses.size(); ++i)
     EXPECT_LT(std::fabs(run.losses[i] - base.losses[i]) / base.losses[i], 1e-5)
@@ -84,6 +94,8 @@ TEST_P(LayoutParity, MatchesSingleRank) {
   EXPECT_LT(testing::rel_l2(a, b), 1e-4);
   EXPECT_LT(base.losses.back(), base.losses.front());  // it trained
 }
+
+TEST_P(LayoutParity, MatchesSingleRank) { expect_parity(GetParam(), kModel); }
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, LayoutParity,
@@ -100,6 +112,57 @@ INSTANTIATE_TEST_SUITE_P(
                                 "--decoder-first-pipeline-num-layers 2 "
                                 "--decoder-last-pipeline-num-layers 1"}),
     layout_name);
+
+class LlamaLayoutParity : public ::testing::TestWithParam<Layout> {};
+
+std::string llama_layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  static const char* names[] = {"tp2", "tp4_one_group_per_rank", "tp2_sp", "pp2", "pp3_uneven",
+                                "dp2_distopt", "tp2pp2dp2"};
+  return names[info.index];
+}
+
+TEST_P(LlamaLayoutParity, MatchesSingleRank) { expect_parity(GetParam(), kLlama); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LlamaLayoutParity,
+    ::testing::Values(Layout{2, "--tensor-model-parallel-size 2"},
+                      Layout{4, "--tensor-model-parallel-size 4"},
+                      Layout{2, "--tensor-model-parallel-size 2 --sequence-parallel"},
+                      Layout{2, "--pipeline-model-parallel-size 2"},
+                      Layout{3, "--pipeline-model-parallel-size 3 "
+                                "--decoder-first-pipeline-num-layers 2 "
+                                "--decoder-last-pipeline-num-layers 1"},
+                      Layout{2, "--use-distributed-optimizer"},
+                      Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"}),
+    llama_layout_name);
+
+// A Llama in bf16 under TP2 x PP2 follows the bf16 single-rank run.
+TEST(MixedPrecision, LlamaBf16Tp2Pp2TracksTheSingleRankRun) {
+  const RunOut one = train(1, "--bf16", kLlama);
+  const RunOut four = train(4, "--bf16 --tensor-model-parallel-size 2 --sequence-parallel "
+                               "--pipeline-model-parallel-size 2", kLlama);
+  ASSERT_EQ(one.losses.size(), 20u) << one.log;
+  ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
+  for (size_t i = 0; i < one.losses.size(); ++i)
+    EXPECT_NEAR(four.losses[i], one.losses[i], 2e-3 * one.losses[i]) << "step " << i + 1;
+  EXPECT_LT(one.losses.back(), one.losses.front());
+}
+
+// Megatron's divisibility rules for grouped-query attention, before any allocation.
+TEST(LlamaLayout, QueryGroupsMustSplitAcrossTP) {
+  auto r = testing::run_command(testing::mpirun_prefix(4) + MG_BINARY + kLlama +
+                                " --num-query-groups 2 --tensor-model-parallel-size 4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--num-query-groups 2 must be a multiple of "
+                          "--tensor-model-parallel-size 4"),
+            std::string::npos)
+      << r.output;
+  r = testing::run_command(std::string(MG_BINARY) + kLlama + " --num-query-groups 3");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--num-query-groups 3 must divide --num-attention-heads 8"),
+            std::string::npos)
+      << r.output;
+}
 
 // ---- communication volume: rank 0's counted bytes per step vs closed forms ----
 
