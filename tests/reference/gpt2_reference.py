@@ -1,7 +1,8 @@
 """PyTorch reference GPT-2 for the parity test (float64, written for this test).
 
 Reads what the C++ test wrote into DIR and writes the reference results back:
-  in:  config.json, params.bin (f32, flat, our layout), manifest.json (name, shape, offset),
+  in:  config.json ({"model": Megatron's config fields by name, "batch", "steps", optimizer
+       settings}), params.bin (f32, flat, our layout), manifest.json (name, shape, offset),
        batches.bin (i32: STEPS x [tokens, positions, labels] of B*S each), masks.bin (f32)
   out: loss.txt (first batch), logits.bin (f64, B*S*V), grads.bin (f64, flat, our layout),
        step_losses.txt (loss before each of STEPS AdamW steps)
@@ -20,8 +21,9 @@ import torch.nn.functional as F
 
 
 def forward(P, cfg, tokens, positions, labels, mask):
-    L, H, NH = cfg["num_layers"], cfg["hidden_size"], cfg["num_heads"]
-    B, S, eps = cfg["batch"], cfg["seq_length"], cfg["eps"]
+    m = cfg["model"]
+    L, H, NH = m["num_layers"], m["hidden_size"], m["num_attention_heads"]
+    B, S, eps = cfg["batch"], m["seq_length"], m["norm_epsilon"]
     HD = H // NH
     x = P["embedding.word_embeddings.weight"][tokens] + P["embedding.position_embeddings.weight"][positions]
     causal = torch.ones(S, S, dtype=torch.bool).tril()
@@ -53,8 +55,7 @@ def main(d):
     for e in manifest:
         n = int(np.prod(e["shape"]))
         P[e["name"]] = torch.tensor(flat[e["offset"]:e["offset"] + n].reshape(e["shape"]), requires_grad=True)
-    B, S, steps = cfg["batch"], cfg["seq_length"], cfg["steps"]
-    N = B * S
+    B, S, steps = cfg["batch"], cfg["model"]["seq_length"], cfg["steps"]
     raw = torch.from_numpy(np.fromfile(os.path.join(d, "batches.bin"), dtype=np.int32).astype(np.int64))
     raw = raw.view(steps, 3, B, S)
     masks = torch.from_numpy(np.fromfile(os.path.join(d, "masks.bin"), dtype=np.float32).astype(np.float64))
