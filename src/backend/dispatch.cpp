@@ -205,6 +205,12 @@ void swiglu_backward(float* dinp, Mat inp, const float* dout, int64_t N, int64_t
                      GradWrite write) {
   MG_OP(swiglu_backward, dinp, inp, dout, N, F, write);
 }
+void heads_gather(float* dst, const Heads& src, int64_t N, int64_t n_heads, int64_t HD) {
+  MG_OP(heads_gather, dst, src, N, n_heads, HD);
+}
+void heads_scatter(const Heads& dst, Mat src, int64_t N, int64_t n_heads, int64_t HD) {
+  MG_OP(heads_scatter, dst, src, N, n_heads, HD);
+}
 void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved) {
   MG_OP(rope_forward, x, positions, inv_freq, N, n_heads, HD, rot_dim, interleaved);

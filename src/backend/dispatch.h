@@ -80,6 +80,8 @@ using cpu::Heads;
 using cpu::AttentionShape;
 using cpu::fused_qkv;
 using cpu::FusedQKV;
+void heads_gather(float* dst, const Heads& src, int64_t N, int64_t n_heads, int64_t HD);
+void heads_scatter(const Heads& dst, Mat src, int64_t N, int64_t n_heads, int64_t HD);
 void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
 void rope_backward(Heads dx, const int32_t* positions, const float* inv_freq, int64_t N,

@@ -141,6 +141,13 @@ struct Heads {
   }
 };
 
+// Copies n_heads heads of N rows between a Heads view and a contiguous buffer (N, n_heads, HD)
+// (e.g. to normalize each head over its HD channels, --qk-layernorm): heads_gather widens the
+// view's values to f32; heads_scatter stores src (f32 or the view's dtype) into the view,
+// rounded to its dtype.
+void heads_gather(float* dst, const Heads& src, int64_t N, int64_t n_heads, int64_t HD);
+void heads_scatter(const Heads& dst, Mat src, int64_t N, int64_t n_heads, int64_t HD);
+
 // Rotary position embedding (Su et al. 2021) in place on n_heads heads of N rows: channel pairs
 // (c, c + rot_dim/2) (rotate-half, Megatron's default) or (2c, 2c + 1) (interleaved) of the
 // first rot_dim channels turn by angle positions[n] * inv_freq[c], c < rot_dim/2, the angle

@@ -9,17 +9,23 @@ namespace mg {
 
 void finalize_grads(GPTModel& model, ProcessGroups& g) {
   float* G = model.grads();
-  if (model.spec().sequence_parallel && g.tp->size() > 1) {
-    // The SP-partial grads packed into one buffer on the compute device: one all-reduce.
+  // Replicated parameters whose grads are partial sums over TP ranks: the norms and row-parallel
+  // biases under sequence parallelism, the Q/K head norms always.
+  const bool sp = model.spec().sequence_parallel;
+  auto partial = [&](const ParamSpec& p) {
+    return (sp && p.sharding.sequence_parallel) || p.sharding.tp_partial;
+  };
+  int64_t n = 0;
+  for (const ParamSpec& p : model.layout().params())
+    if (partial(p)) n += p.numel();
+  if (n > 0 && g.tp->size() > 1) {
+    // Packed into one buffer on the compute device: one all-reduce.
     const Device dev = ops::device();
-    int64_t n = 0;
-    for (const ParamSpec& p : model.layout().params())
-      if (p.sharding.sequence_parallel) n += p.numel();
     Tensor packed({n}, DType::F32, dev);
     auto move = [&](bool pack) {
       float* k = packed.data<float>();
       for (const ParamSpec& p : model.layout().params())
-        if (p.sharding.sequence_parallel) {
+        if (partial(p)) {
           const size_t bytes = size_t(p.numel()) * sizeof(float);
           if (pack) ops::copy(k, dev, G + p.offset, dev, bytes);
           else ops::copy(G + p.offset, dev, k, dev, bytes);

@@ -38,6 +38,15 @@ void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, co
   out.push_back({prefix + "linear_proj.weight", {H, A}, split(1), InitKind::Normal, init.out_std});
   if (s.linear_bias)
     out.push_back({prefix + "linear_proj.bias", {H}, replicated_sp(), InitKind::Zeros});
+  if (s.qk_layernorm) {  // over HD channels of this rank's heads: grads partial across TP
+    const size_t first = out.size();
+    norm_params(out, prefix + "q_layernorm", s.norm, s.kv_channels);
+    norm_params(out, prefix + "k_layernorm", s.norm, s.kv_channels);
+    for (size_t i = first; i < out.size(); ++i) {
+      out[i].sharding.sequence_parallel = false;
+      out[i].sharding.tp_partial = true;
+    }
+  }
 }
 
 void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,

@@ -34,7 +34,7 @@ void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t
 void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind, int64_t H);
 // Self-attention: linear_qkv [(NH + 2 NG) HD, H] in Megatron's per-group row order (a group's
 // NH/NG query heads, then its K head, then its V head), split by whole groups; linear_proj
-// [H, NH HD] split by input columns.
+// [H, NH HD] split by input columns; with qk_layernorm, q_layernorm and k_layernorm over HD.
 void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
                       int64_t H, const InitScales& init);
 // The MLP: linear_fc1 [F, H] (GELU) or [2F, H] = [gate; up] (SwiGLU, partition stride 2),

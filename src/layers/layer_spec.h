@@ -12,6 +12,7 @@ struct LayerSpec {
   int64_t heads = 1, query_groups = 1, kv_channels = 1;  // NH, NG, HD
   bool rope = false;                                     // rotary embedding on Q and K
   bool qkv_bias = true;
+  bool qk_layernorm = false;  // norm (of the layer's kind) over each Q and K head before RoPE
   MlpKind mlp = MlpKind::Gelu;
   int64_t ffn = 4;           // F: the MLP's intermediate width (SwiGLU: each of gate and up)
   bool linear_bias = true;   // biases on linear_proj, linear_fc1, linear_fc2

@@ -13,21 +13,49 @@ float* f32(void* grad) { return static_cast<float*>(grad); }
 bool rms(const LayerDims& d) { return d.spec.norm == NormKind::RMSNorm; }
 bool swiglu(const LayerDims& d) { return d.spec.mlp == MlpKind::SwiGLU; }
 
-// Norm over the H channels of R rows, into a saved activation.
+// The layer's norm (LayerNorm or RMSNorm) over C channels of `rows` rows.
+void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const float* x, const float* w,
+                  const float* b, int64_t rows, int64_t C, const LayerDims& d) {
+  if (rms(d)) return ops::rmsnorm_forward(store(out), rstd.data<float>(), x, w, rows, C, d.eps);
+  ops::layernorm_forward(store(out), mean.data<float>(), rstd.data<float>(), x, w, b, rows, C,
+                         d.eps);
+}
 void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const float* x, const float* w,
                   const float* b, const LayerDims& d) {
-  if (rms(d))
-    return ops::rmsnorm_forward(store(out), rstd.data<float>(), x, w, d.local_rows(), d.H, d.eps);
-  ops::layernorm_forward(store(out), mean.data<float>(), rstd.data<float>(), x, w, b,
-                         d.local_rows(), d.H, d.eps);
+  norm_forward(out, mean, rstd, x, w, b, d.local_rows(), d.H, d);
 }
 // dx += the norm's input gradient; dw, db += its parameter gradients.
 void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
+                   const float* w, const Tensor& mean, const Tensor& rstd, int64_t rows,
+                   int64_t C, const LayerDims& d) {
+  if (rms(d)) return ops::rmsnorm_backward(dx, dw, dout, x, w, rstd.data<float>(), rows, C);
+  ops::layernorm_backward(dx, dw, db, dout, x, w, mean.data<float>(), rstd.data<float>(), rows,
+                          C);
+}
+void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                    const float* w, const Tensor& mean, const Tensor& rstd, const LayerDims& d) {
-  if (rms(d))
-    return ops::rmsnorm_backward(dx, dw, dout, x, w, rstd.data<float>(), d.local_rows(), d.H);
-  ops::layernorm_backward(dx, dw, db, dout, x, w, mean.data<float>(), rstd.data<float>(),
-                          d.local_rows(), d.H);
+  norm_backward(dx, dw, db, dout, x, w, mean, rstd, d.local_rows(), d.H, d);
+}
+
+// --qk-layernorm on n_heads heads of the view: saved inputs `pre`, normalized in place.
+void head_norm_forward(const ops::Heads& heads, int64_t n_heads, Tensor& pre, Tensor& mean,
+                       Tensor& rstd, const float* w, const float* b, LayerScratch& s,
+                       const LayerDims& d) {
+  const int64_t N = d.rows(), HD = d.HD();
+  ops::heads_gather(pre.data<float>(), heads, N, n_heads, HD);
+  norm_forward(s.qk_out, mean, rstd, pre.data<float>(), w, b, N * n_heads, HD, d);
+  ops::heads_scatter(heads, act(s.qk_out), N, n_heads, HD);
+}
+// The gradient in the view (after the norm) replaced by the gradient before it.
+void head_norm_backward(const ops::Heads& dheads, int64_t n_heads, const Tensor& pre,
+                        const Tensor& mean, const Tensor& rstd, const float* w, float* dw,
+                        float* db, LayerScratch& s, const LayerDims& d) {
+  const int64_t N = d.rows(), HD = d.HD();
+  ops::heads_gather(s.d_qk_in.data<float>(), dheads, N, n_heads, HD);
+  ops::memset_zero(s.d_qk.raw(), size_t(N * n_heads * HD) * sizeof(float), d.device);
+  norm_backward(s.d_qk.data<float>(), dw, db, s.d_qk_in.data<float>(), pre.data<float>(), w,
+                mean, rstd, N * n_heads, HD, d);
+  ops::heads_scatter(dheads, s.d_qk.data<float>(), N, n_heads, HD);
 }
 
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
@@ -40,6 +68,9 @@ ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
 std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
   const int64_t R = d.local_rows(), N = d.rows(), H = d.H, full = d.sp ? N : 0;
   const int64_t mean_rows = rms(d) ? 0 : R;
+  const bool qk = d.spec.qk_layernorm;
+  const int64_t q_rows = qk ? N * d.NH_local() : 0, k_rows = qk ? N * d.NG_local() : 0;
+  const int64_t q_mean = rms(d) ? 0 : q_rows, k_mean = rms(d) ? 0 : k_rows;
   const DType t = d.dtype, f = DType::F32;
   using C = LayerCache;
   return {{&C::ln1, "ln1", {R, H}, t},
@@ -47,6 +78,12 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
           {&C::ln1_rstd, "ln1_rstd", {R}, f},
           {&C::ln1_full, "ln1_full", {full, H}, t},
           {&C::qkv, "qkv", {N, d.qkv_local()}, t},
+          {&C::q_pre, "q_pre", {q_rows, d.HD()}, f},
+          {&C::q_mean, "q_mean", {q_mean}, f},
+          {&C::q_rstd, "q_rstd", {q_rows}, f},
+          {&C::k_pre, "k_pre", {k_rows, d.HD()}, f},
+          {&C::k_mean, "k_mean", {k_mean}, f},
+          {&C::k_rstd, "k_rstd", {k_rows}, f},
           {&C::lse, "lse", {d.B, d.NH_local(), d.S}, f},
           {&C::attn, "attn", {N, d.attn_local()}, t},
           {&C::x_mid, "x_mid", {R, H}, f},
@@ -75,11 +112,14 @@ LayerScratch::LayerScratch(const LayerDims& d)
       d_qkv({d.rows(), d.qkv_local()}, DType::F32, d.device),
       d_attn({d.rows(), d.attn_local()}, DType::F32, d.device),
       d_fc1({d.rows(), d.fc1_local()}, DType::F32, d.device),
-      d_act({d.rows(), d.F_local()}, DType::F32, d.device) {}
+      d_act({d.rows(), d.F_local()}, DType::F32, d.device),
+      qk_out({d.spec.qk_layernorm ? d.rows() * d.NH_local() : 0, d.HD()}, d.dtype, d.device),
+      d_qk_in({qk_out.shape()[0], d.HD()}, DType::F32, d.device),
+      d_qk({qk_out.shape()[0], d.HD()}, DType::F32, d.device) {}
 
 size_t LayerScratch::bytes() const {
   return full.nbytes() + d_ln.nbytes() + d_qkv.nbytes() + d_attn.nbytes() + d_fc1.nbytes() +
-         d_act.nbytes();
+         d_act.nbytes() + qk_out.nbytes() + d_qk_in.nbytes() + d_qk.nbytes();
 }
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
@@ -92,6 +132,10 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   tp::column_parallel_forward(g, store(c.qkv), c.ln1.raw(), c.ln1_full.raw(),
                               weight(w.qkv_w, d), w.qkv_b, {N, H, d.qkv_local()});
   const ops::FusedQKV v = qkv_views(c.qkv, d);
+  if (d.spec.qk_layernorm) {
+    head_norm_forward(v.q, d.NH_local(), c.q_pre, c.q_mean, c.q_rstd, w.q_ln_w, w.q_ln_b, s, d);
+    head_norm_forward(v.k, d.NG_local(), c.k_pre, c.k_mean, c.k_rstd, w.k_ln_w, w.k_ln_b, s, d);
+  }
   if (d.spec.rope) {
     ops::rope_forward(v.q, in.positions, in.inv_freq, N, d.NH_local(), d.HD(), d.rotary_dim,
                       d.rotary_interleaved);
@@ -149,6 +193,12 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                        d.rotary_interleaved);
     ops::rope_backward(dv.k, in.positions, in.inv_freq, N, d.NG_local(), d.HD(), d.rotary_dim,
                        d.rotary_interleaved);
+  }
+  if (d.spec.qk_layernorm) {
+    head_norm_backward(dv.q, d.NH_local(), c.q_pre, c.q_mean, c.q_rstd, w.q_ln_w, gw.q_ln_w,
+                       gw.q_ln_b, s, d);
+    head_norm_backward(dv.k, d.NG_local(), c.k_pre, c.k_mean, c.k_rstd, w.k_ln_w, gw.k_ln_w,
+                       gw.k_ln_b, s, d);
   }
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),

@@ -1,5 +1,6 @@
 // One transformer layer (pre-norm), tensor-parallel in Megatron's way, built from its spec:
-//   x_mid = x + RowParallel_proj(Attn(RoPE?(ColumnParallel_QKV(Norm1(x)))))  groups split across TP
+//   x_mid = x + RowParallel_proj(Attn(RoPE?(QKNorm?(ColumnParallel_QKV(Norm1(x))))))  groups
+//   split across TP; QKNorm (--qk-layernorm) normalizes each Q and K head over its HD channels
 //   y     = x_mid + RowParallel_FC2(Act(ColumnParallel_FC1(Norm2(x_mid))))
 // Norm is LayerNorm or RMSNorm; Act is GELU or SwiGLU (fc1 = [gate; up]); attention is
 // grouped-query (NG K/V heads shared by NH query heads; GPT-2 is NG = NH) with optional RoPE on Q
@@ -33,6 +34,8 @@ struct LayerWeights {
   float* qkv_b;            // ((NH + 2 NG) HD / TP)
   void* proj_w;            // (H, NH HD / TP)
   float* proj_b;           // (H)
+  float *q_ln_w, *q_ln_b;  // (HD) --qk-layernorm: the norm over each query head
+  float *k_ln_w, *k_ln_b;  // (HD) and over each key head
   float *ln2_w, *ln2_b;    // (H)
   void* fc1_w;             // (F / TP, H), SwiGLU (2F / TP, H) = [gate shard; up shard]
   float* fc1_b;            // (F / TP), SwiGLU (2F / TP)
@@ -74,6 +77,8 @@ struct LayerCache {
   Tensor ln1, ln1_mean, ln1_rstd;  // (R, H) [dtype], (R), (R); RMSNorm: no mean
   Tensor ln1_full;                 // (S*B, H) [dtype] gathered norm output (sequence parallel)
   Tensor qkv;                      // (S*B, (NH + 2 NG) HD / TP) [dtype], Q and K after RoPE
+  Tensor q_pre, q_mean, q_rstd;    // --qk-layernorm: (S*B*NH/TP, HD) Q heads before their norm,
+  Tensor k_pre, k_mean, k_rstd;    // (S*B*NH/TP), (S*B*NH/TP); the same for the K heads (NG/TP)
   Tensor lse;                      // (B, NH/TP, S) attention log-sum-exp (flash attention)
   Tensor attn;                     // (S*B, NH HD / TP) [dtype] attention output
   Tensor x_mid;                    // (R, H) residual stream after attention
@@ -104,6 +109,8 @@ struct LayerScratch {
   Tensor d_attn;          // (S*B, NH HD / TP)
   Tensor d_fc1;           // (S*B, fc1 width / TP)
   Tensor d_act;           // (S*B, F/TP)
+  Tensor qk_out;          // --qk-layernorm: (S*B*NH/TP, HD) [dtype] normalized heads
+  Tensor d_qk_in, d_qk;   // (S*B*NH/TP, HD) their gradients before and after the norm
   explicit LayerScratch(const LayerDims& d);
   size_t bytes() const;
 };

@@ -45,6 +45,7 @@ LayerSpec GPTConfig::layer_spec(int64_t) const {
   s.kv_channels = head_dim();
   s.rope = rope();
   s.qkv_bias = add_bias_linear || add_qkv_bias;
+  s.qk_layernorm = qk_layernorm;
   s.mlp = swiglu ? MlpKind::SwiGLU : MlpKind::Gelu;
   s.ffn = ffn();
   s.linear_bias = add_bias_linear;
@@ -95,7 +96,6 @@ void GPTConfig::validate() const {
     MG_USER_CHECK(!use_rope_scaling || rope_scaling_factor > 0.f,
                   "--rope-scaling-factor must be positive (got ", rope_scaling_factor, ")");
   }
-  MG_USER_CHECK(!qk_layernorm, "--qk-layernorm is not supported by megatron-cpp yet");
   MG_USER_CHECK(ffn_hidden_size >= 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size,
                 ")");
   MG_USER_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");

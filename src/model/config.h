@@ -61,6 +61,13 @@ struct GPTConfig {
   // RoPE's inverse frequencies (rotary_dim()/2 of them), scaled for Llama 3.1 when asked.
   std::vector<float> rope_inv_freq() const;
   LayerSpec layer_spec(int64_t layer) const;
+  // GPT-2's architecture (LayerNorm, learned positions, GELU, biases, MHA, tied output): what
+  // the Hugging Face GPT-2 conversion can write.
+  bool gpt2_architecture() const {
+    return norm() == NormKind::LayerNorm && learned_positions() && !swiglu && add_bias_linear &&
+           tied_output() && query_groups() == num_attention_heads &&
+           head_dim() * num_attention_heads == hidden_size;
+  }
   // Megatron's padding: the smallest multiple of make_vocab_size_divisible_by (x TP) >= V.
   int64_t padded_vocab_size(int64_t tp_size = 0) const {
     const int64_t m = make_vocab_size_divisible_by * (tp_size > 0 ? tp_size : vocab_pad_tp);

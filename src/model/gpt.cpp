@@ -251,6 +251,8 @@ LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
   return {vec("input_layernorm.weight"),          vec("input_layernorm.bias"),
           mat("self_attention.linear_qkv.weight"),  vec("self_attention.linear_qkv.bias"),
           mat("self_attention.linear_proj.weight"), vec("self_attention.linear_proj.bias"),
+          vec("self_attention.q_layernorm.weight"), vec("self_attention.q_layernorm.bias"),
+          vec("self_attention.k_layernorm.weight"), vec("self_attention.k_layernorm.bias"),
           vec("pre_mlp_layernorm.weight"),         vec("pre_mlp_layernorm.bias"),
           mat("mlp.linear_fc1.weight"),            vec("mlp.linear_fc1.bias"),
           mat("mlp.linear_fc2.weight"),            vec("mlp.linear_fc2.bias")};

@@ -2,7 +2,7 @@
 // `stride` stacked parts each split on its own, Megatron's partition stride: SwiGLU's fc1 is
 // [gate; up] and each rank holds [its gate rows; its up rows]), or replicated (optionally with
 // gradients that are partial sums under sequence parallelism), or the last pipeline stage's tied
-// copy of the word embedding. Checkpoints record it, so every tensor reshards to any TP size.
+// copy of the word embedding, or replicated with partial grads. Checkpoints record it, so every tensor reshards to any TP size.
 #pragma once
 #include <cstdint>
 
@@ -15,6 +15,8 @@ struct Sharding {
   int split_dim = -1;              // dim split across TP ranks; -1: replicated
   int64_t stride = 1;              // stacked parts along split_dim, each split separately
   bool sequence_parallel = false;  // replicated param whose grads are partial under SP
+  bool tp_partial = false;         // replicated param used on TP-split activations (the Q/K
+                                   // head norms): its grads are partial on every TP rank
   bool tied_copy = false;          // last stage's copy of the word embedding (PP > 1)
   bool split() const { return split_dim >= 0; }
 };

@@ -136,6 +136,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"}),
     llama_layout_name);
 
+// --qk-layernorm's head norms are replicated but see only their rank's heads: their grads are
+// summed over TP ranks (with and without sequence parallelism).
+TEST(LlamaLayoutParity, QkLayernormUnderTensorParallelism) {
+  expect_parity({2, "--tensor-model-parallel-size 2"}, kLlama + " --qk-layernorm");
+  expect_parity({4, "--tensor-model-parallel-size 4 --sequence-parallel"},
+                kLlama + " --qk-layernorm");
+}
+
 // A Llama in bf16 under TP2 x PP2 follows the bf16 single-rank run.
 TEST(MixedPrecision, LlamaBf16Tp2Pp2TracksTheSingleRankRun) {
   const RunOut one = train(1, "--bf16", kLlama);

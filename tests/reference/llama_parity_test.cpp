@@ -46,6 +46,14 @@ TEST(LlamaParity, MultiQueryPartialInterleavedRopeQkvBias) {
   testing::check_pytorch_parity(pc);
 }
 
+// --qk-layernorm: each query and key head RMS-normalized over its channels before RoPE.
+TEST(LlamaParity, QkLayernorm) {
+  testing::ParityCase pc = tiny_llama();
+  pc.model.qk_layernorm = true;
+  pc.model.validate();
+  testing::check_pytorch_parity(pc);
+}
+
 // NG = NH without --group-query-attention, NH * HD != H, every linear bias, the output tied to
 // the word embedding, Llama 3.1's RoPE scaling with Llama 3's base.
 TEST(LlamaParity, MultiHeadBiasesTiedRopeScaling) {

@@ -36,6 +36,7 @@ class Dims:
         self.bias = m["add_bias_linear"]
         self.qkv_bias = m["add_bias_linear"] or m["add_qkv_bias"]
         self.untied = m["untie_embeddings_and_output_weights"]
+        self.qk_norm = m["qk_layernorm"]
         self.std = m["init_method_std"]
         self.rot_dim = int(self.HD * m["rotary_percent"])
         self.m = m
@@ -52,6 +53,9 @@ class Dims:
             if self.qkv_bias:
                 p[n + "self_attention.linear_qkv.bias"] = ([(NH + 2 * NG) * HD], ("const", 0.0))
             p[n + "self_attention.linear_proj.weight"] = ([H, NH * HD], ("normal", out_std))
+            if self.qk_norm:
+                p[n + "self_attention.q_layernorm.weight"] = ([HD], ("const", 1.0))
+                p[n + "self_attention.k_layernorm.weight"] = ([HD], ("const", 1.0))
             p[n + "pre_mlp_layernorm.weight"] = ([H], ("const", 1.0))
             p[n + "mlp.linear_fc1.weight"] = ([2 * F, H], ("normal", self.std))
             p[n + "mlp.linear_fc2.weight"] = ([H, F], ("normal", out_std))
@@ -115,6 +119,9 @@ def forward(P, d, tokens, labels, mask):
         qkv = linear(h, P, n + "self_attention.linear_qkv").view(B, S, NG, per_group + 2, HD)
         q = qkv[:, :, :, :per_group].reshape(B, S, NH, HD)  # head g*per_group + r
         k, v = qkv[:, :, :, per_group], qkv[:, :, :, per_group + 1]  # B, S, NG, HD
+        if d.qk_norm:  # each head normalized over its HD channels, before RoPE
+            q = rms_norm(q, P[n + "self_attention.q_layernorm.weight"], d.eps)
+            k = rms_norm(k, P[n + "self_attention.k_layernorm.weight"], d.eps)
         q, k = rope(q, d), rope(k, d)
         k, v = k.repeat_interleave(per_group, dim=2), v.repeat_interleave(per_group, dim=2)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # B, NH, S, HD

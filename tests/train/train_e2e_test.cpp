@@ -67,12 +67,10 @@ TEST(TrainE2E, SameSeedIsBitwiseReproducible) {
   EXPECT_NE(losses(a.output), losses(c.output));
 }
 
-TEST(TrainE2E, GenerateContinuesTheLearnedSequence) {
-  // Mock sequences count upwards; a trained model continues a count greedily.
+// Mock sequences count upwards; a trained model continues a count greedily.
+void expect_generate_continues_the_count(const std::string& model) {
   char tmpl[] = "/tmp/mg_gen_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  const std::string model =
-      " --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 256";
   auto t = testing::run_command(std::string(MG_BINARY) + " train --mock-data" + model +
                                 " --micro-batch-size 8 --global-batch-size 16 --train-iters 200"
                                 " --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine"
@@ -96,6 +94,21 @@ TEST(TrainE2E, GenerateContinuesTheLearnedSequence) {
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--load-params"), std::string::npos) << bad.output;
   std::filesystem::remove_all(dir);
+}
+
+TEST(TrainE2E, GenerateContinuesTheLearnedSequence) {
+  expect_generate_continues_the_count(
+      " --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 256");
+}
+
+// The same for a Llama (RMSNorm, RoPE, SwiGLU, GQA, no biases, untied output): generate --load
+// rebuilds it from the checkpoint's model record alone.
+TEST(TrainE2E, GenerateContinuesTheLearnedSequenceWithALlama) {
+  expect_generate_continues_the_count(
+      " --num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention"
+      " --num-query-groups 2 --normalization RMSNorm --swiglu --ffn-hidden-size 128"
+      " --position-embedding-type rope --disable-bias-linear"
+      " --untie-embeddings-and-output-weights --seq-length 32 --vocab-size 256");
 }
 
 }  // namespace
