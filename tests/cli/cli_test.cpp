@@ -69,6 +69,23 @@ TEST(Cli, LossScalerSettings) {
 }
 TEST(Cli, UnknownCommand) { expect_usage_error(" trian", "trian"); }
 
+// The Llama flags' values are checked with Megatron's rules before any allocation.
+TEST(Cli, LlamaFlagsAreValidated) {
+  expect_usage_error(kTiny + " --normalization BatchNorm", "--normalization 'BatchNorm'");
+  expect_usage_error(kTiny + " --position-embedding-type alibi", "--position-embedding-type");
+  expect_usage_error(kTiny + " --group-query-attention --num-query-groups 3",
+                     "--num-query-groups 3 must divide --num-attention-heads 2");
+  expect_usage_error(kTiny + " --position-embedding-type rope --rotary-percent 0.1",
+                     "--rotary-percent");
+  expect_usage_error(kTiny + " --position-embedding-type rope --rotary-percent 1.5",
+                     "--rotary-percent must be in (0, 1]");
+  expect_usage_error(kTiny + " --kv-channels -4", "--kv-channels");
+  expect_usage_error(kTiny + " --swiglu=1", "--swiglu");
+  // With --kv-channels the hidden size need not divide into the heads (NH * HD != H).
+  auto r = megatron(kTiny + " --num-attention-heads 3 --kv-channels 8");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(Cli, HelpListsCommandsAndFlagsWithDefaults) {
   auto top = megatron(" --help");
   EXPECT_EQ(top.exit_code, 0);
@@ -76,7 +93,9 @@ TEST(Cli, HelpListsCommandsAndFlagsWithDefaults) {
   auto train = megatron(" train --help");
   EXPECT_EQ(train.exit_code, 0);
   for (const char* flag : {"--num-layers", "--global-batch-size", "--lr-decay-style",
-                           "--init-method-std", "--eval-iters", "--mock-data"})
+                           "--init-method-std", "--eval-iters", "--mock-data", "--swiglu",
+                           "--normalization", "--num-query-groups", "--rotary-base",
+                           "--untie-embeddings-and-output-weights", "--disable-bias-linear"})
     EXPECT_NE(train.output.find(flag), std::string::npos) << flag;
   EXPECT_NE(train.output.find("[default: 1234]"), std::string::npos) << train.output;
 }

@@ -102,4 +102,8 @@ double sum_squares(const float* x, int64_t n);
 double sum_squares_ranges(const float* x, const cpu::Range* ranges, int64_t k);
 void scale_inplace(float* x, float s, int64_t n);
 
+// Heads between a strided view and a contiguous (N, n_heads, HD) buffer (--qk-layernorm).
+void heads_gather(float* dst, const cpu::Heads& src, int64_t N, int64_t n_heads, int64_t HD);
+void heads_scatter(const cpu::Heads& dst, Mat src, int64_t N, int64_t n_heads, int64_t HD);
+
 }  // namespace mg::cuda

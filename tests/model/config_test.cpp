@@ -1,0 +1,100 @@
+// The model description: parameter counts of published models from the block declarations,
+// the sharding descriptor's global index (partition stride), and the field list's round trip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "model/fields.h"
+#include "model/param_layout.h"
+
+namespace mg {
+namespace {
+
+GPTConfig llama(int64_t H, int64_t L, int64_t NH, int64_t NG, int64_t F, int64_t V) {
+  GPTConfig c;
+  c.num_layers = L;
+  c.hidden_size = H;
+  c.num_attention_heads = NH;
+  c.group_query_attention = NG != NH;
+  c.num_query_groups = NG;
+  c.ffn_hidden_size = F;
+  c.vocab_size = V;
+  c.normalization = "RMSNorm";
+  c.position_embedding_type = "rope";
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  c.untie_embeddings_and_output_weights = true;
+  c.seq_length = 4096;
+  c.validate();
+  return c;
+}
+
+// Meta's published parameter counts (model cards / HF safetensors index totals / 2 bytes).
+TEST(ModelConfig, ParameterCountsOfPublishedLlamas) {
+  EXPECT_EQ(llama(4096, 32, 32, 32, 11008, 32000).num_parameters(), 6738415616);   // Llama 2 7B
+  EXPECT_EQ(llama(4096, 32, 32, 8, 14336, 128256).num_parameters(), 8030261248);   // Llama 3 8B
+  EXPECT_EQ(llama(5120, 40, 40, 40, 13824, 32000).num_parameters(), 13015864320);  // Llama 2 13B
+}
+
+// Every element of every TP shard maps to a distinct global element, and a strided split puts
+// local row i of rank r where Megatron's partition stride does.
+TEST(Sharding, StridedSplitCoversTheGlobalTensorOnce) {
+  const Shape global{12, 5};
+  for (int64_t stride : {1, 2, 3})
+    for (int64_t tp : {1, 2}) {
+      Sharding s;
+      s.split_dim = 0;
+      s.stride = stride;
+      if (global[0] % (stride * tp)) continue;
+      const Shape local = local_shape(global, s, tp);
+      std::set<int64_t> seen;
+      for (int64_t r = 0; r < tp; ++r)
+        for (int64_t j = 0; j < shape_numel(local); ++j) {
+          const int64_t g = global_index(global, local, s, j, tp, r);
+          EXPECT_TRUE(seen.insert(g).second) << "stride " << stride << " tp " << tp;
+          const int64_t i = j / 5, part_rows = local[0] / stride;
+          EXPECT_EQ(g / 5, (i / part_rows) * (12 / stride) + r * part_rows + i % part_rows);
+          EXPECT_EQ(g % 5, j % 5);
+        }
+      EXPECT_EQ(int64_t(seen.size()), shape_numel(global));
+    }
+  Sharding cols;  // a split along dim 1: rows keep their index, columns shift by the rank
+  cols.split_dim = 1;
+  EXPECT_EQ(global_index({4, 6}, {4, 3}, cols, 4, 2, 1), 1 * 6 + 3 + 1);
+}
+
+// SwiGLU's fc1 is split with stride 2 (each rank holds its gate rows then its up rows); the
+// grouped QKV by whole groups.
+TEST(Sharding, LlamaBlocksDeclareMegatronsSharding) {
+  GPTConfig c = llama(64, 1, 8, 4, 96, 500);
+  ShardSpec shard;
+  shard.tp_size = 2;
+  const ParamLayout l = gpt_param_layout(c, shard);
+  const ParamSpec& fc1 = l.get("decoder.layers.0.mlp.linear_fc1.weight");
+  EXPECT_EQ(fc1.global_shape, (Shape{192, 64}));
+  EXPECT_EQ(fc1.shape, (Shape{96, 64}));
+  EXPECT_EQ(fc1.sharding.stride, 2);
+  const ParamSpec& qkv = l.get("decoder.layers.0.self_attention.linear_qkv.weight");
+  EXPECT_EQ(qkv.global_shape, (Shape{(8 + 2 * 4) * 8, 64}));
+  EXPECT_EQ(qkv.sharding.stride, 1);
+  EXPECT_FALSE(l.has("decoder.layers.0.input_layernorm.bias"));  // RMSNorm
+  EXPECT_FALSE(l.has("embedding.position_embeddings.weight"));   // RoPE
+  EXPECT_TRUE(l.has("output_layer.weight"));                     // untied
+}
+
+// Each field reads back what it wrote, and every flag is one field's.
+TEST(ModelFields, TextRoundTripAndUniqueFlags) {
+  GPTConfig c = llama(64, 2, 8, 4, 96, 500);
+  c.rotary_percent = 0.5f;
+  std::set<std::string> flags;
+  for (const ModelField& f : model_fields()) {
+    EXPECT_TRUE(flags.insert(f.flag).second) << f.flag;
+    GPTConfig d;
+    set_field(d, f, field_text(c, f));
+    EXPECT_EQ(field_text(d, f), field_text(c, f)) << f.key;
+  }
+}
+
+}  // namespace
+}  // namespace mg
