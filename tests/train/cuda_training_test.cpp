@@ -43,14 +43,32 @@ GPTConfig tiny_gpt() {
   return c;
 }
 
+// A Llama through every new op: RMSNorm, grouped-query attention (4 heads in 2 groups, head
+// dim 32 with NH * HD != H), RoPE, --qk-layernorm, SwiGLU, no biases, untied output.
+GPTConfig tiny_llama() {
+  GPTConfig c = tiny_gpt();
+  c.num_attention_heads = 4;
+  c.kv_channels = 32;
+  c.group_query_attention = true;
+  c.num_query_groups = 2;
+  c.normalization = "RMSNorm";
+  c.position_embedding_type = "rope";
+  c.qk_layernorm = true;
+  c.swiglu = true;
+  c.ffn_hidden_size = 96;
+  c.add_bias_linear = false;
+  c.untie_embeddings_and_output_weights = true;
+  c.validate();
+  return c;
+}
+
 struct Curve {
   std::vector<double> losses, norms;
 };
 
 // Trains 20 AdamW steps on `device` in `dtype`, the same batches every time (a fixed RNG).
-Curve train(Device device, DType dtype) {
+Curve train(Device device, DType dtype, const GPTConfig& c = tiny_gpt()) {
   ops::set_device(device);
-  const GPTConfig c = tiny_gpt();
   const int64_t B = 2, S = c.seq_length, N = B * S;
   StageSpec spec;
   spec.dtype = dtype;
@@ -106,6 +124,18 @@ TEST(CudaTraining, F32TracksTheCpuWithin1e4) {
 TEST(CudaTraining, Bf16TracksTheCpuWithin2Percent) {
   MG_REQUIRE_GPU();
   expect_tracks(train(Device::CUDA, DType::BF16), train(Device::CPU, DType::BF16), 2e-2);
+}
+
+TEST(CudaTraining, LlamaF32TracksTheCpuWithin1e4) {
+  MG_REQUIRE_GPU();
+  expect_tracks(train(Device::CUDA, DType::F32, tiny_llama()),
+                train(Device::CPU, DType::F32, tiny_llama()), 1e-4);
+}
+
+TEST(CudaTraining, LlamaBf16TracksTheCpuWithin2Percent) {
+  MG_REQUIRE_GPU();
+  expect_tracks(train(Device::CUDA, DType::BF16, tiny_llama()),
+                train(Device::CPU, DType::BF16, tiny_llama()), 2e-2);
 }
 
 // The binary under test: $MG_BINARY (scripts/gpu-check.sh runs a packed copy), else the build's.
