@@ -1,16 +1,19 @@
-// Causal multi-head attention core, flash-style (Dao et al. 2022) on the CPU: one (batch, head)
-// pair per task; queries in blocks of kRows rows, keys/values in chunks of up to kCols columns
-// that end at the block's diagonal and start at the earliest segment start among its rows, so
-// nothing wholly masked is computed. Forward keeps a running row maximum m and sum l (online
-// softmax) and rescales the output accumulator when m grows; it stores O and the log-sum-exp
-// m + log(l) per row, never the S x S probabilities. Backward recomputes each chunk's
-// P = exp(Q K^T / sqrt(HD) - lse) from the saved lse and applies dV += P^T dO,
-// dS = P (dO V^T - rowsum(dO O)), dQ += dS K / sqrt(HD), dK += dS^T Q / sqrt(HD).
-// A task first copies its head's Q, K, V (and dO) out of the interleaved rows into contiguous
-// S x HD panels: in place their row stride B*3*NH*HD floats is a multiple of 4 KiB, so every
-// row would fall into the same few L1 sets. Backward accumulates dQ, dK, dV in panels and adds
-// them into dQKV at the end. The chunk GEMMs run single-threaded inside the task (oneDNN does
-// not nest inside an OpenMP region).
+// Attention core, flash-style (Dao et al. 2022) on the CPU, for multi-head and grouped-query
+// attention (query head h reads key/value head h / (NH/NKV)), causal or not, with query and key
+// positions offset (a KV cache, context parallelism). Queries in blocks of kRows rows, keys/values
+// in chunks of up to kCols columns that end at the block's last visible key and start at the
+// earliest segment start among its rows, so nothing wholly masked is computed. Forward: one
+// (batch, head) pair per task; a running row maximum m and sum l (online softmax) rescale the
+// output accumulator when m grows; it stores O and the log-sum-exp m + log(l) per row, never
+// the Sq x Sk probabilities. A query that sees no key gets O = 0 and lse = -inf.
+// Backward: one (batch, kv head) pair per task, so each dK/dV head has one writer; it loops over
+// the group's query heads, recomputes each chunk's P = exp(Q K^T / sqrt(HD) - lse) from the
+// saved lse and applies dV += P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ += dS K / sqrt(HD),
+// dK += dS^T Q / sqrt(HD), accumulating dK, dV over the group in panels written once at the end.
+// A task first copies its heads' Q, K, V (and dO) out of the strided rows into contiguous
+// S x HD panels: in place the row stride of a fused QKV buffer (B*3*NH*HD floats for GPT-2) is a
+// multiple of 4 KiB, so every row would fall into the same few L1 sets. The chunk GEMMs run
+// single-threaded inside the task (oneDNN does not nest inside an OpenMP region).
 // Wide key chunks keep the GEMMs few and large: at S = 256 a query block needs one chunk. Each
 // thread's scratch (the panels, two kRows x kCols tiles, the accumulator, the row statistics)
 // is reused across calls, so the steady state allocates nothing.
@@ -21,8 +24,8 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/vec_math.h"
 #include "backend/cpu/half.h"
+#include "backend/cpu/vec_math.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/timers.h"
@@ -71,10 +74,23 @@ void pack(float* panel, Mat src, int64_t off, int64_t ld, int64_t S, int64_t HD)
   }
 }
 
-// dst[t * ld] += panel[t] for t < S.
-void unpack_add(float* dst, int64_t ld, const float* panel, int64_t S, int64_t HD) {
-  for (int64_t t = 0; t < S; ++t)
-    for (int64_t e = 0; e < HD; ++e) dst[t * ld + e] += panel[t * HD + e];
+// The S x HD panel of head h of sample b (rows t*B + b).
+void pack_head(float* panel, const Heads& x, int64_t b, int64_t h, int64_t B, int64_t S,
+               int64_t HD) {
+  pack(panel, Mat(x.data, x.dtype), x.offset(b, h, HD), B * x.row_stride, S, HD);
+}
+
+// Head h of sample b (+)= panel: each element of the f32 view written once.
+void unpack_head(const Heads& dst, int64_t b, int64_t h, int64_t B, int64_t S, int64_t HD,
+                 const float* panel, GradWrite write) {
+  float* x = static_cast<float*>(dst.data) + dst.offset(b, h, HD);
+  const int64_t ld = B * dst.row_stride;
+  for (int64_t t = 0; t < S; ++t) {
+    if (write == GradWrite::Set)
+      std::copy(panel + t * HD, panel + (t + 1) * HD, x + t * ld);
+    else
+      for (int64_t e = 0; e < HD; ++e) x[t * ld + e] += panel[t * HD + e];
+  }
 }
 
 Scratch& thread_scratch(int64_t HD, int64_t S) {
@@ -83,23 +99,40 @@ Scratch& thread_scratch(int64_t HD, int64_t S) {
   return w;
 }
 
-// The first key any row of [t0, t0 + nr) may see: the earliest segment start among them.
-int64_t first_key(int64_t t0, int64_t nr, const int32_t* seg) {
-  if (!seg) return 0;
-  int64_t lo = seg[t0];
-  for (int64_t r = 1; r < nr; ++r) lo = std::min<int64_t>(lo, seg[t0 + r]);
-  return lo;
+// The keys query t of one sample sees: indices [lo(t), hi(t)), clamped to [0, Sk) by the
+// callers. Query t sits at key index t + shift (shift = q_pos0 - k_pos0); a segment start is an
+// absolute position.
+struct KeyRange {
+  const int32_t* seg;  // (Sq) this sample's segment starts, or null
+  int64_t k_pos0, shift, Sk;
+  bool causal;
+  int64_t lo(int64_t t) const { return seg ? seg[t] - k_pos0 : 0; }
+  int64_t hi(int64_t t) const { return causal ? t + shift + 1 : Sk; }
+  // The key chunks of query rows [t0, t0 + nr) cover [first(..), end(..)): from the earliest
+  // segment start among them to the last row's last key (hi grows with t).
+  int64_t first(int64_t t0, int64_t nr) const {
+    if (!seg) return 0;
+    int64_t m = lo(t0);
+    for (int64_t r = 1; r < nr; ++r) m = std::min(m, lo(t0 + r));
+    return std::max<int64_t>(m, 0);
+  }
+  int64_t end(int64_t t0, int64_t nr) const { return std::min(hi(t0 + nr - 1), Sk); }
+};
+
+KeyRange key_range(const AttentionShape& a, const int32_t* seg_start, int64_t b) {
+  return {seg_start ? seg_start + b * a.Sq : nullptr, a.k_pos0, a.q_pos0 - a.k_pos0, a.Sk,
+          a.causal};
 }
 
 // Scores of query rows [t0, t0 + nr) against key columns [c0, c0 + nc), scaled, with -inf where
-// a key is in the future or before the row's segment start (row stride kCols).
+// a row does not see the key (row stride kCols).
 void chunk_scores(float* s, const float* q, const float* k, int64_t ld, int64_t t0, int64_t nr,
-                  int64_t c0, int64_t nc, int64_t HD, float scale, const int32_t* seg) {
+                  int64_t c0, int64_t nc, int64_t HD, float scale, const KeyRange& keys) {
   gemm(false, true, nr, nc, HD, scale, q + t0 * ld, ld, k + c0 * ld, ld, 0.0f, s, kCols);
   for (int64_t r = 0; r < nr; ++r) {
     const int64_t t = t0 + r;
-    const int64_t lo = std::clamp<int64_t>((seg ? seg[t] : 0) - c0, 0, nc);
-    const int64_t hi = std::clamp<int64_t>(t + 1 - c0, lo, nc);  // visible: [lo, hi)
+    const int64_t lo = std::clamp<int64_t>(keys.lo(t) - c0, 0, nc);
+    const int64_t hi = std::clamp<int64_t>(keys.hi(t) - c0, lo, nc);  // visible: [lo, hi)
     float* row = s + r * kCols;
     std::fill(row, row + lo, kNegInf);
     std::fill(row + hi, row + nc, kNegInf);
@@ -119,35 +152,44 @@ void store_row(MatOut out, int64_t off, const float* acc, float inv, int64_t HD)
     o[e] = bf16 ? bf16_from_f32(acc[e] * inv) : f16_from_f32(acc[e] * inv);
 }
 
+void check_shape(const AttentionShape& a) {
+  MG_CHECK(a.B > 0 && a.Sq > 0 && a.Sk >= 0 && a.HD > 0, "attention shape B ", a.B, " Sq ", a.Sq,
+           " Sk ", a.Sk, " HD ", a.HD);
+  MG_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "attention needs NH (", a.NH, ") a multiple of NKV (",
+           a.NKV, ")");
+}
+
 }  // namespace
 
-void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start) {
+void attention_forward(MatOut out, float* lse, const Heads& q_heads, const Heads& k_heads,
+                       const Heads& v_heads, const AttentionShape& a, const int32_t* seg_start) {
   timers::Scope timer(timers::kAttention);
-  MG_CHECK(out.dtype == qkv.dtype, "attention out in ", dtype_name(out.dtype), " but qkv in ",
-           dtype_name(qkv.dtype));
-  const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
+  check_shape(a);
+  for (const Heads* x : {&q_heads, &k_heads, &v_heads})
+    MG_CHECK(x->dtype == out.dtype, "attention out in ", dtype_name(out.dtype), " but q/k/v in ",
+             dtype_name(x->dtype));
+  const int64_t B = a.B, Sq = a.Sq, Sk = a.Sk, NH = a.NH, HD = a.HD, group = a.NH / a.NKV;
+  const int64_t H = NH * HD, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel
   {
-    Scratch& w = thread_scratch(HD, S);
+    Scratch& w = thread_scratch(HD, std::max(Sq, Sk));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * NH; ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
-      const int64_t off = b * 3 * H + h * 3 * HD;
-      pack(w.q.data(), qkv, off, ld_qkv, S, HD);
-      pack(w.k.data(), qkv, off + HD, ld_qkv, S, HD);
-      pack(w.v.data(), qkv, off + 2 * HD, ld_qkv, S, HD);
+      pack_head(w.q.data(), q_heads, b, h, B, Sq, HD);
+      pack_head(w.k.data(), k_heads, b, h / group, B, Sk, HD);
+      pack_head(w.v.data(), v_heads, b, h / group, B, Sk, HD);
       const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data();
-      const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
-      for (int64_t t0 = 0; t0 < S; t0 += kRows) {
-        const int64_t nr = std::min(kRows, S - t0), end = t0 + nr;
+      const KeyRange keys = key_range(a, seg_start, b);
+      for (int64_t t0 = 0; t0 < Sq; t0 += kRows) {
+        const int64_t nr = std::min(kRows, Sq - t0), end = keys.end(t0, nr);
         std::fill(w.m.begin(), w.m.end(), kNegInf);
         std::fill(w.l.begin(), w.l.end(), 0.f);
         std::fill(w.acc.begin(), w.acc.end(), 0.f);
-        for (int64_t c0 = first_key(t0, nr, seg); c0 < end; c0 += kCols) {
+        for (int64_t c0 = keys.first(t0, nr); c0 < end; c0 += kCols) {
           const int64_t nc = std::min(kCols, end - c0);
-          chunk_scores(w.s.data(), q, k, HD, t0, nr, c0, nc, HD, scale, seg);
+          chunk_scores(w.s.data(), q, k, HD, t0, nr, c0, nc, HD, scale, keys);
           for (int64_t r = 0; r < nr; ++r) {
             float* row = w.s.data() + r * kCols;
             const float mx = std::max(w.m[r], row_max(row, nc));
@@ -160,81 +202,93 @@ void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, in
             w.l[r] = w.l[r] * corr + sum;
             w.m[r] = mx;
             if (corr != 1.f) {
-              float* a = w.acc.data() + r * HD;
-              for (int64_t e = 0; e < HD; ++e) a[e] *= corr;
+              float* acc = w.acc.data() + r * HD;
+              for (int64_t e = 0; e < HD; ++e) acc[e] *= corr;
             }
           }
           gemm(false, false, nr, HD, nc, 1.0f, w.s.data(), kCols, v + c0 * HD, HD, 1.0f,
                w.acc.data(), HD);
         }
         for (int64_t r = 0; r < nr; ++r) {
-          const float inv = 1.0f / w.l[r];
+          const float inv = w.l[r] > 0.f ? 1.0f / w.l[r] : 0.f;  // l = 0: no key seen, O = 0
           store_row(out, (t0 + r) * ld_out + b * H + h * HD, w.acc.data() + r * HD, inv, HD);
-          lse[bh * S + t0 + r] = w.m[r] + std::log(w.l[r]);
+          lse[bh * Sq + t0 + r] = w.m[r] + std::log(w.l[r]);
         }
       }
     }
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
-                        GradWrite write) {
+void attention_backward(const Heads& dq_heads, const Heads& dk_heads, const Heads& dv_heads,
+                        const float* dout, Mat out, const Heads& q_heads, const Heads& k_heads,
+                        const Heads& v_heads, const float* lse, const AttentionShape& a,
+                        const int32_t* seg_start, GradWrite write) {
   timers::Scope timer(timers::kAttention);
-  if (write == GradWrite::Set) std::fill(dqkv, dqkv + S * B * 3 * NH * HD, 0.f);
-  const int64_t H = NH * HD, ld_qkv = B * 3 * H, ld_out = B * H;
+  check_shape(a);
+  for (const Heads* x : {&dq_heads, &dk_heads, &dv_heads})
+    MG_CHECK(x->dtype == DType::F32, "attention gradients in ", dtype_name(x->dtype), ", not f32");
+  const int64_t B = a.B, Sq = a.Sq, Sk = a.Sk, NH = a.NH, NKV = a.NKV, HD = a.HD;
+  const int64_t group = NH / NKV, H = NH * HD, ld_out = B * H;
   const float scale = 1.0f / std::sqrt(float(HD));
 #pragma omp parallel
   {
-    Scratch& w = thread_scratch(HD, S);
+    Scratch& w = thread_scratch(HD, std::max(Sq, Sk));
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < B * NH; ++bh) {
-      const int64_t b = bh / NH, h = bh % NH;
-      const int64_t off = b * 3 * H + h * 3 * HD;
-      pack(w.q.data(), qkv, off, ld_qkv, S, HD);
-      pack(w.k.data(), qkv, off + HD, ld_qkv, S, HD);
-      pack(w.v.data(), qkv, off + 2 * HD, ld_qkv, S, HD);
-      pack(w.dout.data(), dout, b * H + h * HD, ld_out, S, HD);
-      const float *q = w.q.data(), *k = w.k.data(), *v = w.v.data(), *dO = w.dout.data();
+    for (int64_t bg = 0; bg < B * NKV; ++bg) {
+      const int64_t b = bg / NKV, g = bg % NKV;
+      pack_head(w.k.data(), k_heads, b, g, B, Sk, HD);
+      pack_head(w.v.data(), v_heads, b, g, B, Sk, HD);
+      const float *k = w.k.data(), *v = w.v.data(), *q = w.q.data(), *dO = w.dout.data();
       float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data();
-      std::fill(dk, dk + S * HD, 0.f);
-      std::fill(dv, dv + S * HD, 0.f);
-      const int64_t o_off = b * H + h * HD;
-      const float* L = lse + bh * S;
-      const int32_t* seg = seg_start ? seg_start + b * S : nullptr;
-      float* D = w.d.data();  // rowsum(dO * O), O widened into the dq panel (still unused)
-      pack(dq, out, o_off, ld_out, S, HD);
-      for (int64_t t = 0; t < S; ++t) {
-        float d = 0.f;
-        for (int64_t e = 0; e < HD; ++e) d += dO[t * HD + e] * dq[t * HD + e];
-        D[t] = d;
-      }
-      std::fill(dq, dq + S * HD, 0.f);
-      for (int64_t t0 = 0; t0 < S; t0 += kRows) {
-        const int64_t nr = std::min(kRows, S - t0), end = t0 + nr;
-        for (int64_t c0 = first_key(t0, nr, seg); c0 < end; c0 += kCols) {
-          const int64_t nc = std::min(kCols, end - c0);
-          float* p = w.s.data();
-          chunk_scores(p, q, k, HD, t0, nr, c0, nc, HD, scale, seg);
-          for (int64_t r = 0; r < nr; ++r) exp_shifted(p + r * kCols, p + r * kCols, L[t0 + r], nc);
-          // dV[c0:] += P^T dO[t0:]
-          gemm(true, false, nc, HD, nr, 1.0f, p, kCols, dO + t0 * HD, HD, 1.0f, dv + c0 * HD, HD);
-          // dP = dO V^T, then dS = P (dP - D) in place
-          float* ds = w.dp.data();
-          gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * HD, HD, v + c0 * HD, HD, 0.0f, ds, kCols);
-          for (int64_t r = 0; r < nr; ++r) {
-            const float dr = D[t0 + r];
-            float* dsr = ds + r * kCols;
-            const float* pr = p + r * kCols;
-            for (int64_t c = 0; c < nc; ++c) dsr[c] = pr[c] * (dsr[c] - dr);
-          }
-          gemm(false, false, nr, HD, nc, scale, ds, kCols, k + c0 * HD, HD, 1.0f, dq + t0 * HD, HD);
-          gemm(true, false, nc, HD, nr, scale, ds, kCols, q + t0 * HD, HD, 1.0f, dk + c0 * HD, HD);
+      std::fill(dk, dk + Sk * HD, 0.f);
+      std::fill(dv, dv + Sk * HD, 0.f);
+      const KeyRange keys = key_range(a, seg_start, b);
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        pack_head(w.q.data(), q_heads, b, h, B, Sq, HD);
+        pack(w.dout.data(), dout, b * H + h * HD, ld_out, Sq, HD);
+        const float* L = lse + (b * NH + h) * Sq;
+        float* D = w.d.data();  // rowsum(dO * O), O widened into the dq panel (still unused)
+        pack(dq, out, b * H + h * HD, ld_out, Sq, HD);
+        for (int64_t t = 0; t < Sq; ++t) {
+          float d = 0.f;
+          for (int64_t e = 0; e < HD; ++e) d += dO[t * HD + e] * dq[t * HD + e];
+          D[t] = d;
         }
+        std::fill(dq, dq + Sq * HD, 0.f);
+        for (int64_t t0 = 0; t0 < Sq; t0 += kRows) {
+          const int64_t nr = std::min(kRows, Sq - t0), end = keys.end(t0, nr);
+          for (int64_t c0 = keys.first(t0, nr); c0 < end; c0 += kCols) {
+            const int64_t nc = std::min(kCols, end - c0);
+            float* p = w.s.data();
+            chunk_scores(p, q, k, HD, t0, nr, c0, nc, HD, scale, keys);
+            for (int64_t r = 0; r < nr; ++r) {
+              float* pr = p + r * kCols;
+              if (L[t0 + r] == kNegInf)  // a row that sees no key: P = 0, not exp(-inf + inf)
+                std::fill(pr, pr + nc, 0.f);
+              else
+                exp_shifted(pr, pr, L[t0 + r], nc);
+            }
+            // dV[c0:] += P^T dO[t0:]
+            gemm(true, false, nc, HD, nr, 1.0f, p, kCols, dO + t0 * HD, HD, 1.0f, dv + c0 * HD, HD);
+            // dP = dO V^T, then dS = P (dP - D) in place
+            float* ds = w.dp.data();
+            gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * HD, HD, v + c0 * HD, HD, 0.0f, ds, kCols);
+            for (int64_t r = 0; r < nr; ++r) {
+              const float dr = D[t0 + r];
+              float* dsr = ds + r * kCols;
+              const float* pr = p + r * kCols;
+              for (int64_t c = 0; c < nc; ++c) dsr[c] = pr[c] * (dsr[c] - dr);
+            }
+            gemm(false, false, nr, HD, nc, scale, ds, kCols, k + c0 * HD, HD, 1.0f, dq + t0 * HD,
+                 HD);
+            gemm(true, false, nc, HD, nr, scale, ds, kCols, q + t0 * HD, HD, 1.0f, dk + c0 * HD,
+                 HD);
+          }
+        }
+        unpack_head(dq_heads, b, h, B, Sq, HD, dq, write);
       }
-      unpack_add(dqkv + off, ld_qkv, dq, S, HD);
-      unpack_add(dqkv + off + HD, ld_qkv, dk, S, HD);
-      unpack_add(dqkv + off + 2 * HD, ld_qkv, dv, S, HD);
+      unpack_head(dk_heads, b, g, B, Sk, HD, dk, write);
+      unpack_head(dv_heads, b, g, B, Sk, HD, dv, write);
     }
   }
 }
