@@ -370,7 +370,7 @@ TEST(CudaParity, RmsNorm) {
   for (auto [N, C] : {std::pair<int64_t, int64_t>{33, 40}, {256, 768}, {1000, 64}}) {
     const size_t n = size_t(N * C);
     Vec x = random_vec(n, 41, 2.f), w = random_vec(size_t(C), 42), dy = random_vec(n, 43);
-    Vec y(n), rstd(size_t(N)), dx = random_vec(n, 44), dw = random_vec(size_t(C), 45);  // +=
+    Vec y(n), rstd(static_cast<size_t>(N)), dx = random_vec(n, 44), dw = random_vec(size_t(C), 45);  // +=
     const Vec dx0 = dx, dw0 = dw;
     cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
     cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
@@ -467,8 +467,19 @@ TEST(CudaParity, Rope) {
       rotate(cpu::rope_forward, lp ? static_cast<void*>(ref16.data()) : ref.data(), t,
              pos.data(), inv_freq.data());
       rotate(cuda::rope_forward, gx.get(), t, gpos.as<int32_t>(), gfreq.as<float>());
-      expect_close("rope forward", s + " " + dtype_name(t), lp ? down16(gx, n, t) : down(gx, n),
-                   lp ? widen(ref16, t) : ref, lp ? kTol16 : kTolF32);
+      const Vec got = lp ? down16(gx, n, t) : down(gx, n);
+      expect_close("rope forward", s + " " + dtype_name(t), got, lp ? widen(ref16, t) : ref,
+                   lp ? kTol16 : kTolF32);
+      if (lp) continue;
+      // Only the first rot_dim channels of the Q and K heads move (rows [NG, NH/NG + 2, HD]).
+      int64_t moved = 0, stray = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t w = int64_t(i) % ((c.NH / c.NG + 2) * c.HD);
+        const bool rotated = w / c.HD < c.NH / c.NG + 1 && w % c.HD < c.rot_dim;
+        (rotated ? moved : stray) += got[i] != x[i];
+      }
+      EXPECT_GT(moved, int64_t(n) / (c.NH / c.NG + 2) / 2) << "rope forward rotated little, " << s;
+      EXPECT_EQ(stray, 0) << "rope forward changed V heads or channels past rot_dim, " << s;
     }
     Vec dref = dx;
     auto gdx = up(dx);
