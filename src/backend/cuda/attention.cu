@@ -25,6 +25,10 @@ using attn::Grads;
 using attn::QKV;
 
 constexpr int kTile = 32;  // rows per block and rows per shared-memory tile
+// With position offsets a block may have no tile to stream (queries before every key, keys
+// after every query). Each kernel still has every block meet one __syncthreads ("every block
+// meets a barrier"): the CUDA emulator runs a launch on fibers only when its first block meets
+// one (tests/cuda_emu/README.md).
 
 // Keys and values of rows [k0, k0 + kTile) of KV head (b, g) into shared memory (zeros past
 // Sk); all kTile threads of the block take part.
@@ -55,6 +59,7 @@ __global__ void forward_kernel(float* out, float* lse, QKV<float> x, Geometry g,
   for (int e = 0; e < HD; ++e) acc[e] = 0.f;
   float m = -INFINITY, l = 0.f;
   const int64_t last = g.key_end(min(q0 + kTile, g.Sq));  // later keys are masked for all
+  __syncthreads();  // every block meets a barrier
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
     load_kv_tile<HD>(ks, vs, x, g, b, kvh, k0);
@@ -115,6 +120,7 @@ __global__ void dq_kernel(float* dq_out, const float* dout, QKV<float> x, const 
   }
   for (int e = 0; e < HD; ++e) dq[e] = 0.f;
   const int64_t last = g.key_end(min(q0 + kTile, g.Sq));
+  __syncthreads();  // every block meets a barrier
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
     load_kv_tile<HD>(ks, vs, x, g, b, kvh, k0);
@@ -159,6 +165,7 @@ __global__ void dkv_kernel(Grads d, const float* dout, QKV<float> x, const float
   }
   for (int e = 0; e < HD; ++e) dk[e] = dv[e] = 0.f;
   const int64_t first = g.query_begin(k0);  // earlier queries cannot see these keys
+  __syncthreads();  // every block meets a barrier
   for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h)
     for (int64_t t0 = first; t0 < g.Sq; t0 += kTile) {
       __syncthreads();

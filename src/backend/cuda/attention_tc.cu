@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
   const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
   load_q_tile<HD>(qs, x.q, g, b, h, q0);
+  __syncthreads();  // the q tile is in (and a block with no key tile meets a barrier too)
 
   // Lane pair (2r, 2r+1) owns query row r of the warp: columns [32 half, 32 half + 32) of each
   // score tile, and the same half of the output row.
