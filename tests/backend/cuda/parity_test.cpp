@@ -664,6 +664,8 @@ const GqaCase kGqaCases[] = {
     {2, 40, 70, 4, 1, 128, 10, 30, true, true, false},  // rows without keys, keys nobody sees
     {2, 33, 50, 4, 2, 64, 0, 0, false, false, false},   // non-causal, Sq < Sk
     {1, 65, 65, 8, 2, 32, 0, 0, false, true, true},     // non-causal with segments
+    {2, 0, 20, 4, 2, 64, 0, 0, true, false, false},     // no queries: dK, dV stored as 0
+    {2, 9, 0, 4, 2, 32, 0, 0, true, false, false},      // no keys: out 0, lse -inf
 };
 
 TEST(CudaParity, GqaAttentionForwardBackward) {
