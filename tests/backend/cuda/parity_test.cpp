@@ -370,7 +370,8 @@ TEST(CudaParity, RmsNorm) {
   for (auto [N, C] : {std::pair<int64_t, int64_t>{33, 40}, {256, 768}, {1000, 64}}) {
     const size_t n = size_t(N * C);
     Vec x = random_vec(n, 41, 2.f), w = random_vec(size_t(C), 42), dy = random_vec(n, 43);
-    Vec y(n), rstd(static_cast<size_t>(N)), dx = random_vec(n, 44), dw = random_vec(size_t(C), 45);  // +=
+    Vec y(n), rstd(static_cast<size_t>(N));
+    Vec dx = random_vec(n, 44), dw = random_vec(size_t(C), 45);  // += checked
     const Vec dx0 = dx, dw0 = dw;
     cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
     cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
@@ -594,7 +595,8 @@ void check_gqa_attention(const GqaCase& c, DType t) {
   const cpu::AttentionShape a{c.B, c.Sq, c.Sk, c.NH, c.NKV, HD, c.q_pos0, c.k_pos0, c.causal};
   const int64_t nq = c.fused ? Nq * c.NKV * (G + 2) * HD : Nq * c.NH * HD;
   const int64_t nk = c.fused ? 0 : Nk * c.NKV * HD;
-  const size_t nx = size_t(nq + 2 * nk), no = size_t(Nq * c.NH * HD), nl = size_t(c.B * c.NH * c.Sq);
+  const size_t nx = size_t(nq + 2 * nk), no = size_t(Nq * c.NH * HD);
+  const size_t nl = size_t(c.B * c.NH * c.Sq);
   auto views = [&](void* base, DType dt) -> std::array<cpu::Heads, 3> {
     if (c.fused) {
       const cpu::FusedQKV f = cpu::fused_qkv(base, dt, c.B, c.Sq, c.NH, c.NKV, HD);
