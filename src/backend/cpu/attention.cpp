@@ -153,7 +153,7 @@ void store_row(MatOut out, int64_t off, const float* acc, float inv, int64_t HD)
 }
 
 void check_shape(const AttentionShape& a) {
-  MG_CHECK(a.B > 0 && a.Sq > 0 && a.Sk >= 0 && a.HD > 0, "attention shape B ", a.B, " Sq ", a.Sq,
+  MG_CHECK(a.B >= 0 && a.Sq >= 0 && a.Sk >= 0 && a.HD > 0, "attention shape B ", a.B, " Sq ", a.Sq,
            " Sk ", a.Sk, " HD ", a.HD);
   MG_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "attention needs NH (", a.NH, ") a multiple of NKV (",
            a.NKV, ")");

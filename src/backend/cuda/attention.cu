@@ -1,11 +1,14 @@
-// Causal flash attention (Dao et al. 2022) on the GPU, correctness-first: one thread per query
+// Flash attention (Dao et al. 2022) on the GPU, correctness-first: one thread per query
 // (forward, dQ) or key (dK, dV) row holds its head-dim vectors in registers, while the block
 // streams tiles of kTile keys (or queries) through shared memory. Forward keeps the running row
 // maximum m and sum l (online softmax) and stores O and lse = m + log l; backward recomputes
 // P = exp(q k^T / sqrt(HD) - lse) tile by tile: dV += P^T dO, dS = P (dO V^T - D) with
 // D = rowsum(dO O), dQ += dS K / sqrt(HD), dK += dS^T Q / sqrt(HD). Nothing of size S x S is
-// stored. Layout as the CPU: qkv[S,B,NH,3,HD] (q, k, v per head), out[S,B,NH*HD], lse[B,NH,S];
-// seg_start (B, S) limits row t to keys [seg_start, t] (--reset-attention-mask).
+// stored. Layout and masking as the CPU op (attention.cuh): Q/K/V head views, grouped-query
+// heads, Sq queries at q_pos0.. against Sk keys at k_pos0.., causal or not, seg_start.
+// Grouped-query backward: a block owns a tile of keys of one KV head and loops over the query
+// heads of its group in order, so dK/dV are summed by one thread each, without atomics.
+// A query that sees no key gets out 0 and lse -inf (and no gradient).
 // This is the f32 path and the GPU's reference; 16-bit models take the tensor-core kernels of
 // attention_tc.cu (the same D = rowsum(dO O) from here).
 #include "backend/cuda/attention.cuh"
@@ -18,49 +21,53 @@ namespace mg::cuda {
 namespace {
 
 using attn::Geometry;
-using attn::geometry;
-using attn::qkv_row;
-using attn::visible;
+using attn::Grads;
+using attn::QKV;
 
 constexpr int kTile = 32;  // rows per block and rows per shared-memory tile
+// With position offsets a block may have no tile to stream (queries before every key, keys
+// after every query). Each kernel still has every block meet one __syncthreads ("every block
+// meets a barrier"): the CUDA emulator runs a launch on fibers only when its first block meets
+// one (tests/cuda_emu/README.md).
 
-// Keys and values of rows [k0, k0 + kTile) into shared memory (zeros past S); all kTile threads
-// of the block take part.
+// Keys and values of rows [k0, k0 + kTile) of KV head (b, g) into shared memory (zeros past
+// Sk); all kTile threads of the block take part.
 template <int HD>
-__device__ void load_kv_tile(float (*ks)[HD], float (*vs)[HD], const float* qkv,
-                             const Geometry& g, int64_t b, int64_t h, int64_t k0) {
+__device__ void load_kv_tile(float (*ks)[HD], float (*vs)[HD], QKV<float> x, const Geometry& g,
+                             int64_t b, int64_t kvh, int64_t k0) {
   for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
     const int r = i / HD, e = i % HD;
-    const bool in = k0 + r < g.S;
-    ks[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 1, HD)[e] : 0.f;
-    vs[r][e] = in ? qkv_row(qkv, g, b, h, k0 + r, 2, HD)[e] : 0.f;
+    const bool in = k0 + r < g.Sk;
+    ks[r][e] = in ? x.k[g.k_at(b, kvh, k0 + r) + e] : 0.f;
+    vs[r][e] = in ? x.v[g.v_at(b, kvh, k0 + r) + e] : 0.f;
   }
 }
 
 template <int HD>
-__global__ void forward_kernel(float* out, float* lse, const float* qkv, Geometry g, float scale,
+__global__ void forward_kernel(float* out, float* lse, QKV<float> x, Geometry g, float scale,
                                const int32_t* seg_start) {
   __shared__ float ks[kTile][HD], vs[kTile][HD];
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group();
   const int64_t q0 = int64_t(blockIdx.x) * kTile, t = q0 + threadIdx.x;
-  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
+  const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
   float q[HD], acc[HD];
-  const bool active = t < g.S;
+  const bool active = t < g.Sq;
   if (active) {
-    const float* qr = qkv_row(qkv, g, b, h, t, 0, HD);
+    const float* qr = x.q + g.q_at(b, h, t);
     for (int e = 0; e < HD; ++e) q[e] = qr[e] * scale;
   }
   for (int e = 0; e < HD; ++e) acc[e] = 0.f;
   float m = -INFINITY, l = 0.f;
-  const int64_t last = min(q0 + kTile, g.S);  // keys beyond the block's last query are masked
+  const int64_t last = g.key_end(min(q0 + kTile, g.Sq));  // later keys are masked for all
+  __syncthreads();  // every block meets a barrier
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
-    load_kv_tile<HD>(ks, vs, qkv, g, b, h, k0);
+    load_kv_tile<HD>(ks, vs, x, g, b, kvh, k0);
     __syncthreads();
     if (!active) continue;
     for (int r = 0; r < kTile; ++r) {
       const int64_t k = k0 + r;
-      if (k >= g.S || !visible(t, k, seg)) continue;
+      if (k >= g.Sk || !g.visible(t, k, seg)) continue;
       float s = 0.f;
       for (int e = 0; e < HD; ++e) s += q[e] * ks[r][e];
       const float mx = fmaxf(m, s);
@@ -71,55 +78,57 @@ __global__ void forward_kernel(float* out, float* lse, const float* qkv, Geometr
     }
   }
   if (!active) return;
-  float* o = out + t * g.ld_out + b * g.NH * HD + h * HD;
-  for (int e = 0; e < HD; ++e) o[e] = acc[e] / l;
-  lse[bh * g.S + t] = m + logf(l);
+  float* o = out + g.out_at(b, h, t);
+  const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: out 0, lse -inf
+  for (int e = 0; e < HD; ++e) o[e] = acc[e] * inv;
+  lse[g.stat_at(b, h, t)] = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
-// D[bh, t] = rowsum(dO * O) for every query row.
+// D[b, h, t] = rowsum(dO * O) for every query row.
 template <int HD, typename T>
 __global__ void dot_kernel(float* D, const float* dout, const T* out, Geometry g) {
   const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
   const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= g.S) return;
-  const int64_t off = t * g.ld_out + b * g.NH * HD + h * HD;
+  if (t >= g.Sq) return;
+  const int64_t off = g.out_at(b, h, t);
   float d = 0.f;
   for (int e = 0; e < HD; ++e) d += dout[off + e] * to_f32(out[off + e]);
-  D[bh * g.S + t] = d;
+  D[g.stat_at(b, h, t)] = d;
 }
 
 // dQ: one thread per query row, key/value tiles in shared memory.
 template <int HD>
-__global__ void dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+__global__ void dq_kernel(float* dq_out, const float* dout, QKV<float> x, const float* lse,
                           const float* D, Geometry g, float scale, const int32_t* seg_start,
                           bool set) {
   __shared__ float ks[kTile][HD], vs[kTile][HD];
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group();
   const int64_t q0 = int64_t(blockIdx.x) * kTile, t = q0 + threadIdx.x;
-  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
-  const bool active = t < g.S;
+  const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
+  const bool active = t < g.Sq;
   float q[HD], dO[HD], dq[HD];
   float L = 0.f, Dt = 0.f;
   if (active) {
-    const float* qr = qkv_row(qkv, g, b, h, t, 0, HD);
-    const float* dr = dout + t * g.ld_out + b * g.NH * HD + h * HD;
+    const float* qr = x.q + g.q_at(b, h, t);
+    const float* dr = dout + g.out_at(b, h, t);
     for (int e = 0; e < HD; ++e) {
       q[e] = qr[e];
       dO[e] = dr[e];
     }
-    L = lse[bh * g.S + t];
-    Dt = D[bh * g.S + t];
+    L = lse[g.stat_at(b, h, t)];
+    Dt = D[g.stat_at(b, h, t)];
   }
   for (int e = 0; e < HD; ++e) dq[e] = 0.f;
-  const int64_t last = min(q0 + kTile, g.S);
+  const int64_t last = g.key_end(min(q0 + kTile, g.Sq));
+  __syncthreads();  // every block meets a barrier
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
-    load_kv_tile<HD>(ks, vs, qkv, g, b, h, k0);
+    load_kv_tile<HD>(ks, vs, x, g, b, kvh, k0);
     __syncthreads();
     if (!active) continue;
     for (int r = 0; r < kTile; ++r) {
       const int64_t k = k0 + r;
-      if (k >= g.S || !visible(t, k, seg)) continue;
+      if (k >= g.Sk || !g.visible(t, k, seg)) continue;
       float s = 0.f, dp = 0.f;
       for (int e = 0; e < HD; ++e) {
         s += q[e] * ks[r][e];
@@ -130,140 +139,169 @@ __global__ void dq_kernel(float* dqkv, const float* dout, const float* qkv, cons
     }
   }
   if (!active) return;
-  float* dst = dqkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD;
+  float* dst = dq_out + g.dq.at(t * g.B + b, h, HD);
   for (int e = 0; e < HD; ++e) dst[e] = set ? dq[e] : dst[e] + dq[e];
 }
 
-// dK, dV: one thread per key row, query tiles (q, dO, lse, D) in shared memory.
+// dK, dV: one thread per key row of one KV head; for each query head of its group in turn,
+// the query tiles (q, dO, lse, D) that can see the block's keys pass through shared memory.
 template <int HD>
-__global__ void dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+__global__ void dkv_kernel(Grads d, const float* dout, QKV<float> x, const float* lse,
                            const float* D, Geometry g, float scale, const int32_t* seg_start,
                            bool set) {
   __shared__ float qs[kTile][HD], dos[kTile][HD], ls[kTile], ds_[kTile];
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bg = blockIdx.y, b = bg / g.NKV, kvh = bg % g.NKV;
   const int64_t k0 = int64_t(blockIdx.x) * kTile, j = k0 + threadIdx.x;
-  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
-  const bool active = j < g.S;
+  const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
+  const bool active = j < g.Sk;
   float k[HD], v[HD], dk[HD], dv[HD];
   if (active) {
-    const float* kr = qkv_row(qkv, g, b, h, j, 1, HD);
-    const float* vr = qkv_row(qkv, g, b, h, j, 2, HD);
+    const float* kr = x.k + g.k_at(b, kvh, j);
+    const float* vr = x.v + g.v_at(b, kvh, j);
     for (int e = 0; e < HD; ++e) {
       k[e] = kr[e];
       v[e] = vr[e];
     }
   }
   for (int e = 0; e < HD; ++e) dk[e] = dv[e] = 0.f;
-  for (int64_t t0 = k0; t0 < g.S; t0 += kTile) {  // queries before k0 cannot see these keys
-    __syncthreads();
-    for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
-      const int r = i / HD, e = i % HD;
-      const bool in = t0 + r < g.S;
-      qs[r][e] = in ? qkv_row(qkv, g, b, h, t0 + r, 0, HD)[e] : 0.f;
-      dos[r][e] = in ? dout[(t0 + r) * g.ld_out + b * g.NH * HD + h * HD + e] : 0.f;
-    }
-    if (threadIdx.x < kTile) {
-      const bool in = t0 + threadIdx.x < g.S;
-      ls[threadIdx.x] = in ? lse[bh * g.S + t0 + threadIdx.x] : 0.f;
-      ds_[threadIdx.x] = in ? D[bh * g.S + t0 + threadIdx.x] : 0.f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    for (int r = 0; r < kTile; ++r) {
-      const int64_t t = t0 + r;
-      if (t >= g.S || !visible(t, j, seg)) continue;
-      float s = 0.f, dp = 0.f;
-      for (int e = 0; e < HD; ++e) {
-        s += qs[r][e] * k[e];
-        dp += dos[r][e] * v[e];
+  const int64_t first = g.query_begin(k0);  // earlier queries cannot see these keys
+  __syncthreads();  // every block meets a barrier
+  for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h)
+    for (int64_t t0 = first; t0 < g.Sq; t0 += kTile) {
+      __syncthreads();
+      for (int i = threadIdx.x; i < kTile * HD; i += kTile) {
+        const int r = i / HD, e = i % HD;
+        const bool in = t0 + r < g.Sq;
+        qs[r][e] = in ? x.q[g.q_at(b, h, t0 + r) + e] : 0.f;
+        dos[r][e] = in ? dout[g.out_at(b, h, t0 + r) + e] : 0.f;
       }
-      const float p = expf(s * scale - ls[r]);
-      const float ds = p * (dp - ds_[r]) * scale;
-      for (int e = 0; e < HD; ++e) {
-        dv[e] += p * dos[r][e];
-        dk[e] += ds * qs[r][e];
+      {
+        const bool in = t0 + threadIdx.x < g.Sq;
+        ls[threadIdx.x] = in ? lse[g.stat_at(b, h, t0 + threadIdx.x)] : 0.f;
+        ds_[threadIdx.x] = in ? D[g.stat_at(b, h, t0 + threadIdx.x)] : 0.f;
+      }
+      __syncthreads();
+      if (!active) continue;
+      for (int r = 0; r < kTile; ++r) {
+        const int64_t t = t0 + r;
+        if (t >= g.Sq || !g.visible(t, j, seg)) continue;
+        float s = 0.f, dp = 0.f;
+        for (int e = 0; e < HD; ++e) {
+          s += qs[r][e] * k[e];
+          dp += dos[r][e] * v[e];
+        }
+        const float p = expf(s * scale - ls[r]);
+        const float ds = p * (dp - ds_[r]) * scale;
+        for (int e = 0; e < HD; ++e) {
+          dv[e] += p * dos[r][e];
+          dk[e] += ds * qs[r][e];
+        }
       }
     }
-  }
   if (!active) return;
-  float* base = dqkv + j * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD;
+  float* dkr = d.dk + g.dk.at(j * g.B + b, kvh, HD);
+  float* dvr = d.dv + g.dv.at(j * g.B + b, kvh, HD);
   for (int e = 0; e < HD; ++e) {
-    base[HD + e] = set ? dk[e] : base[HD + e] + dk[e];
-    base[2 * HD + e] = set ? dv[e] : base[2 * HD + e] + dv[e];
+    dkr[e] = set ? dk[e] : dkr[e] + dk[e];
+    dvr[e] = set ? dv[e] : dvr[e] + dv[e];
   }
 }
 
+unsigned tiles(int64_t n) { return unsigned((n + kTile - 1) / kTile); }
+
 template <int HD>
-void forward(float* out, float* lse, const float* qkv, int64_t B, int64_t S, int64_t NH,
-             const int32_t* seg) {
-  const dim3 grid(unsigned((S + kTile - 1) / kTile), unsigned(B * NH));
-  forward_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(out, lse, qkv, geometry(B, S, NH, HD),
+void forward(float* out, float* lse, QKV<float> x, const Geometry& g, const int32_t* seg) {
+  const dim3 grid(tiles(g.Sq), unsigned(g.B * g.NH));
+  forward_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(out, lse, x, g,
                                                            1.0f / sqrtf(float(HD)), seg);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int HD>
-void backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse, int64_t B,
-              int64_t S, int64_t NH, const int32_t* seg, bool set) {
-  const Geometry g = geometry(B, S, NH, HD);
+void backward(Grads d, const float* dout, Mat out, QKV<void> x, const float* lse,
+              const Geometry& g, const int32_t* seg, bool set) {
   const float scale = 1.0f / sqrtf(float(HD));
-  Buffer D(size_t(B * NH * S) * sizeof(float));
-  const dim3 grid(unsigned((S + kTile - 1) / kTile), unsigned(B * NH));
-  with_storage(out.dtype, [&]<typename T>() {
-    dot_kernel<HD, T><<<grid, kTile, 0, compute_stream()>>>(D.as<float>(), dout,
-                                                            static_cast<const T*>(out.data), g);
-  });
-  MG_CUDA_CHECK(cudaGetLastError());
-  if (qkv.dtype != DType::F32)
-    return attn::tc_backward(dqkv, dout, qkv.data, lse, D.as<float>(), g, HD, qkv.dtype, seg,
-                             set);
-  const float* q = static_cast<const float*>(qkv.data);
-  dq_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, q, lse, D.as<float>(), g,
-                                                      scale, seg, set);
-  MG_CUDA_CHECK(cudaGetLastError());
-  dkv_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(dqkv, dout, q, lse, D.as<float>(), g,
-                                                       scale, seg, set);
+  Buffer D(size_t(g.B * g.NH * g.Sq) * sizeof(float));
+  if (g.Sq > 0) {
+    with_storage(out.dtype, [&]<typename T>() {
+      dot_kernel<HD, T><<<dim3(tiles(g.Sq), unsigned(g.B * g.NH)), kTile, 0,
+                          compute_stream()>>>(D.as<float>(), dout,
+                                              static_cast<const T*>(out.data), g);
+    });
+    MG_CUDA_CHECK(cudaGetLastError());
+  }
+  if (out.dtype != DType::F32)
+    return attn::tc_backward(d, dout, x, lse, D.as<float>(), g, out.dtype, seg, set);
+  const QKV<float> xf{static_cast<const float*>(x.q), static_cast<const float*>(x.k),
+                      static_cast<const float*>(x.v)};
+  if (g.Sq > 0) {
+    dq_kernel<HD><<<dim3(tiles(g.Sq), unsigned(g.B * g.NH)), kTile, 0, compute_stream()>>>(
+        d.dq, dout, xf, lse, D.as<float>(), g, scale, seg, set);
+    MG_CUDA_CHECK(cudaGetLastError());
+  }
+  if (g.Sk == 0) return;
+  dkv_kernel<HD><<<dim3(tiles(g.Sk), unsigned(g.B * g.NKV)), kTile, 0, compute_stream()>>>(
+      d, dout, xf, lse, D.as<float>(), g, scale, seg, set);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-// f32 qkv and out run the kernels here; 16-bit ones (both of one dtype) the tensor-core kernels.
-void check_operands(DType out, DType qkv, int64_t B, int64_t NH, int64_t HD) {
-  MG_CHECK(out == qkv, "CUDA attention: out in ", dtype_name(out), " but qkv in ",
-           dtype_name(qkv));
-  MG_CHECK(qkv == DType::F32 || attn::tc_supported(HD, qkv), "CUDA attention on ",
-           dtype_name(qkv), " operands with head dim ", HD, ": the tensor-core kernels take ",
-           "bf16/f16 with head dims 32, 64 and 128");
-  MG_CHECK(B * NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
-           B * NH, " exceeds 65535");
+// f32 operands run the kernels here; 16-bit ones (all of one dtype) the tensor-core kernels.
+void check_operands(DType out, const Heads& q, const Heads& k, const Heads& v,
+                    const AttentionShape& a) {
+  MG_CHECK(q.dtype == k.dtype && q.dtype == v.dtype && out == q.dtype, "CUDA attention: out ",
+           dtype_name(out), ", q ", dtype_name(q.dtype), ", k ", dtype_name(k.dtype), ", v ",
+           dtype_name(v.dtype), ": all must share one dtype");
+  MG_CHECK(a.HD == 32 || a.HD == 64 || a.HD == 128,
+           "CUDA attention supports head dims 32, 64 and 128, not ", a.HD);
+  MG_CHECK(q.dtype == DType::F32 || attn::tc_supported(a.HD, q.dtype), "CUDA attention on ",
+           dtype_name(q.dtype), " operands: the tensor-core kernels take bf16/f16");
+  MG_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "CUDA attention: ", a.NH,
+           " query heads do not split into ", a.NKV, " KV groups");
+  MG_CHECK(a.B * a.NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
+           a.B * a.NH, " exceeds 65535");
+}
+
+template <typename F>
+void with_head_dim(int64_t HD, F&& f) {
+  if (HD == 64) return f.template operator()<64>();
+  if (HD == 128) return f.template operator()<128>();
+  return f.template operator()<32>();  // checked by check_operands
 }
 
 }  // namespace
 
-void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start) {
-  if (B * S * NH == 0) return;
-  check_operands(out.dtype, qkv.dtype, B, NH, HD);
-  if (qkv.dtype != DType::F32)
-    return attn::tc_forward(out.data, lse, qkv.data, geometry(B, S, NH, HD), HD, qkv.dtype,
-                            seg_start);
-  float* o = static_cast<float*>(out.data);
-  const float* q = static_cast<const float*>(qkv.data);
-  if (HD == 64) return forward<64>(o, lse, q, B, S, NH, seg_start);
-  if (HD == 128) return forward<128>(o, lse, q, B, S, NH, seg_start);
-  if (HD == 32) return forward<32>(o, lse, q, B, S, NH, seg_start);
-  MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
+void attention_forward(MatOut out, float* lse, const Heads& q, const Heads& k, const Heads& v,
+                       const AttentionShape& a, const int32_t* seg_start) {
+  if (a.B * a.Sq * a.NH == 0) return;
+  check_operands(out.dtype, q, k, v, a);
+  const Geometry g = attn::geometry(a, q, k, v);
+  if (q.dtype != DType::F32)
+    return attn::tc_forward(out.data, lse, {q.data, k.data, v.data}, g, q.dtype, seg_start);
+  const QKV<float> x{static_cast<const float*>(q.data), static_cast<const float*>(k.data),
+                     static_cast<const float*>(v.data)};
+  with_head_dim(a.HD, [&]<int HD>() {
+    forward<HD>(static_cast<float*>(out.data), lse, x, g, seg_start);
+  });
 }
 
-void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD, const int32_t* seg_start,
+void attention_backward(const Heads& dq, const Heads& dk, const Heads& dv, const float* dout,
+                        Mat out, const Heads& q, const Heads& k, const Heads& v,
+                        const float* lse, const AttentionShape& a, const int32_t* seg_start,
                         GradWrite write) {
-  if (B * S * NH == 0) return;
-  check_operands(out.dtype, qkv.dtype, B, NH, HD);
-  const bool set = write == GradWrite::Set;  // every row < S is written by its one owner
-  if (HD == 64) return backward<64>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, set);
-  if (HD == 128) return backward<128>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, set);
-  if (HD == 32) return backward<32>(dqkv, dout, out, qkv, lse, B, S, NH, seg_start, set);
-  MG_CHECK(false, "CUDA attention supports head dims 32, 64 and 128, not ", HD);
+  if (a.B * a.NH == 0 || a.Sq + a.Sk == 0) return;
+  check_operands(out.dtype, q, k, v, a);
+  MG_CHECK(dq.dtype == DType::F32 && dk.dtype == DType::F32 && dv.dtype == DType::F32,
+           "CUDA attention backward: gradients are f32");
+  Geometry g = attn::geometry(a, q, k, v);
+  g.dq = head_view(dq);
+  g.dk = head_view(dk);
+  g.dv = head_view(dv);
+  const Grads d{static_cast<float*>(dq.data), static_cast<float*>(dk.data),
+                static_cast<float*>(dv.data)};
+  const bool set = write == GradWrite::Set;  // every gradient row has one owner that stores it
+  with_head_dim(a.HD, [&]<int HD>() {
+    backward<HD>(d, dout, out, {q.data, k.data, v.data}, lse, g, seg_start, set);
+  });
 }
 
 }  // namespace mg::cuda

@@ -1,42 +1,79 @@
 // Shared by the two CUDA attention implementations: the f32 reference kernels (attention.cu)
-// and the tensor-core kernels for 16-bit models (attention_tc.cu). Layout as the CPU:
-// qkv[S,B,NH,3,HD] (q, k, v per head), out[S,B,NH*HD], lse[B,NH,S], seg_start (B, S).
+// and the tensor-core kernels for 16-bit models (attention_tc.cu). Layout as the CPU op
+// (backend/ops.h): q, k, v (and dq, dk, dv) are head views into row-major activations, query
+// row t*B + b for t < Sq, key row t*B + b for t < Sk; out (Sq*B, NH*HD) contiguous; lse and
+// D = rowsum(dO O) (B, NH, Sq); seg_start (B, Sq). Query head h reads KV head h / (NH/NKV).
 #pragma once
 #include <cstdint>
 
+#include "backend/cuda/heads.cuh"
+#include "backend/ops.h"
 #include "tensor/dtype.h"
 
 namespace mg::cuda::attn {
 
+// One call's shape (cpu::AttentionShape) and the strides of its views (dq, dk, dv in backward).
 struct Geometry {
-  int64_t B, S, NH, ld_qkv, ld_out;  // row strides of qkv and out
+  int64_t B, Sq, Sk, NH, NKV, HD, q_pos0, k_pos0;
+  bool causal;
+  HeadView q, k, v, dq, dk, dv;
+
+  __host__ __device__ int64_t group() const { return NH / NKV; }  // query heads per KV head
+  // Element offsets: query t of (batch b, query head h); key/value j of (b, KV head g); the
+  // output row of query t; the lse/D entry of query t.
+  __device__ int64_t q_at(int64_t b, int64_t h, int64_t t) const { return q.at(t * B + b, h, HD); }
+  __device__ int64_t k_at(int64_t b, int64_t g, int64_t j) const { return k.at(j * B + b, g, HD); }
+  __device__ int64_t v_at(int64_t b, int64_t g, int64_t j) const { return v.at(j * B + b, g, HD); }
+  __device__ int64_t out_at(int64_t b, int64_t h, int64_t t) const {
+    return (t * B + b) * NH * HD + h * HD;
+  }
+  __device__ int64_t stat_at(int64_t b, int64_t h, int64_t t) const {
+    return (b * NH + h) * Sq + t;
+  }
+  // Query t sees key j: causal by absolute position, and not before the query's segment start
+  // (seg: this batch's row of seg_start, or null). Callers check t < Sq and j < Sk.
+  __device__ bool visible(int64_t t, int64_t j, const int32_t* seg) const {
+    const int64_t kp = k_pos0 + j;
+    return (!causal || kp <= q_pos0 + t) && (!seg || kp >= seg[t]);
+  }
+  // Queries [.., t_end) see no key at or past key_end(t_end) (causal); [0, Sk) otherwise.
+  __device__ int64_t key_end(int64_t t_end) const {
+    if (!causal) return Sk;
+    const int64_t e = q_pos0 + t_end - k_pos0;
+    return e < 0 ? 0 : (e > Sk ? Sk : e);
+  }
+  // Keys [j0, ..) are seen by no query before query_begin(j0) (causal); 0 otherwise.
+  __device__ int64_t query_begin(int64_t j0) const {
+    if (!causal) return 0;
+    const int64_t t = k_pos0 + j0 - q_pos0;
+    return t < 0 ? 0 : (t > Sq ? Sq : t);
+  }
 };
 
-inline Geometry geometry(int64_t B, int64_t S, int64_t NH, int64_t HD) {
-  return {B, S, NH, B * 3 * NH * HD, B * NH * HD};
+inline Geometry geometry(const cpu::AttentionShape& a, const cpu::Heads& q, const cpu::Heads& k,
+                         const cpu::Heads& v) {
+  const HeadView none{0, 0, 1};
+  return {a.B, a.Sq, a.Sk, a.NH, a.NKV, a.HD, a.q_pos0, a.k_pos0, a.causal,
+          head_view(q), head_view(k), head_view(v), none, none, none};
 }
 
-// Row t of part (0 q, 1 k, 2 v) of head h of batch b (T: the storage type of qkv).
+// Typed operand pointers (T: float, or the 16-bit storage type) and the f32 gradients.
 template <typename T>
-__device__ inline const T* qkv_row(const T* qkv, const Geometry& g, int64_t b, int64_t h,
-                                   int64_t t, int part, int HD) {
-  return qkv + t * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD;
-}
+struct QKV {
+  const T *q, *k, *v;
+};
+struct Grads {
+  float *dq, *dk, *dv;
+};
 
-// Query q sees key k: causal, and not across a segment start (--reset-attention-mask).
-__device__ inline bool visible(int64_t q, int64_t k, const int32_t* seg) {
-  return k <= q && (!seg || k >= seg[q]);
-}
-
-// The tensor-core kernels (attention_tc.cu): qkv and out stored in `operands` (BF16 or F16),
+// The tensor-core kernels (attention_tc.cu): q/k/v and out stored in `operands` (BF16 or F16),
 // q, k, v, dO and the probabilities on the tensor cores in that dtype, scores, softmax and
 // every sum in fp32. HD 32, 64 or 128.
 bool tc_supported(int64_t HD, DType operands);
-void tc_forward(void* out, float* lse, const void* qkv, const Geometry& g, int64_t HD,
-                DType operands, const int32_t* seg_start);
-// dqkv += the gradient (= with set); D[bh, t] = rowsum(dO * O), computed by the caller.
-void tc_backward(float* dqkv, const float* dout, const void* qkv, const float* lse,
-                 const float* D, const Geometry& g, int64_t HD, DType operands,
-                 const int32_t* seg_start, bool set);
+void tc_forward(void* out, float* lse, QKV<void> x, const Geometry& g, DType operands,
+                const int32_t* seg_start);
+// dq, dk, dv += the gradient (= with set); D[b, h, t] = rowsum(dO * O), computed by the caller.
+void tc_backward(Grads d, const float* dout, QKV<void> x, const float* lse, const float* D,
+                 const Geometry& g, DType operands, const int32_t* seg_start, bool set);
 
 }  // namespace mg::cuda::attn

@@ -1,4 +1,4 @@
-// Causal flash attention on the tensor cores, for 16-bit models (FlashAttention-2's loop order,
+// Flash attention on the tensor cores, for 16-bit models (FlashAttention-2's loop order,
 // Dao 2023, written with WMMA 16x16x16 fragments). A block of 4 warps owns 64 rows: 64 queries
 // (forward, dQ) or 64 keys (dK, dV), each warp 16 of them. Tiles of 64 keys (or queries) pass
 // through shared memory in the operand dtype T (bf16 or f16): the model stores qkv and the
@@ -11,6 +11,8 @@
 //            dQ += dS K.
 //   dK/dV kernel (per key tile): the same P^T and dS^T per query tile, dV += P^T dO,
 //            dK += dS^T Q.
+// Q/K/V head views, grouped-query heads, position offsets, causal or not and seg_start as the
+// f32 kernels (attention.cuh); the dK/dV block of a KV head loops over its group's query heads.
 // No atomics: every output row is summed by the one warp that owns it, in a fixed order.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -97,8 +99,8 @@ __device__ T as_operand(Src x) {
   else return from_f32<T>(to_f32(x));
 }
 
-// 64 rows from r0 of a [S, *] array (f32, or already in T) into a 64 x HD tile in T (zeros past
-// S). row(t) is the address of row t's HD values.
+// 64 rows from r0 of an array of S rows (f32, or already in T) into a 64 x HD tile in T (zeros
+// past S). row(t) is the address of row t's HD values.
 template <int HD, typename T, typename RowFn>
 __device__ void load_tile(T* dst, int64_t r0, int64_t S, RowFn row) {
   for (int i = threadIdx.x; i < kRows * HD; i += kBlock) {
@@ -108,11 +110,24 @@ __device__ void load_tile(T* dst, int64_t r0, int64_t S, RowFn row) {
   }
 }
 
-// Rows [r0, r0 + 64) of part (0 q, 1 k, 2 v) of head (b, h) into a tile.
+// Queries [r0, r0 + 64) of query head (b, h) into a tile.
 template <int HD, typename T>
-__device__ void load_qkv_tile(T* dst, const T* qkv, const Geometry& g, int64_t b, int64_t h,
-                              int64_t r0, int part) {
-  load_tile<HD>(dst, r0, g.S, [&](int64_t t) { return qkv_row(qkv, g, b, h, t, part, HD); });
+__device__ void load_q_tile(T* dst, const T* q, const Geometry& g, int64_t b, int64_t h,
+                            int64_t r0) {
+  load_tile<HD>(dst, r0, g.Sq, [&](int64_t t) { return q + g.q_at(b, h, t); });
+}
+// Keys and values [r0, r0 + 64) of KV head (b, kvh) into two tiles.
+template <int HD, typename T>
+__device__ void load_kv_tiles(T* ks, T* vs, QKV<T> x, const Geometry& g, int64_t b, int64_t kvh,
+                              int64_t r0) {
+  load_tile<HD>(ks, r0, g.Sk, [&](int64_t j) { return x.k + g.k_at(b, kvh, j); });
+  load_tile<HD>(vs, r0, g.Sk, [&](int64_t j) { return x.v + g.v_at(b, kvh, j); });
+}
+// dO rows [r0, r0 + 64) of query head (b, h) into a tile.
+template <int HD, typename T>
+__device__ void load_dout_tile(T* dst, const float* dout, const Geometry& g, int64_t b,
+                               int64_t h, int64_t r0) {
+  load_tile<HD>(dst, r0, g.Sq, [&](int64_t t) { return dout + g.out_at(b, h, t); });
 }
 
 template <typename T>
@@ -178,7 +193,7 @@ __device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst, bool 
 
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    forward_kernel(T* out, float* lse, const T* qkv, Geometry g, float scale,
+    forward_kernel(T* out, float* lse, QKV<T> x, Geometry g, float scale,
                    const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -190,10 +205,11 @@ __global__ void __launch_bounds__(kBlock)
   float* sf = c.warp_f32();
   T* pb = c.template warp_probs<T>();
 
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group();
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
-  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
-  load_qkv_tile<HD>(qs, qkv, g, b, h, q0, 0);
+  const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
+  load_q_tile<HD>(qs, x.q, g, b, h, q0);
+  __syncthreads();  // the q tile is in (and a block with no key tile meets a barrier too)
 
   // Lane pair (2r, 2r+1) owns query row r of the warp: columns [32 half, 32 half + 32) of each
   // score tile, and the same half of the output row.
@@ -201,11 +217,10 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t t = q0 + warp * 16 + r;
   float m = -INFINITY, l = 0.f, o[HD / 2];
   for (float& x : o) x = 0.f;
-  const int64_t last = min(q0 + kRows, g.S);  // keys past the block's last query are masked
+  const int64_t last = g.key_end(min(q0 + kRows, g.Sq));  // later keys are masked for all
   for (int64_t k0 = 0; k0 < last; k0 += kRows) {
     __syncthreads();  // the previous tile is consumed
-    load_qkv_tile<HD>(ks, qkv, g, b, h, k0, 1);
-    load_qkv_tile<HD>(vs, qkv, g, b, h, k0, 2);
+    load_kv_tiles<HD>(ks, vs, x, g, b, kvh, k0);
     __syncthreads();
     rows_times_tile_t<HD>(sf, qs + warp * 16 * P::kTile, ks);
     __syncwarp();
@@ -214,7 +229,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t k = k0 + col;
-      const bool vis = t < g.S && k < g.S && visible(t, k, seg);
+      const bool vis = t < g.Sq && k < g.Sk && g.visible(t, k, seg);
       s[j] = vis ? sf[r * P::kF32 + col] * scale : -INFINITY;
       mx = fmaxf(mx, s[j]);
     }
@@ -244,17 +259,18 @@ __global__ void __launch_bounds__(kBlock)
     for (int i = 0; i < HD / 2; ++i) o[i] = o[i] * corr + sf[r * P::kF32 + half * (HD / 2) + i];
     __syncwarp();
   }
-  if (t >= g.S) return;
-  T* dst = out + t * g.ld_out + b * g.NH * HD + h * HD + half * (HD / 2);
+  if (t >= g.Sq) return;
+  T* dst = out + g.out_at(b, h, t) + half * (HD / 2);
+  const float inv = l > 0.f ? 1.f / l : 0.f;  // no visible key: out 0, lse -inf
 #pragma unroll
-  for (int i = 0; i < HD / 2; ++i) dst[i] = from_f32<T>(o[i] / l);
-  if (half == 0) lse[bh * g.S + t] = m + logf(l);
+  for (int i = 0; i < HD / 2; ++i) dst[i] = from_f32<T>(o[i] * inv);
+  if (half == 0) lse[g.stat_at(b, h, t)] = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
 // dQ for a tile of 64 queries, streaming key tiles.
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    dq_kernel(float* dqkv, const float* dout, const T* qkv, const float* lse, const float* D,
+    dq_kernel(float* dq_out, const float* dout, QKV<T> x, const float* lse, const float* D,
               Geometry g, float scale, const int32_t* seg_start, bool set) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -268,23 +284,22 @@ __global__ void __launch_bounds__(kBlock)
   float* dpf = c.warp_f32();
   T* dsb = c.template warp_probs<T>();
 
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group();
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
-  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
-  const int64_t out_off = b * g.NH * HD + h * HD;
-  load_qkv_tile<HD>(qs, qkv, g, b, h, q0, 0);
-  load_tile<HD>(dos, q0, g.S, [&](int64_t t) { return dout + t * g.ld_out + out_off; });
+  const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
+  load_q_tile<HD>(qs, x.q, g, b, h, q0);
+  load_dout_tile<HD>(dos, dout, g, b, h, q0);
 
   const int r = lane / 2, half = lane % 2;
   const int64_t t = q0 + warp * 16 + r;
-  const float L = t < g.S ? lse[bh * g.S + t] : 0.f, Dt = t < g.S ? D[bh * g.S + t] : 0.f;
+  const float L = t < g.Sq ? lse[g.stat_at(b, h, t)] : 0.f;
+  const float Dt = t < g.Sq ? D[g.stat_at(b, h, t)] : 0.f;
   FragC dq[HD / 16];
   for (auto& f : dq) wmma::fill_fragment(f, 0.f);
-  const int64_t last = min(q0 + kRows, g.S);
+  const int64_t last = g.key_end(min(q0 + kRows, g.Sq));
   for (int64_t k0 = 0; k0 < last; k0 += kRows) {
     __syncthreads();
-    load_qkv_tile<HD>(ks, qkv, g, b, h, k0, 1);
-    load_qkv_tile<HD>(vs, qkv, g, b, h, k0, 2);
+    load_kv_tiles<HD>(ks, vs, x, g, b, kvh, k0);
     __syncthreads();
     rows_times_tile_t<HD>(sf, qs + warp * 16 * P::kTile, ks);    // q k^T
     rows_times_tile_t<HD>(dpf, dos + warp * 16 * P::kTile, vs);  // dO v^T
@@ -293,7 +308,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int j = 0; j < 32; ++j) {
       const int col = half * 32 + j;
       const int64_t k = k0 + col;
-      const bool vis = t < g.S && k < g.S && visible(t, k, seg);
+      const bool vis = t < g.Sq && k < g.Sk && g.visible(t, k, seg);
       const float p = vis ? expf(sf[r * P::kF32 + col] * scale - L) : 0.f;
       dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - Dt) * scale);
     }
@@ -303,15 +318,16 @@ __global__ void __launch_bounds__(kBlock)
   }
   add_rows<HD>(sf, dq, [&](int row) -> float* {
     const int64_t q = q0 + warp * 16 + row;
-    return q < g.S ? dqkv + q * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD : nullptr;
+    return q < g.Sq ? dq_out + g.dq.at(q * g.B + b, h, HD) : nullptr;
   }, set);
 }
 
-// dK and dV for a tile of 64 keys, streaming the query tiles that can see them.
+// dK and dV for a tile of 64 keys of one KV head, streaming, for each query head of its group
+// in turn, the query tiles that can see them.
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    dkv_kernel(float* dqkv, const float* dout, const T* qkv, const float* lse,
-               const float* D, Geometry g, float scale, const int32_t* seg_start, bool set) {
+    dkv_kernel(Grads d, const float* dout, QKV<T> x, const float* lse, const float* D,
+               Geometry g, float scale, const int32_t* seg_start, bool set) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -327,12 +343,10 @@ __global__ void __launch_bounds__(kBlock)
   T* pb = c.template warp_probs<T>();
   T* dsb = c.template warp_probs<T>();
 
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bg = blockIdx.y, b = bg / g.NKV, kvh = bg % g.NKV;
   const int64_t k0 = int64_t(blockIdx.x) * kRows;
-  const int32_t* seg = seg_start ? seg_start + b * g.S : nullptr;
-  const int64_t out_off = b * g.NH * HD + h * HD;
-  load_qkv_tile<HD>(ks, qkv, g, b, h, k0, 1);
-  load_qkv_tile<HD>(vs, qkv, g, b, h, k0, 2);
+  const int32_t* seg = seg_start ? seg_start + b * g.Sq : nullptr;
+  load_kv_tiles<HD>(ks, vs, x, g, b, kvh, k0);
 
   // Lane pair (2r, 2r+1) owns key row r of the warp, columns = queries of the tile.
   const int r = lane / 2, half = lane % 2;
@@ -340,47 +354,50 @@ __global__ void __launch_bounds__(kBlock)
   FragC dk[HD / 16], dv[HD / 16];
   for (auto& f : dk) wmma::fill_fragment(f, 0.f);
   for (auto& f : dv) wmma::fill_fragment(f, 0.f);
-  for (int64_t t0 = k0; t0 < g.S; t0 += kRows) {  // queries before k0 cannot see these keys
-    __syncthreads();
-    load_qkv_tile<HD>(qs, qkv, g, b, h, t0, 0);
-    load_tile<HD>(dos, t0, g.S, [&](int64_t t) { return dout + t * g.ld_out + out_off; });
-    for (int i = threadIdx.x; i < kRows; i += kBlock) {
-      const bool in = t0 + i < g.S;
-      ls[i] = in ? lse[bh * g.S + t0 + i] : 0.f;
-      ds[i] = in ? D[bh * g.S + t0 + i] : 0.f;
-    }
-    __syncthreads();
-    rows_times_tile_t<HD>(sf, ks + warp * 16 * P::kTile, qs);    // k q^T
-    rows_times_tile_t<HD>(dpf, vs + warp * 16 * P::kTile, dos);  // v dO^T
-    __syncwarp();
+  const int64_t first = g.query_begin(k0);  // earlier queries cannot see these keys
+  for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
+    for (int64_t t0 = first; t0 < g.Sq; t0 += kRows) {
+      __syncthreads();
+      load_q_tile<HD>(qs, x.q, g, b, h, t0);
+      load_dout_tile<HD>(dos, dout, g, b, h, t0);
+      for (int i = threadIdx.x; i < kRows; i += kBlock) {
+        const bool in = t0 + i < g.Sq;
+        ls[i] = in ? lse[g.stat_at(b, h, t0 + i)] : 0.f;
+        ds[i] = in ? D[g.stat_at(b, h, t0 + i)] : 0.f;
+      }
+      __syncthreads();
+      rows_times_tile_t<HD>(sf, ks + warp * 16 * P::kTile, qs);    // k q^T
+      rows_times_tile_t<HD>(dpf, vs + warp * 16 * P::kTile, dos);  // v dO^T
+      __syncwarp();
 #pragma unroll
-    for (int jj = 0; jj < 32; ++jj) {
-      const int col = half * 32 + jj;
-      const int64_t t = t0 + col;
-      const bool vis = t < g.S && j < g.S && visible(t, j, seg);
-      const float p = vis ? expf(sf[r * P::kF32 + col] * scale - ls[col]) : 0.f;
-      pb[r * P::kProbs + col] = from_f32<T>(p);
-      dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - ds[col]) * scale);
+      for (int jj = 0; jj < 32; ++jj) {
+        const int col = half * 32 + jj;
+        const int64_t t = t0 + col;
+        const bool vis = t < g.Sq && j < g.Sk && g.visible(t, j, seg);
+        const float p = vis ? expf(sf[r * P::kF32 + col] * scale - ls[col]) : 0.f;
+        pb[r * P::kProbs + col] = from_f32<T>(p);
+        dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - ds[col]) * scale);
+      }
+      __syncwarp();
+      probs_times_tile<HD>(dv, pb, dos);  // dV += P^T dO
+      probs_times_tile<HD>(dk, dsb, qs);  // dK += dS^T q
+      __syncwarp();
     }
-    __syncwarp();
-    probs_times_tile<HD>(dv, pb, dos);  // dV += P^T dO
-    probs_times_tile<HD>(dk, dsb, qs);  // dK += dS^T q
-    __syncwarp();
   }
-  auto row_of = [&](int part) {
-    return [&, part](int row) -> float* {
+  auto row_of = [&](float* base, HeadView view) {
+    return [&, base, view](int row) -> float* {
       const int64_t k = k0 + warp * 16 + row;
-      return k < g.S ? dqkv + k * g.ld_qkv + b * 3 * g.NH * HD + h * 3 * HD + part * HD : nullptr;
+      return k < g.Sk ? base + view.at(k * g.B + b, kvh, HD) : nullptr;
     };
   };
-  add_rows<HD>(sf, dk, row_of(1), set);
-  add_rows<HD>(sf, dv, row_of(2), set);
+  add_rows<HD>(sf, dk, row_of(d.dk, g.dk), set);
+  add_rows<HD>(sf, dv, row_of(d.dv, g.dv), set);
 }
 
 // Above 48 KiB a kernel must opt in to its dynamic shared memory (up to 227 KiB on Hopper; the
 // dK/dV kernel needs 156 KB at head dim 128, more than the ~100 KiB of sm_86/89/120 GPUs).
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), size_t smem, const Geometry& g, Args... args) {
+void launch(void (*kernel)(Params...), size_t smem, dim3 grid, Args... args) {
   static const int optin = [] {
     int dev = 0, v = 0;
     MG_CUDA_CHECK(cudaGetDevice(&dev));
@@ -393,24 +410,39 @@ void launch(void (*kernel)(Params...), size_t smem, const Geometry& g, Args... a
                 "or f32 (no --bf16/--fp16), whose kernel needs less");
   MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      int(smem)));
-  const dim3 grid(unsigned((g.S + kRows - 1) / kRows), unsigned(g.B * g.NH));
   kernel<<<grid, kBlock, smem, compute_stream()>>>(args...);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
+// Grids: (query tiles, B * NH) for forward and dQ, (key tiles, B * NKV) for dK/dV.
+dim3 query_grid(const Geometry& g) {
+  return dim3(unsigned((g.Sq + kRows - 1) / kRows), unsigned(g.B * g.NH));
+}
+dim3 key_grid(const Geometry& g) {
+  return dim3(unsigned((g.Sk + kRows - 1) / kRows), unsigned(g.B * g.NKV));
+}
+
+template <typename T>
+QKV<T> typed(QKV<void> x) {
+  return {static_cast<const T*>(x.q), static_cast<const T*>(x.k), static_cast<const T*>(x.v)};
+}
+
 template <int HD, typename T>
-void forward(T* out, float* lse, const T* qkv, const Geometry& g, const int32_t* seg) {
-  launch(forward_kernel<HD, T>, kForwardSmem<HD>.bytes(), g, out, lse, qkv, g,
+void forward(T* out, float* lse, QKV<T> x, const Geometry& g, const int32_t* seg) {
+  launch(forward_kernel<HD, T>, kForwardSmem<HD>.bytes(), query_grid(g), out, lse, x, g,
          1.0f / sqrtf(float(HD)), seg);
 }
 
 template <int HD, typename T>
-void backward(float* dqkv, const float* dout, const T* qkv, const float* lse,
-              const float* D, const Geometry& g, const int32_t* seg, bool set) {
+void backward(Grads d, const float* dout, QKV<T> x, const float* lse, const float* D,
+              const Geometry& g, const int32_t* seg, bool set) {
   const float scale = 1.0f / sqrtf(float(HD));
-  launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg, set);
-  launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), g, dqkv, dout, qkv, lse, D, g, scale, seg,
-         set);
+  if (g.Sq > 0)
+    launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), query_grid(g), d.dq, dout, x, lse, D, g, scale,
+           seg, set);
+  if (g.Sk > 0)
+    launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), key_grid(g), d, dout, x, lse, D, g, scale,
+           seg, set);
 }
 
 // Calls f.template operator()<HD, T>() for the supported head dims and operand dtypes.
@@ -429,18 +461,17 @@ bool tc_supported(int64_t HD, DType operands) {
   return (operands == DType::BF16 || operands == DType::F16) && (HD == 32 || HD == 64 || HD == 128);
 }
 
-void tc_forward(void* out, float* lse, const void* qkv, const Geometry& g, int64_t HD,
-                DType operands, const int32_t* seg_start) {
-  dispatch(HD, operands, [&]<int D, typename T>() {
-    forward<D, T>(static_cast<T*>(out), lse, static_cast<const T*>(qkv), g, seg_start);
+void tc_forward(void* out, float* lse, QKV<void> x, const Geometry& g, DType operands,
+                const int32_t* seg_start) {
+  dispatch(g.HD, operands, [&]<int D, typename T>() {
+    forward<D, T>(static_cast<T*>(out), lse, typed<T>(x), g, seg_start);
   });
 }
 
-void tc_backward(float* dqkv, const float* dout, const void* qkv, const float* lse,
-                 const float* D, const Geometry& g, int64_t HD, DType operands,
-                 const int32_t* seg_start, bool set) {
-  dispatch(HD, operands, [&]<int H, typename T>() {
-    backward<H, T>(dqkv, dout, static_cast<const T*>(qkv), lse, D, g, seg_start, set);
+void tc_backward(Grads d, const float* dout, QKV<void> x, const float* lse, const float* D,
+                 const Geometry& g, DType operands, const int32_t* seg_start, bool set) {
+  dispatch(g.HD, operands, [&]<int H, typename T>() {
+    backward<H, T>(d, dout, typed<T>(x), lse, D, g, seg_start, set);
   });
 }
 

@@ -62,15 +62,51 @@ void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n,
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 
-// Flash attention (causal, online softmax, lse saved, no S x S tensor); qkv[S,B,NH,3,HD] as on
-// the CPU. HD must be 32, 64 or 128. qkv and out f32: exact fp32 kernels on the CUDA cores;
-// both BF16 or both F16 (a 16-bit model's stored activations): the tensor-core kernels, reading
-// q, k, v and writing out in that dtype, with dO, P and dS rounded to it and fp32 accumulation.
-void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
-                       int64_t HD, const int32_t* seg_start = nullptr);
-void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
-                        int64_t B, int64_t S, int64_t NH, int64_t HD,
+// RMSNorm: one warp per row; dweight as column sums in two fixed-order stages (no atomics).
+void rmsnorm_forward(MatOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C);
+
+void swiglu_forward(MatOut out, Mat inp, int64_t N, int64_t F);
+void swiglu_backward(float* dinp, Mat inp, const float* dout, int64_t N, int64_t F,
+                     GradWrite write = GradWrite::Add);
+
+using cpu::AttentionShape;
+using cpu::Heads;
+// positions (N) and inv_freq (rot_dim / 2) are device arrays; x f32 or 16-bit, dx f32.
+void rope_forward(Heads x, const int32_t* positions, const float* inv_freq, int64_t N,
+                  int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
+void rope_backward(Heads dx, const int32_t* positions, const float* inv_freq, int64_t N,
+                   int64_t n_heads, int64_t HD, int64_t rot_dim, bool interleaved);
+
+// Flash attention over Q, K, V head views (GQA, position offsets, causal or not, segments), as
+// the CPU op; lse saved, no S x S tensor. HD must be 32, 64 or 128. q/k/v and out f32: exact
+// fp32 kernels on the CUDA cores; all BF16 or all F16 (a 16-bit model's stored activations):
+// the tensor-core kernels, reading q, k, v and writing out in that dtype, with dO, P and dS
+// rounded to it and fp32 accumulation. Backward is deterministic (no atomics): dK/dV of a KV
+// head are summed by one block over its query heads in order.
+void attention_forward(MatOut out, float* lse, const Heads& q, const Heads& k, const Heads& v,
+                       const AttentionShape& a, const int32_t* seg_start = nullptr);
+void attention_backward(const Heads& dq, const Heads& dk, const Heads& dv, const float* dout,
+                        Mat out, const Heads& q, const Heads& k, const Heads& v,
+                        const float* lse, const AttentionShape& a,
                         const int32_t* seg_start = nullptr, GradWrite write = GradWrite::Add);
+// GPT-2's causal MHA on interleaved qkv[S,B,NH,3,HD], as views for the calls above.
+inline void attention_forward(MatOut out, float* lse, Mat qkv, int64_t B, int64_t S, int64_t NH,
+                              int64_t HD, const int32_t* seg_start = nullptr) {
+  const cpu::FusedQKV f = cpu::fused_qkv(qkv.data, qkv.dtype, B, S, NH, NH, HD);
+  cuda::attention_forward(out, lse, f.q, f.k, f.v, f.shape, seg_start);  // not cpu:: by ADL
+}
+inline void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv, const float* lse,
+                               int64_t B, int64_t S, int64_t NH, int64_t HD,
+                               const int32_t* seg_start = nullptr,
+                               GradWrite write = GradWrite::Add) {
+  const cpu::FusedQKV f = cpu::fused_qkv(qkv.data, qkv.dtype, B, S, NH, NH, HD);
+  const cpu::FusedQKV d = cpu::fused_qkv(dqkv, DType::F32, B, S, NH, NH, HD);
+  cuda::attention_backward(d.q, d.k, d.v, dout, out, f.q, f.k, f.v, lse, f.shape, seg_start,
+                           write);
+}
 
 void cross_entropy_forward(float* losses, float* lse, const float* logits,
                            const int32_t* targets, int64_t N, int64_t V);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -364,6 +365,131 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
   }
 }
 
+TEST(CudaParity, RmsNorm) {
+  MG_REQUIRE_GPU();
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{33, 40}, {256, 768}, {1000, 64}}) {
+    const size_t n = size_t(N * C);
+    Vec x = random_vec(n, 41, 2.f), w = random_vec(size_t(C), 42), dy = random_vec(n, 43);
+    Vec y(n), rstd(static_cast<size_t>(N));
+    Vec dx = random_vec(n, 44), dw = random_vec(size_t(C), 45);  // += checked
+    const Vec dx0 = dx, dw0 = dw;
+    cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+    auto gx = up(x), gw = up(w), gdy = up(dy), gy = cuda::Buffer(n * 4),
+         gr = cuda::Buffer(size_t(N) * 4), gdx = up(dx0), gdw = up(dw0);
+    cuda::rmsnorm_forward(gy.as<float>(), gr.as<float>(), gx.as<float>(), gw.as<float>(), N, C,
+                          1e-5f);
+    cuda::rmsnorm_backward(gdx.as<float>(), gdw.as<float>(), gdy.as<float>(), gx.as<float>(),
+                           gw.as<float>(), gr.as<float>(), N, C);
+    const std::string s = dims({N, C});
+    expect_close("rmsnorm forward", s, down(gy, n), y, kTolF32);
+    expect_close("rmsnorm rstd", s, down(gr, size_t(N)), rstd, kTolF32);
+    expect_close("rmsnorm backward dinp", s, down(gdx, n), dx, kTolF32);
+    expect_close("rmsnorm backward dweight", s, down(gdw, size_t(C)), dw, kTolF32);
+    for (DType t : {DType::BF16, DType::F16}) {  // stored straight into a 16-bit output
+      std::vector<uint16_t> y16(n);
+      cpu::rmsnorm_forward({y16.data(), t}, rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+      cuda::Buffer gy16(n * 2);
+      cuda::rmsnorm_forward({gy16.get(), t}, gr.as<float>(), gx.as<float>(), gw.as<float>(), N,
+                            C, 1e-5f);
+      expect_close(t == DType::BF16 ? "rmsnorm forward -> bf16" : "rmsnorm forward -> f16", s,
+                   down16(gy16, n, t), widen(y16, t), kTol16);
+    }
+  }
+}
+
+// SwiGLU on [gate | up] rows: f32, and input and output stored in bf16/f16 (the backward reads
+// the 16-bit input); the gradient added (+=) and stored (Set, over NaN).
+TEST(CudaParity, SwiGlu) {
+  MG_REQUIRE_GPU();
+  for (auto [N, F] : {std::pair<int64_t, int64_t>{33, 40}, {128, 1000}}) {
+    const size_t ni = size_t(N * 2 * F), no = size_t(N * F);
+    const Vec x = random_vec(ni, 51, 2.f), dy = random_vec(no, 52), dx0 = random_vec(ni, 53);
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      const bool lp = t != DType::F32;
+      const auto x16 = lp ? to16(x, t) : std::vector<uint16_t>();
+      const cpu::Mat xm = lp ? cpu::Mat(x16.data(), t) : cpu::Mat(x.data());
+      Vec y(no);
+      std::vector<uint16_t> y16(lp ? no : 0);
+      cpu::swiglu_forward(lp ? cpu::MatOut(y16.data(), t) : cpu::MatOut(y.data()), xm, N, F);
+      Vec dx = dx0, dxs(ni, 0.f);
+      cpu::swiglu_backward(dx.data(), xm, dy.data(), N, F);
+      cpu::swiglu_backward(dxs.data(), xm, dy.data(), N, F, GradWrite::Set);
+      auto gx = lp ? up(x16) : up(x), gdy = up(dy), gy = cuda::Buffer(no * (lp ? 2 : 4)),
+           gdx = up(dx0), gdxs = up(Vec(ni, NAN));
+      cuda::swiglu_forward({gy.get(), t}, {gx.get(), t}, N, F);
+      cuda::swiglu_backward(gdx.as<float>(), {gx.get(), t}, gdy.as<float>(), N, F);
+      cuda::swiglu_backward(gdxs.as<float>(), {gx.get(), t}, gdy.as<float>(), N, F,
+                            GradWrite::Set);
+      const std::string s = dims({N, F}) + " " + dtype_name(t);
+      expect_close("swiglu forward", s, lp ? down16(gy, no, t) : down(gy, no),
+                   lp ? widen(y16, t) : y, lp ? kTol16 : kTolF32);
+      expect_close("swiglu backward", s, down(gdx, ni), dx, kTolF32);
+      expect_close("swiglu backward (set)", s, down(gdxs, ni), dxs, kTolF32);
+    }
+  }
+}
+
+// RoPE in place on the Q and K heads of a fused GQA buffer (rows [NG, NH/NG + 2, HD]): the V
+// heads and the channels past rot_dim must come back unchanged; forward in f32 and 16-bit,
+// backward on an f32 gradient of the same layout.
+TEST(CudaParity, Rope) {
+  MG_REQUIRE_GPU();
+  struct Case {
+    int64_t B, S, NH, NG, HD, rot_dim;
+    bool interleaved;
+  };
+  for (const Case& c : {Case{2, 9, 4, 2, 64, 64, false}, Case{2, 9, 4, 2, 64, 64, true},
+                        Case{1, 17, 2, 1, 128, 32, false}, Case{3, 5, 6, 3, 32, 16, true},
+                        Case{2, 33, 4, 4, 64, 48, false}}) {
+    const int64_t N = c.S * c.B, half = c.rot_dim / 2;
+    const size_t n = size_t(N * c.NG * (c.NH / c.NG + 2) * c.HD);
+    std::vector<int32_t> pos(static_cast<size_t>(N));
+    for (int64_t t = 0; t < c.S; ++t)
+      for (int64_t b = 0; b < c.B; ++b) pos[size_t(t * c.B + b)] = int32_t(7 + 301 * t + 1000 * b);
+    Vec inv_freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i)
+      inv_freq[size_t(i)] = 1.0f / std::pow(10000.f, float(2 * i) / float(c.rot_dim));
+    auto gpos = up(pos), gfreq = up(inv_freq);
+    const Vec x = random_vec(n, 54), dx = random_vec(n, 55);
+    const std::string s = dims({c.B, c.S, c.NH, c.NG, c.HD, c.rot_dim}) +
+                          (c.interleaved ? " interleaved" : " rotate-half");
+    // Rotates the Q and K views of a host or device buffer of dtype t.
+    auto rotate = [&](auto op, void* buf, DType t, const int32_t* p, const float* f) {
+      const cpu::FusedQKV v = cpu::fused_qkv(buf, t, c.B, c.S, c.NH, c.NG, c.HD);
+      op(v.q, p, f, N, c.NH, c.HD, c.rot_dim, c.interleaved);
+      op(v.k, p, f, N, c.NG, c.HD, c.rot_dim, c.interleaved);
+    };
+    for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+      const bool lp = t != DType::F32;
+      Vec ref = x;
+      std::vector<uint16_t> ref16 = lp ? to16(x, t) : std::vector<uint16_t>();
+      auto gx = lp ? up(ref16) : up(ref);
+      rotate(cpu::rope_forward, lp ? static_cast<void*>(ref16.data()) : ref.data(), t,
+             pos.data(), inv_freq.data());
+      rotate(cuda::rope_forward, gx.get(), t, gpos.as<int32_t>(), gfreq.as<float>());
+      const Vec got = lp ? down16(gx, n, t) : down(gx, n);
+      expect_close("rope forward", s + " " + dtype_name(t), got, lp ? widen(ref16, t) : ref,
+                   lp ? kTol16 : kTolF32);
+      if (lp) continue;
+      // Only the first rot_dim channels of the Q and K heads move (rows [NG, NH/NG + 2, HD]).
+      int64_t moved = 0, stray = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const int64_t w = int64_t(i) % ((c.NH / c.NG + 2) * c.HD);
+        const bool rotated = w / c.HD < c.NH / c.NG + 1 && w % c.HD < c.rot_dim;
+        (rotated ? moved : stray) += got[i] != x[i];
+      }
+      EXPECT_GT(moved, int64_t(n) / (c.NH / c.NG + 2) / 2) << "rope forward rotated little, " << s;
+      EXPECT_EQ(stray, 0) << "rope forward changed V heads or channels past rot_dim, " << s;
+    }
+    Vec dref = dx;
+    auto gdx = up(dx);
+    rotate(cpu::rope_backward, dref.data(), DType::F32, pos.data(), inv_freq.data());
+    rotate(cuda::rope_backward, gdx.get(), DType::F32, gpos.as<int32_t>(), gfreq.as<float>());
+    expect_close("rope backward", s, down(gdx, n), dref, kTolF32);
+  }
+}
+
 // One attention case, forward and backward, against the CPU. operands F32: the exact kernels
 // (tolerance f32). BF16/F16: qkv and out are stored in that dtype (as a 16-bit model's are) and
 // dO is rounded to it; the tensor-core kernels, which also round P and dS, must stay within the
@@ -439,6 +565,120 @@ TEST(CudaParity, TensorCoreFlashAttentionForwardBackward) {
   for (DType t : {DType::BF16, DType::F16})
     for (const AttentionCase& c : kAttentionCases)
       check_attention(c.B, c.S, c.NH, c.HD, c.segments, t);
+}
+
+// lse of a query that sees no key is -inf on both sides: those rows must agree, then count as 0.
+void expect_close_lse(const char* what, const std::string& shape, Vec gpu, Vec cpu, double tol) {
+  int64_t differ = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const bool g = gpu[i] == -INFINITY, c = cpu[i] == -INFINITY;
+    differ += g != c;
+    if (g && c) gpu[i] = cpu[i] = 0.f;
+  }
+  EXPECT_EQ(differ, 0) << what << " " << shape << ": rows that see no key differ";
+  expect_close(what, shape, gpu, cpu, tol);
+}
+
+// General attention: grouped-query heads, Sq queries at q_pos0 against Sk keys at k_pos0, causal
+// or not, segments given in absolute key positions. fused: q, k, v are views of one buffer with
+// Megatron's GQA rows [NKV, NH/NKV + 2, HD] (Sq = Sk), and so are dq, dk, dv of one f32 dQKV
+// buffer; else q (Sq*B, NH*HD), k and v (Sk*B, NKV*HD) lie one after the other in one buffer.
+struct GqaCase {
+  int64_t B, Sq, Sk, NH, NKV, HD, q_pos0, k_pos0;
+  bool causal, segments, fused;
+};
+
+void check_gqa_attention(const GqaCase& c, DType t) {
+  ASSERT_TRUE(!c.fused || c.Sq == c.Sk);
+  const bool lp = t != DType::F32;
+  const int64_t G = c.NH / c.NKV, HD = c.HD, Nq = c.Sq * c.B, Nk = c.Sk * c.B;
+  const cpu::AttentionShape a{c.B, c.Sq, c.Sk, c.NH, c.NKV, HD, c.q_pos0, c.k_pos0, c.causal};
+  const int64_t nq = c.fused ? Nq * c.NKV * (G + 2) * HD : Nq * c.NH * HD;
+  const int64_t nk = c.fused ? 0 : Nk * c.NKV * HD;
+  const size_t nx = size_t(nq + 2 * nk), no = size_t(Nq * c.NH * HD);
+  const size_t nl = size_t(c.B * c.NH * c.Sq);
+  auto views = [&](void* base, DType dt) -> std::array<cpu::Heads, 3> {
+    if (c.fused) {
+      const cpu::FusedQKV f = cpu::fused_qkv(base, dt, c.B, c.Sq, c.NH, c.NKV, HD);
+      return {f.q, f.k, f.v};
+    }
+    const cpu::Heads kv{base, dt, c.NKV * HD, HD, 1};
+    return {cpu::Heads{base, dt, c.NH * HD, HD, 1}, kv.shifted(nq), kv.shifted(nq + nk)};
+  };
+  Vec x = random_vec(nx, 61), dout = random_vec(no, 62);
+  if (lp) cpu::cast_to_f32(dout.data(), to16(dout, t).data(), t, int64_t(no));
+  std::vector<int32_t> seg;
+  if (c.segments) {  // documents from 0, k_pos0 + Sk/4 + 3b and k_pos0 + Sk/2 + 5b in row b
+    seg.resize(static_cast<size_t>(c.B * c.Sq));
+    for (int64_t b = 0; b < c.B; ++b) {
+      const int64_t s1 = c.k_pos0 + c.Sk / 4 + 3 * b, s2 = c.k_pos0 + c.Sk / 2 + 5 * b;
+      for (int64_t i = 0; i < c.Sq; ++i) {
+        const int64_t p = c.q_pos0 + i;
+        seg[size_t(b * c.Sq + i)] = int32_t(p >= s2 ? s2 : (p >= s1 ? s1 : 0));
+      }
+    }
+  }
+  const int32_t* cs = c.segments ? seg.data() : nullptr;
+  // CPU: forward, backward added into dx, backward stored into dset.
+  auto x16 = lp ? to16(x, t) : std::vector<uint16_t>();
+  const auto [q, k, v] = views(lp ? static_cast<void*>(x16.data()) : x.data(), t);
+  Vec out(no), lse(nl), dx = random_vec(nx, 63), dset(nx, 0.f);
+  const Vec dx0 = dx;
+  std::vector<uint16_t> o16(lp ? no : 0);
+  const cpu::MatOut co = lp ? cpu::MatOut(o16.data(), t) : cpu::MatOut(out.data());
+  cpu::attention_forward(co, lse.data(), q, k, v, a, cs);
+  const auto [dq, dk, dv] = views(dx.data(), DType::F32);
+  cpu::attention_backward(dq, dk, dv, dout.data(), {co.data, t}, q, k, v, lse.data(), a, cs);
+  const auto [sq, sk, sv] = views(dset.data(), DType::F32);
+  cpu::attention_backward(sq, sk, sv, dout.data(), {co.data, t}, q, k, v, lse.data(), a, cs,
+                          GradWrite::Set);
+  // GPU: the same on device copies; the stored gradient over NaN (every element one writer).
+  auto gx = lp ? up(x16) : up(x), gd = up(dout), go = cuda::Buffer(no * (lp ? 2 : 4)),
+       gl = cuda::Buffer(nl * 4), gdx = up(dx0), gds = up(Vec(nx, NAN));
+  cuda::Buffer gseg = c.segments ? up(seg) : cuda::Buffer();
+  const int32_t* gs = c.segments ? gseg.as<int32_t>() : nullptr;
+  const auto [gq, gk, gv] = views(gx.get(), t);
+  cuda::attention_forward({go.get(), t}, gl.as<float>(), gq, gk, gv, a, gs);
+  const auto [gdq, gdk, gdv] = views(gdx.get(), DType::F32);
+  cuda::attention_backward(gdq, gdk, gdv, gd.as<float>(), {go.get(), t}, gq, gk, gv,
+                           gl.as<float>(), a, gs);
+  const auto [gsq, gsk, gsv] = views(gds.get(), DType::F32);
+  cuda::attention_backward(gsq, gsk, gsv, gd.as<float>(), {go.get(), t}, gq, gk, gv,
+                           gl.as<float>(), a, gs, GradWrite::Set);
+  const std::string s = dims({c.B, c.Sq, c.Sk, c.NH, c.NKV, HD}) + " pos " +
+                        std::to_string(c.q_pos0) + "/" + std::to_string(c.k_pos0) +
+                        (c.causal ? "" : " non-causal") + (c.segments ? " segments" : "") +
+                        (c.fused ? " fused" : "") + " " + dtype_name(t);
+  expect_close("gqa attention forward", s, lp ? down16(go, no, t) : down(go, no),
+               lp ? widen(o16, t) : out, lp ? kTol16 : kTolF32);
+  expect_close_lse("gqa attention lse", s, down(gl, nl), lse, lp ? kTol16 : kTolF32);
+  expect_close("gqa attention backward", s, down(gdx, nx), dx, lp ? kTol16 : kTolF32 * 10);
+  expect_close("gqa attention backward (set)", s, down(gds, nx), dset,
+               lp ? kTol16 : kTolF32 * 10);
+}
+
+// {B, Sq, Sk, NH, NKV, HD, q_pos0, k_pos0, causal, segments, fused}
+const GqaCase kGqaCases[] = {
+    {2, 77, 77, 4, 1, 64, 0, 0, true, false, true},     // multi-query, ragged
+    {2, 130, 130, 4, 2, 64, 0, 0, true, true, true},    // GQA with segments
+    {1, 50, 50, 3, 3, 32, 0, 0, true, false, true},     // NKV = NH through the GQA rows
+    {2, 20, 77, 4, 2, 64, 57, 0, true, false, false},   // the last 20 queries of 77 (KV cache)
+    {2, 40, 70, 4, 1, 128, 10, 30, true, true, false},  // rows without keys, keys nobody sees
+    {2, 33, 50, 4, 2, 64, 0, 0, false, false, false},   // non-causal, Sq < Sk
+    {1, 65, 65, 8, 2, 32, 0, 0, false, true, true},     // non-causal with segments
+    {2, 0, 20, 4, 2, 64, 0, 0, true, false, false},     // no queries: dK, dV stored as 0
+    {2, 9, 0, 4, 2, 32, 0, 0, true, false, false},      // no keys: out 0, lse -inf
+};
+
+TEST(CudaParity, GqaAttentionForwardBackward) {
+  MG_REQUIRE_GPU();
+  for (const GqaCase& c : kGqaCases) check_gqa_attention(c, DType::F32);
+}
+
+TEST(CudaParity, TensorCoreGqaAttentionForwardBackward) {
+  MG_REQUIRE_GPU();
+  for (DType t : {DType::BF16, DType::F16})
+    for (const GqaCase& c : kGqaCases) check_gqa_attention(c, t);
 }
 
 TEST(CudaParity, CrossEntropy) {
