@@ -494,6 +494,34 @@ TEST(CudaParity, Rope) {
 // (tolerance f32). BF16/F16: qkv and out are stored in that dtype (as a 16-bit model's are) and
 // dO is rounded to it; the tensor-core kernels, which also round P and dS, must stay within the
 // 16-bit tolerance of the CPU's fp32 computation on the same 16-bit inputs.
+// --qk-layernorm's head copies: the K heads of fused GQA rows gathered (widened) into a
+// contiguous buffer and a contiguous buffer scattered into the Q heads, f32 and 16-bit.
+TEST(CudaParity, HeadsGatherScatter) {
+  MG_REQUIRE_GPU();
+  const int64_t B = 3, S = 7, NH = 6, NG = 2, HD = 32, N = B * S;
+  const size_t n = size_t(N * NG * (NH / NG + 2) * HD), nq = size_t(N * NH * HD);
+  const Vec x = random_vec(n, 61), heads = random_vec(nq, 62);
+  for (DType t : {DType::F32, DType::BF16}) {
+    const bool lp = t != DType::F32;
+    std::vector<uint16_t> x16 = lp ? to16(x, t) : std::vector<uint16_t>();
+    Vec xf = x;
+    void* host = lp ? static_cast<void*>(x16.data()) : xf.data();
+    auto gx = lp ? up(x16) : up(xf);
+    const cpu::FusedQKV hv = cpu::fused_qkv(host, t, B, S, NH, NG, HD);
+    const cpu::FusedQKV gv = cpu::fused_qkv(gx.get(), t, B, S, NH, NG, HD);
+    Vec k_cpu(size_t(N * NG * HD));
+    cuda::Buffer gk(k_cpu.size() * sizeof(float));
+    cpu::heads_gather(k_cpu.data(), hv.k, N, NG, HD);
+    cuda::heads_gather(gk.as<float>(), gv.k, N, NG, HD);
+    expect_close("heads gather", dtype_name(t), down(gk, k_cpu.size()), k_cpu, 0.0);
+    auto gh = up(heads);
+    cpu::heads_scatter(hv.q, heads.data(), N, NH, HD);
+    cuda::heads_scatter(gv.q, gh.as<float>(), N, NH, HD);
+    expect_close("heads scatter", dtype_name(t), lp ? down16(gx, n, t) : down(gx, n),
+                 lp ? widen(x16, t) : xf, 0.0);
+  }
+}
+
 void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments, DType operands) {
   const int64_t H = NH * HD, N = B * S;
   const bool lp = operands != DType::F32;
