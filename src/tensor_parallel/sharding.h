@@ -36,7 +36,8 @@ inline int64_t global_index(const Shape& global_shape, const Shape& local, const
   // Split the index into (outer, i along split_dim, inner).
   int64_t inner = 1;
   for (size_t d = size_t(s.split_dim) + 1; d < local.size(); ++d) inner *= local[d];
-  const int64_t local_dim = local[size_t(s.split_dim)], global_dim = local_dim * tp_size;
+  const int64_t local_dim = local[size_t(s.split_dim)];
+  const int64_t global_dim = global_shape[size_t(s.split_dim)];
   const int64_t outer = local_index / (inner * local_dim);
   const int64_t i = local_index / inner % local_dim, rest = local_index % inner;
   // Along the split dim the local rows are `stride` parts of local_dim/stride rows; part k of
