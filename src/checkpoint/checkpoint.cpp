@@ -102,12 +102,11 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   return out;
 }
 
-// The model record: every field of model/fields.h with its resolved value (F, P and HD as
-// the run used them), plus the padded vocabulary.
-json model_json(GPTConfig c) {
-  c.ffn_hidden_size = c.ffn();
-  c.max_position_embeddings = c.max_positions();
-  c.kv_channels = c.head_dim();
+// The model record: every field of model/fields.h with its resolved value (GPTConfig::
+// resolved(): F, HD, query groups, the position table as the run used them), plus the padded
+// vocabulary.
+json model_json(const GPTConfig& model) {
+  const GPTConfig c = model.resolved();
   json j;
   for (const ModelField& f : model_fields())
     std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
@@ -288,8 +287,20 @@ class CheckpointReader {
       spec.global_shape = shape;
       spec.sharding.split_dim = m.at("tp_split_dim").get<int>();
       spec.sharding.stride = m.value("tp_stride", int64_t(1));  // version 1: no strides
-      MG_USER_CHECK(spec.sharding.stride >= 1, "checkpoint '", dir_, "': piece of ", key,
-                    " has partition stride ", spec.sharding.stride);
+      const int64_t tp_size = m.at("tp_size");
+      // The shard must be a 1/tp_size slice of the global tensor along its split dim, in
+      // `stride` equal parts, or the index arithmetic would leave the tensor.
+      Shape expect = shape;
+      const int dim = spec.sharding.split_dim;
+      bool ok = tp_size >= 1 && spec.sharding.stride >= 1 && dim < int(shape.size());
+      if (ok && dim >= 0) {
+        ok = shape[size_t(dim)] % (tp_size * spec.sharding.stride) == 0;
+        expect[size_t(dim)] /= tp_size;
+      }
+      MG_USER_CHECK(ok && spec.shape == expect, "checkpoint '", dir_, "': piece of ", key,
+                    " has local shape ", shape_str(spec.shape), " split along dim ", dim,
+                    " with stride ", spec.sharding.stride, " over ", tp_size,
+                    " ranks, which is not a shard of ", shape_str(shape));
       const int64_t tp = m.at("tp_size"), r = m.at("tp_rank"), b = m.at("local_begin"),
                     n = m.at("numel"), off = m.at("offset");
       const DType t = dtype_from_name(m.at("dtype"), files_[s.file].path);
@@ -344,28 +355,44 @@ class CheckpointReader {
 
 // A model record back into a config; a field missing from the record (an older checkpoint)
 // keeps the value that checkpoint was trained with: the GPT-2 default.
-GPTConfig config_from_json(const json& m) {
+GPTConfig config_from_json(const json& m, const std::string& path) {
   GPTConfig c;
   for (const ModelField& f : model_fields()) {
     if (!m.contains(f.key)) continue;
     const json& v = m.at(f.key);
-    set_field(c, f, v.is_string() ? v.get<std::string>() : v.dump());
+    try {
+      set_field(c, f, v.is_string() ? v.get<std::string>() : v.dump());
+    } catch (const UsageError&) {
+      MG_USER_CHECK(false, "checkpoint metadata '", path, "': model field ", f.key, " = ",
+                    v.dump(), " is not a valid value");
+    }
   }
   return c;
 }
 
-// The structural fields must agree (compared resolved: F, P and HD as each run used them).
-void check_model(const json& saved, const GPTConfig& c, const std::string& path) {
-  const json now = model_json(c), was = model_json(config_from_json(saved));
-  for (const ModelField& f : model_fields()) {
-    if (!f.structural) continue;
-    MG_USER_CHECK(was.at(f.key) == now.at(f.key), "checkpoint '", path, "' was trained with ",
-                  f.key, " = ", was.at(f.key).dump(), " but this run has ", now.at(f.key).dump(),
-                  " (", f.metavar[0] ? "pass " : "set ", f.flag, " as the checkpoint has it)");
-  }
+// A field's value as the flags that give it: "--num-layers 4", "--swiglu", "no --swiglu".
+std::string as_flags(const ModelField& f, const json& v) {
+  if (f.metavar[0] != '\0')
+    return std::string(f.flag) + " " + (v.is_string() ? v.get<std::string>() : v.dump());
+  const bool on = v.get<bool>() != f.negated;
+  return (on ? "" : "no ") + std::string(f.flag);
 }
 
 }  // namespace
+
+json model_record(const GPTConfig& c) { return model_json(c); }
+
+void check_model_record(const json& saved, const GPTConfig& c, const std::string& path) {
+  const json now = model_json(c), was = model_json(config_from_json(saved, path));
+  std::string diff;
+  for (const ModelField& f : model_fields()) {
+    if (!f.structural || was.at(f.key) == now.at(f.key)) continue;
+    diff += str_cat(diff.empty() ? "" : "; ", f.key, ": checkpoint ", as_flags(f, was.at(f.key)),
+                    ", this run ", as_flags(f, now.at(f.key)));
+  }
+  MG_USER_CHECK(diff.empty(), path, " holds another model (", diff,
+                "); pass the model flags it was trained with");
+}
 
 namespace {
 
@@ -382,8 +409,8 @@ json read_metadata(const std::string& dir) {
                 " metadata file");
   const int version = meta.value("version", 0);
   MG_USER_CHECK(version >= 1 && version <= kCheckpointVersion, "'", path,
-                "' has format version ", meta.value("version", 0), "; this build reads version ",
-                kCheckpointVersion);
+                "' has format version ", meta.value("version", 0),
+                "; this build reads versions 1 to ", kCheckpointVersion);
   return meta;
 }
 
@@ -407,7 +434,9 @@ std::string latest_checkpoint_dir(const std::string& dir) {
 GPTConfig checkpoint_model_config(const std::string& dir) {
   const std::string ckdir = latest_checkpoint_dir(dir);
   MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatest, ")");
-  return config_from_json(read_metadata(ckdir).at("model"));  // the fields model_json() writes
+  GPTConfig c = config_from_json(read_metadata(ckdir).at("model"), ckdir);  // model_json()'s fields
+  c.validate();
+  return c;
 }
 
 bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
@@ -421,7 +450,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     return false;
   }
   const json meta = read_metadata(dir);
-  check_model(meta.at("model"), c.model, dir);
+  check_model_record(meta.at("model"), c.model, "checkpoint '" + dir + "'");
   CheckpointReader reader(dir, meta);
 
   const bool load_optim =
@@ -455,9 +484,9 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     const std::vector<float> g = reader.global(key, shape);
     for (const LocalPiece* pc : pieces) {
       const ParamSpec& p = *pc->p;
-      // Only the word embedding may differ, in its padded vocabulary rows (padding depends on
-      // TP): shared rows are copied, extra rows stay zero.
-      const bool rows_may_differ = param_name(p) == kEmbedding && shape.size() == 2 &&
+      // Only the vocabulary tensors (word embedding, output layer) may differ, in their padded
+      // rows (padding depends on TP): shared rows are copied, extra rows stay zero.
+      const bool rows_may_differ = p.sharding.vocab_padded && shape.size() == 2 &&
                                    shape[1] == p.global_shape[1];
       MG_USER_CHECK(shape == p.global_shape || rows_may_differ, "checkpoint '", dir, "': ", key,
                     " has shape ", shape_str(shape), " but this model expects ",

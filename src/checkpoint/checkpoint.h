@@ -9,6 +9,8 @@
 #pragma once
 #include <string>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
@@ -43,6 +45,12 @@ struct CheckpointIO {
 std::string checkpoint_dir_name(int64_t iteration);  // "iter_0000010"
 // The directory of dir's latest complete checkpoint ("" when dir holds none).
 std::string latest_checkpoint_dir(const std::string& dir);
+// Stops with one message listing every structural field (model/fields.cpp) on which the model
+// record `saved` (a checkpoint's "model", or a --dump-final-params file's) and cfg disagree, as
+// the flags that give each; `where` names the file ("checkpoint 'DIR'").
+void check_model_record(const nlohmann::json& saved, const GPTConfig& cfg, const std::string& where);
+// The model record of cfg (every field, resolved), as checkpoints store it.
+nlohmann::json model_record(const GPTConfig& cfg);
 // The model config recorded in the latest checkpoint under dir.
 GPTConfig checkpoint_model_config(const std::string& dir);
 

@@ -71,12 +71,11 @@ void convert(const ConvertConfig& cfg) {
     return;
   }
   const GPTConfig mc = checkpoint_model_config(cfg.load);
-  MG_USER_CHECK(mc.gpt2_architecture(), "--load ", cfg.load,
-                ": megatron convert writes Hugging Face GPT-2 only, and this checkpoint is another "
-                "architecture (", mc.normalization, ", ", mc.position_embedding_type,
-                mc.swiglu ? ", SwiGLU" : "", mc.query_groups() < mc.num_attention_heads ? ", GQA" : "",
-                mc.tied_output() ? "" : ", untied output",
-                "): converting it is not supported by megatron-cpp yet");
+  std::string features;
+  for (const std::string& f : mc.non_gpt2_features()) features += (features.empty() ? "" : ", ") + f;
+  MG_USER_CHECK(features.empty(), "--load ", cfg.load,
+                ": megatron convert writes Hugging Face GPT-2 only, and this checkpoint's model "
+                "has ", features, ": converting it is not supported by megatron-cpp yet");
   Holder h(mc);
   h.train.load = cfg.load;
   h.train.no_load_optim = true;

@@ -22,10 +22,11 @@ std::vector<Option<Config>> model_options(ModelOf model_of) {
                      return field_text(model_of(const_cast<Config&>(c)), f);
                    }});
   }
-  // Megatron's older spelling of --position-embedding-type none.
-  out.push_back({"--no-position-embedding", "", "no position embedding (--position-embedding-type none)",
+  // Megatron's switch: no learned position table (RoPE, if chosen, stays on), whatever the order.
+  out.push_back({"--no-position-embedding", "",
+                 "no learned position table (with --position-embedding-type rope, RoPE stays on)",
                  [model_of](Config& c, const std::vector<std::string>&) {
-                   model_of(c).position_embedding_type = "none";
+                   model_of(c).no_position_embedding = true;
                  },
                  [](const Config&) { return std::string(); }});
   return out;

@@ -28,6 +28,10 @@ void GenerateConfig::validate() const {
 namespace {
 
 void load(GPTModel& model, const std::string& path) {
+  // Settings that change no shape (RoPE on or off, its base, ...) are checked against the
+  // model record written beside the parameters (dumps older than it have none).
+  if (std::ifstream rf(path + ".model.json"); rf.good())
+    check_model_record(nlohmann::json::parse(rf), model.config(), "--load-params '" + path + "'");
   std::ifstream mf(path + ".json");
   MG_USER_CHECK(mf.good(), "--load-params: cannot read '", path, ".json' (written beside the "
                 "parameters by --dump-final-params)");

@@ -14,11 +14,17 @@ Sharding split(int dim, int64_t stride = 1) {
   s.stride = stride;
   return s;
 }
+Sharding vocab_rows() {  // vocab-parallel: rows split, their count padded for the TP size
+  Sharding s = split(0);
+  s.vocab_padded = true;
+  return s;
+}
 }  // namespace
 
 void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t max_positions,
                       bool learned_positions, const InitScales& init) {
-  out.push_back({"embedding.word_embeddings.weight", {V, H}, split(0), InitKind::Normal, init.std});
+  out.push_back({"embedding.word_embeddings.weight", {V, H}, vocab_rows(), InitKind::Normal,
+                 init.std});
   if (learned_positions)
     out.push_back({"embedding.position_embeddings.weight", {max_positions, H}, Sharding{},
                    InitKind::Normal, init.std});
@@ -73,7 +79,7 @@ void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const 
 
 void output_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, bool tied_copy,
                    const InitScales& init) {
-  Sharding s = split(0);
+  Sharding s = vocab_rows();
   s.tied_copy = tied_copy;
   out.push_back({"output_layer.weight", {V, H}, s, tied_copy ? InitKind::Zeros : InitKind::Normal,
                  tied_copy ? 0.f : init.std});

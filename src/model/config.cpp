@@ -37,6 +37,41 @@ std::vector<float> GPTConfig::rope_inv_freq() const {
   return f;
 }
 
+std::vector<std::string> GPTConfig::non_gpt2_features() const {
+  std::vector<std::string> f;
+  if (norm() != NormKind::LayerNorm) f.push_back(normalization);
+  if (!learned_positions()) f.push_back("position embedding " + (rope() ? std::string("rope") : "none"));
+  if (swiglu) f.push_back("SwiGLU");
+  if (!add_bias_linear || add_qkv_bias) f.push_back("other linear biases");
+  if (!tied_output()) f.push_back("untied output layer");
+  if (query_groups() != num_attention_heads) f.push_back("grouped-query attention");
+  if (head_dim() * num_attention_heads != hidden_size) f.push_back("--kv-channels");
+  if (qk_layernorm) f.push_back("--qk-layernorm");
+  return f;
+}
+
+GPTConfig GPTConfig::resolved() const {
+  GPTConfig c = *this;
+  const GPTConfig defaults;
+  c.ffn_hidden_size = ffn();
+  c.kv_channels = head_dim();
+  c.num_query_groups = query_groups();
+  c.group_query_attention = query_groups() != num_attention_heads;
+  c.add_qkv_bias = add_bias_linear || add_qkv_bias;
+  if (!learned_positions() && position_embedding_type == "learned_absolute")
+    c.position_embedding_type = "none";
+  c.no_position_embedding = false;
+  c.max_position_embeddings = learned_positions() ? max_positions() : 0;
+  if (!rope()) {
+    c.rotary_base = defaults.rotary_base;
+    c.rotary_percent = defaults.rotary_percent;
+    c.rotary_interleaved = defaults.rotary_interleaved;
+    c.use_rope_scaling = defaults.use_rope_scaling;
+  }
+  if (!c.use_rope_scaling) c.rope_scaling_factor = defaults.rope_scaling_factor;
+  return c;
+}
+
 LayerSpec GPTConfig::layer_spec(int64_t) const {
   LayerSpec s;
   s.norm = norm();
@@ -60,7 +95,8 @@ int64_t GPTConfig::num_parameters() const {
 // 6 FLOPs per parameter per token (2 forward, 4 backward) plus 12 * L * NH * HD * S for the
 // attention core (Q K^T and P V, forward and backward, without halving for the causal mask).
 double GPTConfig::train_flops_per_token() const {
-  return 6.0 * double(num_parameters()) + 12.0 * double(num_layers) *
+  const double lookup = tied_output() ? 0.0 : double(padded_vocab_size() * hidden_size);
+  return 6.0 * (double(num_parameters()) - lookup) + 12.0 * double(num_layers) *
                                               double(num_attention_heads * head_dim()) *
                                               double(seq_length);
 }

@@ -17,7 +17,8 @@ struct GPTConfig {
   int64_t num_layers = 12;               // L: transformer layers
   int64_t hidden_size = 768;             // H
   int64_t num_attention_heads = 12;      // NH
-  int64_t ffn_hidden_size = 0;           // F; 0 means 4H (Megatron's default, also for SwiGLU)
+  int64_t ffn_hidden_size = 0;           // F; 0: Megatron's default, 4H, or with SwiGLU
+                                         // int(8H/3 / 64) * 64 (the same parameters as 4H GELU)
   int64_t seq_length = 1024;             // S: tokens per sample
   int64_t max_position_embeddings = 0;   // rows of the position table; 0 means seq_length
   int64_t vocab_size = 50257;            // V before padding
@@ -28,6 +29,8 @@ struct GPTConfig {
                                          // a multiple of make_vocab_size_divisible_by x TP)
   std::string normalization = "LayerNorm";  // LayerNorm | RMSNorm
   std::string position_embedding_type = "learned_absolute";  // learned_absolute | rope | none
+  bool no_position_embedding = false;    // Megatron's --no-position-embedding: no learned table
+                                         // (RoPE, when chosen, stays on)
   float rotary_base = 10000.f;           // RoPE: inv_freq[j] = base^(-2j/dim)
   float rotary_percent = 1.f;            // RoPE: fraction of each head's channels rotated
   bool rotary_interleaved = false;       // RoPE: pair channels (2j, 2j+1), not (j, j + dim/2)
@@ -43,7 +46,10 @@ struct GPTConfig {
   bool untie_embeddings_and_output_weights = false;  // an output layer of its own
   bool qk_layernorm = false;             // normalize each Q and K head before RoPE
 
-  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t ffn() const {
+    if (ffn_hidden_size > 0) return ffn_hidden_size;
+    return swiglu ? int64_t(double(4 * hidden_size) * 2.0 / 3.0 / 64.0) * 64 : 4 * hidden_size;
+  }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
   }
@@ -51,7 +57,9 @@ struct GPTConfig {
   int64_t query_groups() const {
     return group_query_attention ? num_query_groups : num_attention_heads;
   }
-  bool learned_positions() const { return position_embedding_type == "learned_absolute"; }
+  bool learned_positions() const {
+    return position_embedding_type == "learned_absolute" && !no_position_embedding;
+  }
   bool rope() const { return position_embedding_type == "rope"; }
   bool tied_output() const { return !untie_embeddings_and_output_weights; }
   NormKind norm() const { return normalization == "RMSNorm" ? NormKind::RMSNorm : NormKind::LayerNorm; }
@@ -61,13 +69,14 @@ struct GPTConfig {
   // RoPE's inverse frequencies (rotary_dim()/2 of them), scaled for Llama 3.1 when asked.
   std::vector<float> rope_inv_freq() const;
   LayerSpec layer_spec(int64_t layer) const;
-  // GPT-2's architecture (LayerNorm, learned positions, GELU, biases, MHA, tied output): what
-  // the Hugging Face GPT-2 conversion can write.
-  bool gpt2_architecture() const {
-    return norm() == NormKind::LayerNorm && learned_positions() && !swiglu && add_bias_linear &&
-           tied_output() && query_groups() == num_attention_heads &&
-           head_dim() * num_attention_heads == hidden_size;
-  }
+  // What sets this model apart from GPT-2's architecture (LayerNorm, learned positions, GELU,
+  // biases, MHA with H / NH channels per head, tied output), e.g. {"RMSNorm", "SwiGLU"}; empty
+  // for a GPT-2 (what the Hugging Face GPT-2 conversion can write).
+  std::vector<std::string> non_gpt2_features() const;
+  // The same model with every derived or inactive field in one canonical form (F, HD, query
+  // groups and the position table resolved; RoPE settings reset when RoPE is off; the QKV bias
+  // flag as used): two configs describe the same model exactly when their resolved forms agree.
+  GPTConfig resolved() const;
   // Megatron's padding: the smallest multiple of make_vocab_size_divisible_by (x TP) >= V.
   int64_t padded_vocab_size(int64_t tp_size = 0) const {
     const int64_t m = make_vocab_size_divisible_by * (tp_size > 0 ? tp_size : vocab_pad_tp);
@@ -75,8 +84,8 @@ struct GPTConfig {
   }
   // Parameter count, exactly: the sum over the single-rank parameter layout.
   int64_t num_parameters() const;
-  // Model FLOPs per token for training: 6 * params + 12 * L * NH * HD * S (full-attention
-  // convention).
+  // Model FLOPs per token for training: 6 * (params - the input embedding of an untied model,
+  // which is a lookup, not a GEMM) + 12 * L * NH * HD * S (full-attention convention).
   double train_flops_per_token() const;
 
   // Throws UsageError naming the flag when values are inconsistent.

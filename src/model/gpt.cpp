@@ -239,23 +239,29 @@ void GPTModel::final_norm_backward(Slot& s) {
 
 LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  auto vec = [&](const char* suffix) -> float* {
+  const LayerSpec spec = cfg_.layer_spec(layer);
+  // A parameter the spec says the layer has must be in the layout (and an absent one must not),
+  // so a misspelt name is an error here, not a null weight in a kernel.
+  auto vec = [&](const char* suffix, bool present) -> float* {
     const std::string n = p + suffix;
-    if (!layout_.has(n)) return nullptr;  // RMSNorm's bias, --disable-bias-linear
+    MG_CHECK(layout_.has(n) == present, n, present ? " missing from" : " unexpected in",
+             " the parameter layout");
+    if (!present) return nullptr;
     return for_grads ? grads() + layout_.get(n).offset : param(n.c_str());
   };
   auto mat = [&](const char* suffix) -> void* {
     const std::string n = p + suffix;
     return for_grads ? grads() + layout_.get(n).offset : const_cast<void*>(matrix(n.c_str()).data);
   };
-  return {vec("input_layernorm.weight"),          vec("input_layernorm.bias"),
-          mat("self_attention.linear_qkv.weight"),  vec("self_attention.linear_qkv.bias"),
-          mat("self_attention.linear_proj.weight"), vec("self_attention.linear_proj.bias"),
-          vec("self_attention.q_layernorm.weight"), vec("self_attention.q_layernorm.bias"),
-          vec("self_attention.k_layernorm.weight"), vec("self_attention.k_layernorm.bias"),
-          vec("pre_mlp_layernorm.weight"),         vec("pre_mlp_layernorm.bias"),
-          mat("mlp.linear_fc1.weight"),            vec("mlp.linear_fc1.bias"),
-          mat("mlp.linear_fc2.weight"),            vec("mlp.linear_fc2.bias")};
+  const bool ln = spec.norm == NormKind::LayerNorm, qk = spec.qk_layernorm, bias = spec.linear_bias;
+  return {vec("input_layernorm.weight", true),          vec("input_layernorm.bias", ln),
+          mat("self_attention.linear_qkv.weight"),      vec("self_attention.linear_qkv.bias", spec.qkv_bias),
+          mat("self_attention.linear_proj.weight"),     vec("self_attention.linear_proj.bias", bias),
+          vec("self_attention.q_layernorm.weight", qk), vec("self_attention.q_layernorm.bias", qk && ln),
+          vec("self_attention.k_layernorm.weight", qk), vec("self_attention.k_layernorm.bias", qk && ln),
+          vec("pre_mlp_layernorm.weight", true),        vec("pre_mlp_layernorm.bias", ln),
+          mat("mlp.linear_fc1.weight"),                 vec("mlp.linear_fc1.bias", bias),
+          mat("mlp.linear_fc2.weight"),                 vec("mlp.linear_fc2.bias", bias)};
 }
 
 void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {

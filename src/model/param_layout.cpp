@@ -39,8 +39,9 @@ void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp) {
     bucket_start = next = padded;
   };
   for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    const bool shared = it->name == "embedding.word_embeddings.weight" ||
-                        it->name == "output_layer.weight";
+    // The word embedding and its tied copy (not an untied output layer: Megatron isolates
+    // only the shared embedding).
+    const bool shared = it->name == "embedding.word_embeddings.weight" || it->sharding.tied_copy;
     if (shared && next > bucket_start) close(next);
     it->offset = round_up(next, align);
     next = it->offset + it->numel();

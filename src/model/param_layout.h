@@ -50,8 +50,8 @@ class ParamLayout {
 
   // Megatron's distributed-optimizer buffer layout: parameters placed in reverse order (the
   // order backward finishes them), each start aligned to 64 elements, a bucket closed once it
-  // reaches bucket_size elements (the word embedding always alone), every bucket end padded to
-  // a multiple of lcm(dp, 128) so buckets split evenly into DP shards. Offsets are rewritten;
+  // reaches bucket_size elements (the word embedding and its tied copy always alone), every
+  // bucket end padded to a multiple of lcm(dp, 128) so buckets split evenly into DP shards. Offsets are rewritten;
   // padding elements belong to no parameter.
   // dp = 0: plain data parallelism, the same order and buckets with no alignment or padding.
   void assign_buckets(int64_t bucket_size, int64_t dp);

@@ -18,6 +18,7 @@ struct Sharding {
   bool tp_partial = false;         // replicated param used on TP-split activations (the Q/K
                                    // head norms): its grads are partial on every TP rank
   bool tied_copy = false;          // last stage's copy of the word embedding (PP > 1)
+  bool vocab_padded = false;       // rows are the padded vocabulary (their count depends on TP)
   bool split() const { return split_dim >= 0; }
 };
 

@@ -63,6 +63,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "or --hidden-size ", model.hidden_size, " / --num-attention-heads ",
                   model.num_attention_heads, ") is ", head_dim,
                   "; change one of them, or train with --device cpu");
+    const int64_t heads_local = model.num_attention_heads / std::max(1, parallel.tp());
+    MG_USER_CHECK(micro_batch_size * heads_local <= 65535, "--device cuda: the attention kernels "
+                  "launch one grid row per (sample, head) and take at most 65535, but "
+                  "--micro-batch-size ", micro_batch_size, " x ", heads_local,
+                  " heads per TP rank is ", micro_batch_size * heads_local,
+                  "; lower --micro-batch-size or train with --device cpu");
   }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");

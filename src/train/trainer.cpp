@@ -169,6 +169,11 @@ void write_params(const std::string& path, const std::vector<float>& flat, const
   mf << manifest.dump(1) << "\n";
   mf.close();
   MG_USER_CHECK(mf.good(), "--dump-final-params: cannot write '", path, ".json'");
+  // The model record, as a checkpoint keeps it: generate --load-params checks its flags with it.
+  std::ofstream rf(path + ".model.json");
+  rf << model_record(mc).dump(1) << "\n";
+  rf.close();
+  MG_USER_CHECK(rf.good(), "--dump-final-params: cannot write '", path, ".model.json'");
 }
 
 }  // namespace

@@ -133,6 +133,44 @@ TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {
   expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"}}, llama);
 }
 
+// An untied output layer is padded like the word embedding: vocab 1100 pads to 1152 rows at
+// TP 1 and to 1280 at TP 2. A TP-1 checkpoint loads at TP 2 (shared rows copied, new rows zero),
+// and `generate --load` of a TP-2 checkpoint rebuilds the single-rank model.
+TEST(Checkpoint, UntiedOutputLayerReshardsAcrossVocabularyPadding) {
+  TempDir d;
+  const std::string llama =
+      kModel + " --vocab-size 1100 --normalization RMSNorm --swiglu --ffn-hidden-size 64"
+               " --position-embedding-type rope --untie-embeddings-and-output-weights";
+  const auto save = run(1, "--save " + d.str("ck") + " --exit-interval 10", llama);
+  ASSERT_EQ(save.exit_code, 0) << save.output;
+  const auto tp2 = run(2, "--tensor-model-parallel-size 2 --train-iters 12 --load " + d.str("ck") +
+                              " --save " + d.str("ck"), llama);
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  EXPECT_NE(tp2.output.find("loaded checkpoint"), std::string::npos) << tp2.output;
+  const auto l = losses(tp2);
+  ASSERT_EQ(l.size(), 2u) << tp2.output;
+  EXPECT_TRUE(std::isfinite(l[0]) && std::isfinite(l[1]));
+  const auto g = testing::run_command(std::string(MG_BINARY) +
+                                      " generate --tokenizer-type NullTokenizer --vocab-size 1100"
+                                      " --load " + d.str("ck") + " --prompt '1 2 3' --max-new-tokens 2");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+}
+
+// The model record names every differing setting as its flags, in one message.
+TEST(Checkpoint, LlamaIntoGpt2RunNamesEveryDifference) {
+  TempDir d;
+  const std::string llama = kModel + " --normalization RMSNorm --swiglu --ffn-hidden-size 64"
+                                     " --position-embedding-type rope --train-iters 4";
+  ASSERT_EQ(run(1, "--save " + d.str("ck"), llama).exit_code, 0);
+  const auto r = run(1, "--train-iters 5 --load " + d.str("ck"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const char* want : {"normalization: checkpoint --normalization RMSNorm, this run "
+                           "--normalization LayerNorm",
+                           "swiglu: checkpoint --swiglu, this run no --swiglu",
+                           "--position-embedding-type rope", "ffn_hidden_size"})
+    EXPECT_NE(r.output.find(want), std::string::npos) << want << "\n" << r.output;
+}
+
 std::string latest(const TempDir& d) {
   std::ifstream f(d.str("ck/latest_checkpointed_iteration.txt"));
   std::string s;

@@ -37,6 +37,34 @@ TEST(ModelConfig, ParameterCountsOfPublishedLlamas) {
   EXPECT_EQ(llama(5120, 40, 40, 40, 13824, 32000).num_parameters(), 13015864320);  // Llama 2 13B
 }
 
+// Megatron's defaults: --swiglu without --ffn-hidden-size is int(8H/3 / 64) * 64 wide (the
+// parameters of a 4H GELU MLP); RoPE with --no-position-embedding keeps RoPE.
+TEST(ModelConfig, MegatronDefaultsAndResolvedForm) {
+  GPTConfig c;
+  c.hidden_size = 4096;
+  c.num_attention_heads = 32;
+  EXPECT_EQ(c.ffn(), 16384);
+  c.swiglu = true;
+  EXPECT_EQ(c.ffn(), 10880);
+  c.position_embedding_type = "rope";
+  c.no_position_embedding = true;
+  EXPECT_TRUE(c.rope());
+  EXPECT_FALSE(c.learned_positions());
+  GPTConfig gpt2;
+  gpt2.no_position_embedding = true;
+  EXPECT_EQ(gpt2.resolved().position_embedding_type, "none");
+  // Inactive settings do not make two configs differ.
+  GPTConfig a = gpt2, b = gpt2;
+  b.rotary_base = 500000.f;   // no RoPE: unused
+  b.num_query_groups = 7;     // no --group-query-attention: unused
+  b.max_position_embeddings = 4096;  // no learned table: unused
+  EXPECT_EQ(field_text(a.resolved(), model_fields()[0]), field_text(b.resolved(), model_fields()[0]));
+  for (const ModelField& f : model_fields())
+    EXPECT_EQ(field_text(a.resolved(), f), field_text(b.resolved(), f)) << f.key;
+  EXPECT_EQ(GPTConfig{}.non_gpt2_features().size(), 0u);
+  EXPECT_EQ(c.non_gpt2_features(), (std::vector<std::string>{"position embedding rope", "SwiGLU"}));
+}
+
 // Every element of every TP shard maps to a distinct global element, and a strided split puts
 // local row i of rank r where Megatron's partition stride does.
 TEST(Sharding, StridedSplitCoversTheGlobalTensorOnce) {

@@ -111,5 +111,21 @@ TEST(TrainE2E, GenerateContinuesTheLearnedSequenceWithALlama) {
       " --untie-embeddings-and-output-weights --seq-length 32 --vocab-size 256");
 }
 
+// Megatron's --no-position-embedding drops the learned table only: with RoPE chosen it changes
+// nothing, whatever the flag order; with learned positions it equals --position-embedding-type
+// none.
+TEST(TrainE2E, NoPositionEmbeddingKeepsRope) {
+  const std::string run = kRun + " --train-iters 5 --lr-warmup-iters 1 --log-interval 1";
+  const auto rope = testing::run_command(run + " --position-embedding-type rope");
+  const auto rope_no_pe = testing::run_command(run + " --no-position-embedding"
+                                                     " --position-embedding-type rope");
+  const auto none = testing::run_command(run + " --position-embedding-type none");
+  const auto no_pe = testing::run_command(run + " --no-position-embedding");
+  for (const auto* r : {&rope, &rope_no_pe, &none, &no_pe}) ASSERT_EQ(r->exit_code, 0) << r->output;
+  EXPECT_EQ(losses(rope_no_pe.output), losses(rope.output));
+  EXPECT_EQ(losses(no_pe.output), losses(none.output));
+  EXPECT_NE(losses(rope.output), losses(none.output));
+}
+
 }  // namespace
 }  // namespace mg
