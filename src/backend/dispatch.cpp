@@ -1,14 +1,13 @@
 #include "backend/dispatch.h"
 
-#include <cstring>
 #include <string>
 
 #include "core/error.h"
 #include "core/timers.h"
+#include "tensor/device_runtime.h"
 #ifdef MG_HAS_CUDA
 #include "backend/cuda/device.h"
 #include "backend/cuda/ops.h"
-#include "comm/nccl_communicator.h"
 #endif
 
 namespace mg::ops {
@@ -26,15 +25,17 @@ bool cuda_available(std::string* why) {
 #endif
 }
 
-void set_device(Device d) {
+void set_device(Device d, int local_rank) {
   if (d == Device::CUDA) {
     std::string why;
     MG_USER_CHECK(cuda_available(&why), "--device cuda: no usable GPU: ", why,
                   "; run with --device cpu");
 #ifdef MG_HAS_CUDA
-    select_local_gpu();
+    cuda::select_local_gpu(local_rank);
+    register_device_runtime(cuda::device_runtime());
 #endif
   }
+  (void)local_rank;
   g_device = d;
 }
 
@@ -65,50 +66,14 @@ void synchronize() {
 #endif
 }
 
-void* alloc(size_t bytes, Device d) {
-#ifdef MG_HAS_CUDA
-  if (d == Device::CUDA) return cuda::alloc(bytes);
-#endif
-  MG_CHECK(d == Device::CPU, "CUDA memory requested in a build without the CUDA backend");
-  return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-}
-
-void release(void* p, Device d) {
-#ifdef MG_HAS_CUDA
-  if (d == Device::CUDA) return cuda::release(p);
-#endif
-  (void)d;
-  std::free(p);
-}
-
-void memset_zero(void* p, size_t bytes, Device d) {
-  if (!bytes) return;
-#ifdef MG_HAS_CUDA
-  if (d == Device::CUDA) return cuda::memset_zero(p, bytes);
-#endif
-  (void)d;
-  std::memset(p, 0, bytes);
-}
-
+// Tensor memory is tensor/'s (device_runtime.h); these keep the op set's names for it.
+void* alloc(size_t bytes, Device d) { return runtime::alloc(bytes, d); }
+void release(void* p, Device d) { runtime::release(p, d); }
+void memset_zero(void* p, size_t bytes, Device d) { runtime::memset_zero(p, bytes, d); }
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
-  if (!bytes) return;
-#ifdef MG_HAS_CUDA
-  if (dst_device == Device::CUDA && src_device == Device::CUDA)
-    return cuda::copy_on_device(dst, src, bytes);
-  if (dst_device == Device::CUDA) return cuda::copy_to_device(dst, src, bytes);
-  if (src_device == Device::CUDA) return cuda::copy_to_host(dst, src, bytes);
-#endif
-  (void)dst_device, (void)src_device;
-  std::memmove(dst, src, bytes);
+  runtime::copy(dst, dst_device, src, src_device, bytes);
 }
-
-Device where(const void* p) {
-#ifdef MG_HAS_CUDA
-  if (p && on_cuda() && cuda::is_device_pointer(p)) return Device::CUDA;
-#endif
-  (void)p;
-  return Device::CPU;
-}
+Device where(const void* p) { return runtime::where(p); }
 
 // Every op of the list: the CUDA twin when the compute device is a GPU, else the CPU op; the
 // timed ones count their GPU time under their phase (a GPU run's timers synchronize the device,

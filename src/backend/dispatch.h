@@ -23,9 +23,10 @@ using cpu::Mat;
 using cpu::MatOut;
 using cpu::Range;
 
-// The compute device of this process. set_device(CUDA) checks that a GPU is usable and selects
-// the GPU of this rank: its node-local rank (from the launcher) modulo the GPU count.
-void set_device(Device d);
+// The compute device of this process. set_device(CUDA) checks that a GPU is usable, selects
+// the GPU of this rank (local_rank, its place among its node's ranks: comm's local_rank(),
+// modulo the GPU count) and registers the CUDA memory functions with tensor/device_runtime.h.
+void set_device(Device d, int local_rank = 0);
 Device device();
 bool on_cuda();
 // Whether this build has the CUDA backend and the runtime finds a GPU; *why says why not.
@@ -39,7 +40,8 @@ int64_t device_bytes_peak();
 // --timing-log-level call it where each timed phase starts and stops (timers::set_sync).
 void synchronize();
 
-// Memory on a device, and copies where either side may be host or device.
+// Memory on a device, and copies where either side may be host or device: tensor/'s
+// device_runtime.h under the op set's names.
 void* alloc(size_t bytes, Device d);
 void release(void* p, Device d);
 void memset_zero(void* p, size_t bytes, Device d);

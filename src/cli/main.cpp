@@ -58,7 +58,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   std::optional<mg::ProcessGroups> groups;
   try {
     // A GPU run selects its GPU before any NCCL group exists.
-    if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA);
+    if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA, mg::local_rank());
     groups.emplace(!mpi.active()          ? mg::make_single_process_groups()
                    : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
                                           : mg::make_mpi_process_groups(grid));

@@ -189,6 +189,25 @@ void MpiSession::abort(int code) {
   std::exit(code);
 }
 
+int local_rank() {
+  static const int cached = [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      MPI_Comm node;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      int rank = 0;
+      MPI_Comm_rank(node, &rank);
+      MPI_Comm_free(&node);
+      return rank;
+    }
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+      if (const char* v = std::getenv(var)) return std::atoi(v);
+    return 0;
+  }();
+  return cached;
+}
+
 std::unique_ptr<Communicator> mpi_world() {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }

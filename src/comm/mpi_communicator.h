@@ -24,6 +24,12 @@ class MpiSession {
   bool active_ = false;
 };
 
+// This rank's place among the ranks of its node. From MPI when it is running (the ranks
+// sharing memory; every rank must call it then), else the launcher's variables
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else 0. A GPU run picks its
+// GPU by it (ops::set_device).
+int local_rank();
+
 // The whole job.
 std::unique_ptr<Communicator> mpi_world();
 // Splits MPI_COMM_WORLD into the given disjoint groups (world ranks, in group order; every

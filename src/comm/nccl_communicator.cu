@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/check.cuh"
 #include "comm/mpi_split.h"
 #include "comm/nccl_communicator.h"
+#include "core/cuda_check.h"
+#include "tensor/device_runtime.h"
 
 #define MG_NCCL_CHECK(call)                                                              \
   do {                                                                                   \
@@ -22,6 +23,10 @@
 namespace mg {
 
 namespace {
+
+// The compute stream every collective is queued on (tensor/device_runtime.h: the CUDA
+// backend's, registered by ops::set_device).
+cudaStream_t stream() { return static_cast<cudaStream_t>(runtime::stream()); }
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -39,7 +44,7 @@ class EventRequest : public CommRequest {
  public:
   EventRequest() {
     MG_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
-    MG_CUDA_CHECK(cudaEventRecord(ev_, cuda::compute_stream()));
+    MG_CUDA_CHECK(cudaEventRecord(ev_, stream()));
   }
   ~EventRequest() override {
     cudaEventSynchronize(ev_);
@@ -69,7 +74,7 @@ class NcclCommunicator : public Communicator {
     MG_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
   }
   ~NcclCommunicator() override {
-    cudaStreamSynchronize(cuda::compute_stream());
+    cudaStreamSynchronize(stream());
     ncclCommDestroy(nccl_);
     MPI_Comm_free(&mpi_);
   }
@@ -80,7 +85,7 @@ class NcclCommunicator : public Communicator {
     if (size_ == 1 || n == 0) return;
     MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32,
                                 op == ReduceOp::Sum ? ncclSum : ncclMax, nccl_, stream()));
-    cuda::synchronize();
+    runtime::synchronize();
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
   }
   std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
@@ -102,16 +107,16 @@ class NcclCommunicator : public Communicator {
   }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
     queue_reduce_scatter(in, out, n_out);
-    cuda::synchronize();
+    runtime::synchronize();
   }
   void all_gather(const void* in, void* out, int64_t n_in, DType t) override {
     queue_all_gather(in, out, n_in, t);
-    cuda::synchronize();
+    runtime::synchronize();
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size_ == 1 || n == 0) return;
     MG_NCCL_CHECK(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, nccl_, stream()));
-    cuda::synchronize();
+    runtime::synchronize();
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
@@ -126,18 +131,17 @@ class NcclCommunicator : public Communicator {
       }
     }
     MG_NCCL_CHECK(ncclGroupEnd());
-    cuda::synchronize();
+    runtime::synchronize();
   }
   void barrier() override {
-    cuda::synchronize();
+    runtime::synchronize();
     MPI_Barrier(mpi_);
   }
 
  private:
-  static cudaStream_t stream() { return cuda::compute_stream(); }
   void queue_reduce_scatter(const float* in, float* out, int64_t n_out) {
     if (size_ == 1) {
-      cuda::copy_on_device(out, in, size_t(n_out) * sizeof(float));
+      runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_out) * sizeof(float));
       return;
     }
     MG_NCCL_CHECK(ncclReduceScatter(in, out, size_t(n_out), ncclFloat32, ncclSum, nccl_, stream()));
@@ -145,7 +149,7 @@ class NcclCommunicator : public Communicator {
   }
   void queue_all_gather(const void* in, void* out, int64_t n_in, DType t) {
     if (size_ == 1) {
-      cuda::copy_on_device(out, in, size_t(n_in) * dtype_size(t));
+      runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_in) * dtype_size(t));
       return;
     }
     MG_NCCL_CHECK(ncclAllGather(in, out, size_t(n_in), nccl_type(t), nccl_, stream()));
@@ -158,33 +162,6 @@ class NcclCommunicator : public Communicator {
 };
 
 }  // namespace
-
-int local_rank() {
-  static const int cached = [] {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized) {
-      MPI_Comm node;
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-      int rank = 0;
-      MPI_Comm_rank(node, &rank);
-      MPI_Comm_free(&node);
-      return rank;
-    }
-    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-      if (const char* v = std::getenv(var)) return std::atoi(v);
-    return 0;
-  }();
-  return cached;
-}
-
-int select_local_gpu() {
-  const int n = cuda::device_count();
-  MG_USER_CHECK(n > 0, "no CUDA device visible to this rank (CUDA_VISIBLE_DEVICES?)");
-  const int dev = local_rank() % n;
-  cuda::set_device(dev);
-  return dev;
-}
 
 void check_one_gpu_per_rank() {
   constexpr int kIdLen = 32;

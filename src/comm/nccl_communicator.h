@@ -1,5 +1,5 @@
 // NCCL implementation of Communicator for ranks that each own one GPU: buffers are device
-// pointers, collectives are queued on the CUDA compute stream (backend/cuda/device.h) and the
+// pointers, collectives are queued on the CUDA compute stream (tensor/device_runtime.h) and the
 // blocking calls return once that stream has finished them. Bootstrapped through MPI: rank 0 of
 // the group makes the NCCL unique id and broadcasts it over the group's MPI communicator. Built
 // only with the CUDA backend (MG_HAS_CUDA). Byte counters follow the MPI communicator's
@@ -12,13 +12,6 @@
 
 namespace mg {
 
-// This rank's place among the ranks of its node. From MPI when it is running (the ranks
-// sharing memory; every rank must call it then), else the launcher's variables
-// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else 0.
-int local_rank();
-// Picks this rank's GPU: its node-local rank modulo the visible devices. Returns the device
-// ordinal chosen.
-int select_local_gpu();
 // NCCL needs a GPU of its own for every rank: a usage error (naming --distributed-backend mpi)
 // when two ranks of this node have selected the same GPU, told apart by PCI bus id, so a
 // launcher that gives each rank one GPU through CUDA_VISIBLE_DEVICES passes. Collective over

@@ -1,6 +1,6 @@
-#include "backend/dispatch.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -8,7 +8,7 @@ namespace {
 
 // out = in, wherever each lives (GPU buffers under --device cuda).
 void move(void* out, const void* in, size_t bytes) {
-  ops::copy(out, ops::where(out), in, ops::where(in), bytes);
+  runtime::copy(out, runtime::where(out), in, runtime::where(in), bytes);
 }
 
 class Done : public CommRequest {

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "backend/dispatch.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -14,21 +14,21 @@ class Staged {
  public:
   Staged(const void* user, size_t bytes, Device inner, bool copy_in)
       : user_(const_cast<void*>(user)), bytes_(bytes), inner_(inner) {
-    if (!user || !bytes || ops::where(user) == inner) return;
-    user_device_ = ops::where(user);
-    own_ = ops::alloc(bytes, inner);
-    if (copy_in) ops::copy(own_, inner, user, user_device_, bytes);
-    if (inner == Device::CPU) ops::synchronize();  // the host copy must be complete
+    if (!user || !bytes || runtime::where(user) == inner) return;
+    user_device_ = runtime::where(user);
+    own_ = runtime::alloc(bytes, inner);
+    if (copy_in) runtime::copy(own_, inner, user, user_device_, bytes);
+    if (inner == Device::CPU) runtime::synchronize();  // the host copy must be complete
   }
   ~Staged() {
-    if (own_) ops::release(own_, inner_);
+    if (own_) runtime::release(own_, inner_);
   }
   Staged(const Staged&) = delete;
   Staged& operator=(const Staged&) = delete;
   void* get() const { return own_ ? own_ : user_; }
   // Copies the staged result back into the caller's buffer.
   void copy_out() {
-    if (own_) ops::copy(user_, user_device_, own_, inner_, bytes_);
+    if (own_) runtime::copy(user_, user_device_, own_, inner_, bytes_);
   }
 
  private:

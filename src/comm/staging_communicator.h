@@ -2,7 +2,7 @@
 // `--distributed-backend mpi` moves host memory, so device buffers are staged through host
 // copies (which also lets several ranks share one GPU, for testing); NCCL moves device memory,
 // so the host scalars some callers reduce (loss, grad-norm sums, overflow flags) are staged
-// through the device. Each call looks where its buffers live (ops::where) and stages only what
+// through the device. Each call looks where its buffers live (runtime::where) and stages only what
 // the inner communicator cannot take. Non-blocking calls copy results back in wait()/test().
 // Byte counters are the inner communicator's, counted per call.
 #pragma once

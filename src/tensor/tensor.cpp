@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/dispatch.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -40,14 +40,14 @@ int64_t tensor_bytes_peak() { return g_peak.load(); }
 
 void TensorFree::operator()(void* p) const {
   if (device == Device::CPU) g_live -= int64_t(bytes);
-  ops::release(p, device);
+  runtime::release(p, device);
 }
 
 Tensor::Tensor(Shape shape, DType dtype, Device device)
     : shape_(std::move(shape)), dtype_(dtype), device_(device) {
   for (int64_t d : shape_) MG_CHECK(d >= 0, "negative dimension in ", shape_str(shape_));
   size_t bytes = (nbytes() + 63) / 64 * 64;
-  void* p = ops::alloc(bytes ? bytes : 64, device);
+  void* p = runtime::alloc(bytes ? bytes : 64, device);
   MG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for ", shape_str(shape_));
   buf_ = std::unique_ptr<void, TensorFree>(p, TensorFree{bytes, device});
   if (device == Device::CPU) {  // device memory is counted by the device allocator
@@ -59,7 +59,7 @@ Tensor::Tensor(Shape shape, DType dtype, Device device)
 }
 
 void Tensor::zero() {
-  if (buf_) ops::memset_zero(buf_.get(), nbytes(), device_);
+  if (buf_) runtime::memset_zero(buf_.get(), nbytes(), device_);
 }
 
 }  // namespace mg

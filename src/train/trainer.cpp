@@ -13,6 +13,7 @@
 
 #include "backend/dispatch.h"
 #include "checkpoint/checkpoint.h"
+#include "comm/mpi_communicator.h"
 #include "core/log.h"
 #include "core/timers.h"
 #include "core/timer.h"
@@ -182,7 +183,8 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
   const GPTConfig& mc = cfg.model;
   const int64_t S = mc.seq_length, M = cfg.num_micro_batches();
   const int P = g.grid.pp, stage = g.coord.pp;
-  ops::set_device(cfg.device == "cuda" ? Device::CUDA : Device::CPU);
+  const bool cuda = cfg.device == "cuda";
+  ops::set_device(cuda ? Device::CUDA : Device::CPU, cuda ? local_rank() : 0);
   const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(mc.num_layers, stage);
 
   int32_t eod = 0;

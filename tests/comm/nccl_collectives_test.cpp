@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "backend/dispatch.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 
@@ -28,7 +29,7 @@ bool enough_gpus(std::string* why) {
   do {                                                                           \
     std::string why;                                                             \
     if (!enough_gpus(&why)) GTEST_SKIP() << "needs one CUDA device per rank: " << why; \
-    select_local_gpu();                                                          \
+    ops::set_device(Device::CUDA, local_rank());                                 \
   } while (0)
 
 std::vector<float> on_host(const cuda::Buffer& b, size_t n) {

@@ -1,16 +1,11 @@
-// Error checks for CUDA runtime and cuBLAS(Lt) calls: a failure is an invariant broken, fatal
-// with file:line and what the library said.
+// Error checks for CUDA runtime (core/cuda_check.h) and cuBLAS(Lt) calls: a failure is an
+// invariant broken, fatal with file:line and what the library said.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include "core/cuda_check.h"
 #include "core/error.h"
-
-#define MG_CUDA_CHECK(call)                                                           \
-  do {                                                                                \
-    const cudaError_t mg_cuda_err = (call);                                           \
-    MG_CHECK(mg_cuda_err == cudaSuccess, #call, ": ", cudaGetErrorString(mg_cuda_err)); \
-  } while (0)
 
 #define MG_CUBLAS_CHECK(call)                                                          \
   do {                                                                                 \

@@ -54,6 +54,14 @@ int device_count() {
 
 void set_device(int ordinal) { MG_CUDA_CHECK(cudaSetDevice(ordinal)); }
 
+int select_local_gpu(int local_rank) {
+  const int n = device_count();
+  MG_USER_CHECK(n > 0, "no CUDA device visible to this rank (CUDA_VISIBLE_DEVICES?)");
+  const int dev = local_rank % n;
+  set_device(dev);
+  return dev;
+}
+
 std::string device_name() {
   int dev = 0;
   MG_CUDA_CHECK(cudaGetDevice(&dev));
@@ -150,6 +158,13 @@ bool is_device_pointer(const void* p) {
     return false;
   }
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+const DeviceRuntime& device_runtime() {
+  static const DeviceRuntime rt{alloc,          release,        memset_zero,
+                                copy_to_device, copy_to_host,   copy_on_device,
+                                is_device_pointer, synchronize, stream};
+  return rt;
 }
 
 }  // namespace mg::cuda

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tensor/device_runtime.h"
+
 namespace mg::cuda {
 
 // True when the CUDA runtime finds at least one usable device; otherwise *why (if given) says
@@ -14,6 +16,9 @@ bool available(std::string* why = nullptr);
 int device_count();
 // Selects the device for this process (one GPU per rank: the local rank modulo device_count).
 void set_device(int ordinal);
+// Picks this rank's GPU: local_rank (its place among the ranks of its node, which the caller
+// knows: comm's local_rank()) modulo the visible devices. Returns the device ordinal chosen.
+int select_local_gpu(int local_rank);
 // "NVIDIA H200 (sm_90, 139.8 GiB)" for the current device.
 std::string device_name();
 
@@ -42,6 +47,8 @@ void copy_on_device(void* dst, const void* src, size_t bytes);    // queued on t
 void memset_zero(void* dst, size_t bytes);                         // queued on the stream
 // Whether p points into device memory (host memory, registered or not, is false).
 bool is_device_pointer(const void* p);
+// The functions above as tensor/'s device runtime (ops::set_device registers them).
+const DeviceRuntime& device_runtime();
 
 // An owning device buffer (RAII over alloc/release).
 class Buffer {
