@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/param_layout.h"
+#include "parallel/parallel_config.h"
 
 namespace mg {
 
@@ -85,6 +86,17 @@ LayerSpec GPTConfig::layer_spec(int64_t) const {
   s.ffn = ffn();
   s.linear_bias = add_bias_linear;
   return s;
+}
+
+ModelDims GPTConfig::layout_dims(int64_t tp_size) const {
+  ModelDims d;
+  d.num_layers = num_layers;
+  d.num_attention_heads = num_attention_heads;
+  d.num_query_groups = query_groups();
+  d.ffn_hidden_size = ffn();
+  d.padded_vocab_size = padded_vocab_size(tp_size);
+  d.seq_length = seq_length;
+  return d;
 }
 
 int64_t GPTConfig::num_parameters() const {

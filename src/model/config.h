@@ -13,6 +13,8 @@
 
 namespace mg {
 
+struct ModelDims;
+
 struct GPTConfig {
   int64_t num_layers = 12;               // L: transformer layers
   int64_t hidden_size = 768;             // H
@@ -82,6 +84,9 @@ struct GPTConfig {
     const int64_t m = make_vocab_size_divisible_by * (tp_size > 0 ? tp_size : vocab_pad_tp);
     return (vocab_size + m - 1) / m * m;
   }
+  // The sizes a parallel layout of tp_size TP ranks is checked against
+  // (ParallelConfig::validate; parallel/parallel_config.h).
+  ModelDims layout_dims(int64_t tp_size) const;
   // Parameter count, exactly: the sum over the single-rank parameter layout.
   int64_t num_parameters() const;
   // Model FLOPs per token for training: 6 * (params - the input embedding of an untied model,

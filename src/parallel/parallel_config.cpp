@@ -21,7 +21,7 @@ std::pair<int64_t, int64_t> ParallelConfig::stage_layers(int64_t L, int stage) c
   return {L, L};
 }
 
-std::string ParallelConfig::validate(int world, const GPTConfig& m, int64_t mbs, int64_t gbs) {
+std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs, int64_t gbs) {
   const int T = tp(), P = pp();
   MG_USER_CHECK(T >= 1, "--tensor-model-parallel-size must be >= 1 (got ", T, ")");
   MG_USER_CHECK(P >= 1, "--pipeline-model-parallel-size must be >= 1 (got ", P, ")");
@@ -33,12 +33,12 @@ std::string ParallelConfig::validate(int world, const GPTConfig& m, int64_t mbs,
   // Megatron's TransformerConfig rules: heads and query groups are split across TP ranks.
   MG_USER_CHECK(m.num_attention_heads % T == 0, "--num-attention-heads ", m.num_attention_heads,
                 " must be a multiple of --tensor-model-parallel-size ", T);
-  MG_USER_CHECK(m.query_groups() % T == 0, "--num-query-groups ", m.query_groups(),
+  MG_USER_CHECK(m.num_query_groups % T == 0, "--num-query-groups ", m.num_query_groups,
                 " must be a multiple of --tensor-model-parallel-size ", T,
                 " (each TP rank holds whole query groups)");
-  MG_USER_CHECK(m.ffn() % T == 0, "--ffn-hidden-size ", m.ffn(),
+  MG_USER_CHECK(m.ffn_hidden_size % T == 0, "--ffn-hidden-size ", m.ffn_hidden_size,
                 " must be divisible by --tensor-model-parallel-size ", T);
-  MG_USER_CHECK(m.padded_vocab_size(T) % T == 0, "padded vocabulary ", m.padded_vocab_size(T),
+  MG_USER_CHECK(m.padded_vocab_size % T == 0, "padded vocabulary ", m.padded_vocab_size,
                 " is not divisible by --tensor-model-parallel-size ", T);
   MG_USER_CHECK(decoder_first_pipeline_num_layers >= 0 && decoder_last_pipeline_num_layers >= 0,
                 "--decoder-first/last-pipeline-num-layers must be >= 0");

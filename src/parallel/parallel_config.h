@@ -6,9 +6,18 @@
 #include <string>
 #include <utility>
 
-#include "model/config.h"
-
 namespace mg {
+
+// The model's sizes the layout is checked against (GPTConfig::layout_dims fills it), so
+// parallel/ does not depend on model/.
+struct ModelDims {
+  int64_t num_layers = 0;           // L
+  int64_t num_attention_heads = 0;  // NH
+  int64_t num_query_groups = 0;     // NG (NH without grouped-query attention)
+  int64_t ffn_hidden_size = 0;      // F, resolved (4H by default)
+  int64_t padded_vocab_size = 0;    // V padded for the TP size being checked
+  int64_t seq_length = 0;           // S
+};
 
 struct ParallelConfig {
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size: TP
@@ -27,7 +36,7 @@ struct ParallelConfig {
 
   // Checks the layout against the world size, model and batch; throws UsageError naming the
   // flag. Returns a warning to print (empty if none), e.g. --sequence-parallel without TP.
-  std::string validate(int world_size, const GPTConfig& model, int64_t micro_batch_size,
+  std::string validate(int world_size, const ModelDims& model, int64_t micro_batch_size,
                        int64_t global_batch_size);
 };
 

@@ -44,7 +44,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(global_batch_size > 0, "--global-batch-size must be positive (got ",
                 global_batch_size, ")");
   const std::string warning =
-      parallel.validate(world_size, model, micro_batch_size, global_batch_size);
+      parallel.validate(world_size, model.layout_dims(parallel.tp()), micro_batch_size,
+                        global_batch_size);
   data_parallel_size = world_size / (parallel.tp() * parallel.pp());
   model.vocab_pad_tp = parallel.tp();
   MG_USER_CHECK(train_iters > 0, "--train-iters must be positive (got ", train_iters, ")");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "model/config.h"
 #include "parallel/parallel_config.h"
 
 namespace mg {
@@ -62,7 +63,7 @@ std::string layout_error(int world, int tp, int pp, int64_t layers, int64_t head
   m.hidden_size = 64;
   m.num_attention_heads = heads;
   try {
-    p.validate(world, m, 2, gbs);
+    p.validate(world, m.layout_dims(tp), 2, gbs);
   } catch (const UsageError& e) {
     return e.what();
   }
@@ -83,7 +84,7 @@ TEST(ParallelConfig, SequenceParallelWithoutTPIsIgnoredWithAWarning) {
   ParallelConfig p;
   p.sequence_parallel = true;
   GPTConfig m;
-  EXPECT_NE(p.validate(1, m, 1, 1).find("WARNING"), std::string::npos);
+  EXPECT_NE(p.validate(1, m.layout_dims(1), 1, 1).find("WARNING"), std::string::npos);
   EXPECT_FALSE(p.sequence_parallel);
 }
 
