@@ -192,7 +192,7 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   g.world->barrier();  // every shard is on disk
 
   if (g.world_rank == 0) {
-    const TrainConfig& c = io.cfg;
+    const CheckpointConfig& c = io.cfg;
     json meta = {{"format", kFormat},
                  {"version", kCheckpointVersion},
                  {"iteration", progress.iteration},
@@ -441,7 +441,7 @@ GPTConfig checkpoint_model_config(const std::string& dir) {
 
 bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   Timer timer;
-  const TrainConfig& c = io.cfg;
+  const CheckpointConfig& c = io.cfg;
   const std::string dir = latest_checkpoint_dir(c.load);
   if (dir.empty()) {
     MG_USER_CHECK(!c.exit_on_missing_checkpoint, "--load ", c.load, ": no checkpoint there (",

@@ -11,11 +11,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "checkpoint/checkpoint_config.h"
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/process_groups.h"
-#include "train/train_config.h"
 
 namespace mg {
 
@@ -38,7 +38,7 @@ struct CheckpointIO {
   GPTModel& model;
   Optimizer& optimizer;  // the plain optimizer, or the distributed optimizer's shard optimizer
   ProcessGroups& groups;
-  const TrainConfig& cfg;
+  const CheckpointConfig& cfg;
   bool distributed_optimizer;
 };
 

@@ -14,19 +14,19 @@ namespace {
 // A single-rank f32 model for conversion: its activations sized for 8 tokens, whatever the
 // model's context length (shapes depend only on max_position_embeddings).
 struct Holder {
-  TrainConfig train;
+  CheckpointConfig ckpt;
   ProcessGroups groups = make_single_process_groups();
   std::unique_ptr<GPTModel> model;
   std::unique_ptr<Optimizer> optim;
   explicit Holder(const GPTConfig& cfg) {
-    train.model = cfg;
+    ckpt.model = cfg;
     GPTConfig small = cfg;
     small.max_position_embeddings = cfg.max_positions();
     small.seq_length = 8;
     model = std::make_unique<GPTModel>(small, 1);
-    optim = std::make_unique<Optimizer>(model->layout(), train.adam);
+    optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
   }
-  CheckpointIO io() { return {*model, *optim, groups, train, false}; }
+  CheckpointIO io() { return {*model, *optim, groups, ckpt, false}; }
 };
 
 }  // namespace
@@ -40,15 +40,15 @@ void ConvertConfig::validate() const {
 }
 
 void load_checkpoint_weights(const std::string& dir, GPTModel& model) {
-  TrainConfig tc;
-  tc.model = model.config();
-  tc.load = dir;
-  tc.no_load_optim = true;
-  tc.exit_on_missing_checkpoint = true;
-  Optimizer opt(model.layout(), tc.adam);
+  CheckpointConfig cc;
+  cc.model = model.config();
+  cc.load = dir;
+  cc.no_load_optim = true;
+  cc.exit_on_missing_checkpoint = true;
+  Optimizer opt(model.layout(), OptimizerConfig{});
   ProcessGroups g = make_single_process_groups();
   TrainProgress progress;
-  load_checkpoint({model, opt, g, tc, false}, progress);
+  load_checkpoint({model, opt, g, cc, false}, progress);
 }
 
 void convert(const ConvertConfig& cfg) {
@@ -61,9 +61,9 @@ void convert(const ConvertConfig& cfg) {
     Holder h(mc);
     const std::vector<float> p = params_from_hf(hf, mc);
     std::copy(p.begin(), p.end(), h.model->params());
-    h.train.save = cfg.save;
-    h.train.no_save_optim = true;
-    h.train.argv = {"convert", "--direction", cfg.direction, "--load", cfg.load, "--save", cfg.save};
+    h.ckpt.save = cfg.save;
+    h.ckpt.no_save_optim = true;
+    h.ckpt.argv = {"convert", "--direction", cfg.direction, "--load", cfg.load, "--save", cfg.save};
     save_checkpoint(h.io(), TrainProgress{});
     log_line(str_cat(" > converted ", cfg.load, " (", mc.num_layers, " layers, hidden ",
                      mc.hidden_size, ", vocab ", mc.vocab_size, " padded to ",
@@ -77,9 +77,9 @@ void convert(const ConvertConfig& cfg) {
                 ": megatron convert writes Hugging Face GPT-2 only, and this checkpoint's model "
                 "has ", features, ": converting it is not supported by megatron-cpp yet");
   Holder h(mc);
-  h.train.load = cfg.load;
-  h.train.no_load_optim = true;
-  h.train.exit_on_missing_checkpoint = true;
+  h.ckpt.load = cfg.load;
+  h.ckpt.no_load_optim = true;
+  h.ckpt.exit_on_missing_checkpoint = true;
   TrainProgress progress;
   load_checkpoint(h.io(), progress);
   std::error_code ec;

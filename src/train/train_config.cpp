@@ -31,6 +31,23 @@ LRSchedule TrainConfig::lr_schedule() const {
   return s;
 }
 
+CheckpointConfig TrainConfig::checkpoint_config() const {
+  CheckpointConfig c;
+  c.save = save;
+  c.load = load;
+  c.no_save_optim = no_save_optim;
+  c.no_load_optim = no_load_optim;
+  c.no_load_rng = no_load_rng;
+  c.finetune = finetune;
+  c.exit_on_missing_checkpoint = exit_on_missing_checkpoint;
+  c.ckpt_keep_last = ckpt_keep_last;
+  c.optimizer = optimizer;
+  c.seed = seed;
+  c.argv = argv;
+  c.model = model;
+  return c;
+}
+
 std::string TrainConfig::finalize_and_validate(int world_size) {
   model.validate();
   adam.kind = optimizer;

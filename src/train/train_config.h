@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "checkpoint/checkpoint_config.h"
 #include "data/tokenizer.h"
 #include "model/config.h"
 #include "optim/loss_scaler.h"
@@ -98,6 +99,8 @@ struct TrainConfig {
   LRSchedule lr_schedule() const;
   // Storage of params and activations: F32, BF16 (--bf16) or F16 (--fp16).
   DType model_dtype() const { return bf16 ? DType::BF16 : fp16 ? DType::F16 : DType::F32; }
+  // What checkpoint saving and loading read of this config.
+  CheckpointConfig checkpoint_config() const;
   // Fills derived defaults (global batch, decay iters, DP size) and throws UsageError naming
   // the flag. Returns a warning to print, or "".
   std::string finalize_and_validate(int world_size = 1);

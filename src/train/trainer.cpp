@@ -228,7 +228,8 @@ TrainResult run_training(const TrainConfig& cfg, ProcessGroups& g) {
     reducer = std::make_unique<GradReducer>(model, g, cfg.parallel.overlap_grad_reduce);
 
   // Checkpoints: resume from --load, continue the data order where it stopped.
-  const CheckpointIO ckpt{model, optim ? *optim : dist_optim->shard_optimizer(), g, cfg,
+  const CheckpointConfig ckpt_cfg = cfg.checkpoint_config();
+  const CheckpointIO ckpt{model, optim ? *optim : dist_optim->shard_optimizer(), g, ckpt_cfg,
                           cfg.use_distributed_optimizer};
   TrainProgress progress;
   if (!cfg.load.empty() && load_checkpoint(ckpt, progress) && scaler && progress.has_scaler)
