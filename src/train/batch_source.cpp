@@ -1,0 +1,75 @@
+#include "train/batch_source.h"
+
+namespace mg {
+
+namespace {
+
+// Megatron's split sizes: train = iters x G; valid = (iters / eval_interval + 1) x eval_iters x G.
+DataSpec data_spec(const TrainConfig& cfg) {
+  DataSpec d;
+  d.mock = cfg.mock_data;
+  d.mock_vocab_size = cfg.model.vocab_size;
+  d.mock_eod = int32_t(cfg.model.vocab_size - 1);
+  d.data_path = cfg.data_path;
+  d.split_paths = {cfg.train_data_path, cfg.valid_data_path, cfg.test_data_path};
+  d.split = cfg.split;
+  d.seq_length = cfg.model.seq_length;
+  d.seed = cfg.seed;
+  d.num_samples[0] = cfg.train_iters * cfg.global_batch_size;
+  if (cfg.eval_interval > 0 && cfg.eval_iters > 0)
+    d.num_samples[1] =
+        (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters * cfg.global_batch_size;
+  d.cache_dir = cfg.data_cache_path;
+  return d;
+}
+
+}  // namespace
+
+BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod) {
+  const bool needed = g.first_stage() || g.last_stage() || cfg.reset_attention_mask;
+  DataSpec spec = data_spec(cfg);
+  eod = cfg.mock_data ? spec.mock_eod : make_tokenizer(cfg.tokenizer)->eod();
+  BuiltData data;
+  if (!spec.cache_dir.empty()) {
+    if (g.world_rank == 0) data = build_datasets(spec);
+    g.world->barrier();
+    spec.write_cache = false;
+    if (g.world_rank != 0 && needed) data = build_datasets(spec);
+  } else if (needed) {
+    data = build_datasets(spec);
+  }
+  return data;
+}
+
+BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
+                         const BatchOptions& opt, bool prefetch, int64_t consumed)
+    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {
+  if (ds && prefetch) {
+    LoaderSpec spec;
+    spec.micro_batch_size = cfg.micro_batch_size;
+    spec.seq_length = cfg.model.seq_length;
+    spec.global_batch_size = cfg.global_batch_size;
+    spec.dp_size = dp_size_;
+    spec.dp_rank = dp_rank_;
+    spec.consumed_samples = consumed;
+    loader_ = std::make_unique<BatchLoader>(*ds, spec, opt);
+  }
+}
+
+BatchFn BatchSource::at(int64_t consumed) {
+  return [this, consumed](int64_t m) -> MicroBatch {
+    if (!ds_) return {nullptr, nullptr, nullptr, nullptr};  // a middle pipeline stage
+    if (loader_) {
+      batch_ = loader_->next();
+    } else {
+      const int64_t start =
+          micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
+      batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
+    }
+    return {batch_.tokens.data(), batch_.position_ids.data(), batch_.labels.data(),
+            batch_.loss_mask.data(),
+            batch_.attention_start.empty() ? nullptr : batch_.attention_start.data()};
+  };
+}
+
+}  // namespace mg
