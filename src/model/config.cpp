@@ -43,7 +43,7 @@ std::vector<std::string> GPTConfig::non_gpt2_features() const {
   if (norm() != NormKind::LayerNorm) f.push_back(normalization);
   if (!learned_positions()) f.push_back("position embedding " + (rope() ? std::string("rope") : "none"));
   if (swiglu) f.push_back("SwiGLU");
-  if (!add_bias_linear || add_qkv_bias) f.push_back("other linear biases");
+  if (!add_bias_linear) f.push_back("no linear biases");
   if (!tied_output()) f.push_back("untied output layer");
   if (query_groups() != num_attention_heads) f.push_back("grouped-query attention");
   if (head_dim() * num_attention_heads != hidden_size) f.push_back("--kv-channels");

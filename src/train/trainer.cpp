@@ -269,6 +269,9 @@ void Trainer::log_setup() const {
   log_line(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (",
                    g_.coord.tp, ", ", g_.coord.pp, "): ", model.num_params(),
                    " (whole model: ", cfg_.model.num_parameters(), ")"));
+  log_line(str_cat(" > model FLOPs per token: ", int64_t(cfg_.model.train_flops_per_token()),
+                   " (6 x parameters, an untied model's input embedding lookup excluded, + 12 x "
+                   "layers x heads x head dim x seq length; the throughput field's numerator)"));
   // formulas.md: Adam state is 8 bytes per parameter for fp32 models (the model params are the
   // main params) and 12 for 16-bit models (fp32 main params too), over d ranks with the
   // distributed optimizer (SGD: 4 less).
