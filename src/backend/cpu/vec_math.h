@@ -25,6 +25,7 @@ inline vf vset(float x) { return _mm512_set1_ps(x); }
 inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline vf vfmadd(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }   // a b + c
 inline vf vfnmadd(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a b
@@ -41,6 +42,7 @@ inline vf vset(float x) { return _mm256_set1_ps(x); }
 inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline vf vfmadd(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline vf vfnmadd(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
