@@ -110,6 +110,8 @@ echo "flops_per_token=$FLOPS_PER_TOKEN ${PRECISION}_peak_gflops=$PEAK"
 
 ours_all=() base_all=() torch_all=() torch_default_all=() rss=() base_rss=() trss=()
 for r in $(seq 1 "$ROUNDS"); do
+  # The 1-minute load average (this run's own threads included) before each round.
+  echo "round $r: loadavg $(cut -d' ' -f1-3 /proc/loadavg)"
   o=$(ours "$BIN"); echo "round $r: megatron $o"
   ours_all+=("$(echo "$o" | value tokens_per_s)"); rss+=("$(echo "$o" | value peak_rss_mib)")
   FORMULA=$(echo "$o" | value memory_formula_mib)
