@@ -12,7 +12,11 @@
 # from our binary's log) x tokens/s over the peak that bench/fma_peak measures for the precision
 # with the same threads (bf16: AMX or AVX512_BF16 dot products where the CPU has them).
 # Peak RSS of every run (/usr/bin/time), ours next to the memory total our binary reports (its
-# formula: params + grads + optimizer state + activations and scratch).
+# formula: params + grads + optimizer state + activations and scratch); also each run's CPU use
+# (user + sys over wall time: ~200% for 2 threads that had both cores to themselves; less means
+# other processes took CPU time).
+# Means over the rounds are the result; the best round of each program is printed too (noise
+# only slows a run down, so on a shared machine the best rounds are the less disturbed figures).
 # The fp32 reference runs with OPENBLAS_CORETYPE=Cooperlake (Debian's OpenBLAS 0.3.21 can
 # misdetect some CPUs as Prescott) and with OpenBLAS's default detection; the better of the two
 # is the reference figure.
@@ -66,27 +70,28 @@ echo "binary=$BIN${BASE:+ baseline=$BASE}"
 
 RSS_FILE=$(mktemp); trap 'rm -f "$RSS_FILE"' EXIT
 max_rss_mib() { awk '{ printf "%.1f", $1 / 1024 }' "$RSS_FILE"; }
+cpu_use() { awk '{ print $2 }' "$RSS_FILE"; }
 # $1: binary, $2: iterations. Log lines of one run; its peak RSS in RSS_FILE.
 ours_run() {
-  /usr/bin/time -f %M -o "$RSS_FILE" "$1" train --mock-data $OURS_MODEL --micro-batch-size $B \
+  /usr/bin/time -f "%M %P" -o "$RSS_FILE" "$1" train --mock-data $OURS_MODEL --micro-batch-size $B \
     --global-batch-size $B --train-iters "$2" --lr 1e-4 --log-interval 1 $PFLAG
 }
 # $1: binary. The first WARM iterations are dropped from the mean.
 ours() {
   local out; out=$(ours_run "$1" $((ITERS + WARM)))
   echo "$out" | sed -n 's/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1/p' |
-    awk -v w=$WARM -v tok=$((B * S)) -v rss="$(max_rss_mib)" -v formula="$(echo "$out" | sed -n 's/.* | total \([0-9.]*\) .*/\1/p')" '
+    awk -v w=$WARM -v tok=$((B * S)) -v rss="$(max_rss_mib)" -v cpu="$(cpu_use)" -v formula="$(echo "$out" | sed -n 's/.* | total \([0-9.]*\) .*/\1/p')" '
       NR > w { s += $1; n++ } END {
-      printf "ms_per_iter=%.1f tokens_per_s=%.1f peak_rss_mib=%s memory_formula_mib=%s\n",
-             s / n, tok / (s / n / 1000), rss, formula }'
+      printf "ms_per_iter=%.1f tokens_per_s=%.1f peak_rss_mib=%s memory_formula_mib=%s cpu=%s\n",
+             s / n, tok / (s / n / 1000), rss, formula, cpu }'
 }
 torch_ref() {  # extra flags in $@
   "$PY" $TORCH --micro-batch-size $B --threads $THREADS $PFLAG "$@"
 }
 timed_torch() {
-  local t; t=$(/usr/bin/time -f %M -o "$RSS_FILE" "$PY" $TORCH --micro-batch-size $B \
+  local t; t=$(/usr/bin/time -f "%M %P" -o "$RSS_FILE" "$PY" $TORCH --micro-batch-size $B \
     --threads $THREADS $PFLAG --iters $ITERS --warmup $WARM)
-  echo "$t peak_rss_mib=$(max_rss_mib)"
+  echo "$t peak_rss_mib=$(max_rss_mib) cpu=$(cpu_use)"
 }
 
 # Validation: one step of each side; same parameter count; which kernels ran.
@@ -141,4 +146,8 @@ if [ -n "$BASE" ]; then
   echo "baseline_tokens_per_s=$Bb baseline_mfu=$(mfu $Bb) megatron_vs_baseline=$(awk -v a=$A -v b=$Bb 'BEGIN { printf "%.3f", a / b }')"
 fi
 echo "torch_cooperlake_tokens_per_s=$C torch_default_openblas_tokens_per_s=$D torch_best_mfu=$(mfu $Bt)"
+BEST_A=$(max "${ours_all[@]}") BEST_T=$(max "${torch_all[@]}" "${torch_default_all[@]}")
+echo "best rounds: megatron_tokens_per_s=$BEST_A torch_tokens_per_s=$BEST_T" \
+  "ratio=$(awk -v a=$BEST_A -v b=$BEST_T 'BEGIN { printf "%.2f", a / b }') mfu=$(mfu $BEST_A)" \
+  "${BASE:+baseline_tokens_per_s=$(max "${base_all[@]}")}"
 echo "megatron_tokens_per_s=$A torch_tokens_per_s=$Bt ratio=$(awk -v a=$A -v b=$Bt 'BEGIN { printf "%.2f", a / b }') mfu=$(mfu $A)"
