@@ -32,15 +32,16 @@ def parse_args(description, extra=()):
     return a
 
 
+# F.scaled_dot_product_attention reads grouped K/V heads itself (enable_gqa) from PyTorch 2.5.
+SDPA_GQA = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
+
 def causal_attention(q, k, v, causal, sdpa):
     """q (B, NH, S, HD), k and v (B, NG, S, HD) with NH a multiple of NG (query head i reads K/V
     head i // (NH / NG)); causal (S, S) bool, True above the diagonal. Returns (B, NH, S, HD)."""
     per_group = q.shape[1] // k.shape[1]
-    if sdpa:
-        try:  # enable_gqa (PyTorch 2.5+) reads the grouped heads without copying them
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=per_group > 1)
-        except TypeError:
-            pass
+    if sdpa and per_group > 1 and SDPA_GQA:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     if per_group > 1:
         k, v = k.repeat_interleave(per_group, dim=1), v.repeat_interleave(per_group, dim=1)
     if sdpa:
