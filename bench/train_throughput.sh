@@ -8,7 +8,8 @@
 # MG_BINARY replaces build/megatron; MG_BASELINE names a second megatron binary (an older build)
 # timed in the same rounds, for before/after figures.
 # Validates first: our model's parameter count (from its log) must equal the reference's.
-# MFU: model FLOPs per token (6 * params + 12 * L * NH * HD * S, full-attention convention, params
+# MFU: model FLOPs per token (as our binary logs it: 6 * params, an untied model's input
+# embedding excluded, + 12 * L * NH * HD * S, full-attention convention; params
 # from our binary's log) x tokens/s over the peak that bench/fma_peak measures for the precision
 # with the same threads (bf16: AMX or AVX512_BF16 dot products where the CPU has them).
 # Peak RSS of every run (/usr/bin/time), ours next to the memory total our binary reports (its
@@ -109,7 +110,11 @@ echo "megatron kernels: $(echo "$check" | kernels)$([ -n "$PFLAG" ] ||
   echo "fp32 GEMMs: dnnl_sgemm (oneDNN's verbose mode does not log it)")"
 echo "torch kernels: $(echo "$tcheck" | kernels)"
 [ "$PARAMS" = "$TPARAMS" ] || { echo "parameter counts differ: the models are not the same" >&2; exit 1; }
-FLOPS_PER_TOKEN=$(awk -v P=$PARAMS -v L=$L -v H=$H -v S=$S 'BEGIN { printf "%.0f", 6*P + 12*L*H*S }')
+# The binary's own count (its log states it): 6 x parameters (an untied model's input
+# embedding, a lookup, excluded) + 12 x layers x heads x head dim x seq length.
+FLOPS_PER_TOKEN=$(echo "$check" | sed -n 's/.*model FLOPs per token: \([0-9]*\).*/\1/p')
+[ -n "$FLOPS_PER_TOKEN" ] || FLOPS_PER_TOKEN=$(awk -v P=$PARAMS -v L=$L -v H=$H -v S=$S \
+  'BEGIN { printf "%.0f", 6*P + 12*L*H*S }')  # a baseline binary that does not log it
 mfu() { awk -v a=$1 -v f=$FLOPS_PER_TOKEN -v p=$PEAK 'BEGIN { printf "%.3f", a * f / (p * 1e9) }'; }
 echo "flops_per_token=$FLOPS_PER_TOKEN ${PRECISION}_peak_gflops=$PEAK"
 
