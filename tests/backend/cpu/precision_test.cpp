@@ -78,6 +78,36 @@ TEST(Precision, CastIsTheNearestRepresentable) {
   }
 }
 
+// The buffer casts (vectorized) give the scalar rules' bits for every 97th 32-bit pattern
+// (all exponents, NaNs, infinities, subnormals, ties to even) and for the 16-bit patterns
+// widened back, in a length that leaves a vector tail.
+TEST(Precision, BufferCastsEqualTheScalarRules) {
+  std::vector<float> x;
+  for (uint64_t u = 0; u < (uint64_t(1) << 32); u += 97) {
+    const uint32_t b = uint32_t(u);
+    float f;
+    std::memcpy(&f, &b, 4);
+    x.push_back(f);
+  }
+  for (uint32_t b : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu,
+                     0x3f808000u, 0x3f818000u, 0x00008000u})
+    x.push_back([&] { float f; std::memcpy(&f, &b, 4); return f; }());
+  x.resize(x.size() / 16 * 16 + 7);
+  for (DType t : {DType::BF16, DType::F16}) {
+    std::vector<uint16_t> h(x.size());
+    cpu::cast_from_f32(h.data(), t, x.data(), int64_t(x.size()));
+    std::vector<float> back(x.size());
+    cpu::cast_to_f32(back.data(), h.data(), t, int64_t(h.size()));
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t want = t == DType::BF16 ? cpu::bf16_from_f32(x[i]) : cpu::f16_from_f32(x[i]);
+      const float wide = t == DType::BF16 ? cpu::f32_from_bf16(h[i]) : cpu::f32_from_f16(h[i]);
+      bad += h[i] != want || std::memcmp(&back[i], &wide, 4) != 0;
+    }
+    EXPECT_EQ(bad, 0u) << dtype_name(t) << " of " << x.size();
+  }
+}
+
 TEST(Precision, InfNanCheck) {
   std::vector<float> x(1000, 1.f);
   EXPECT_FALSE(cpu::has_inf_or_nan(x.data(), 1000));
