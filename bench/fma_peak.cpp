@@ -23,13 +23,8 @@ namespace {
 constexpr int kChains512 = 16, kChains256 = 12;
 constexpr long kIters = 384'000'000;  // FMAs per thread per repetition (a multiple of both)
 
-// One repetition of one thread; returns a value that depends on every chain.
-__attribute__((target("avx512f,fma"))) float chains512() {
-  __m512 acc[kChains512];
-  for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_set1_ps(float(c) * 1e-3f);
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-  for (long i = 0; i < kIters / kChains512; ++i)
-    for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+// The sum of every lane of every chain: a value the compiler cannot drop.
+__attribute__((target("avx512f"))) float sum_chains512(const __m512* acc) {
   __m512 s = acc[0];
   for (int c = 1; c < kChains512; ++c) s = _mm512_add_ps(s, acc[c]);
   alignas(64) float lanes[16];
@@ -37,6 +32,16 @@ __attribute__((target("avx512f,fma"))) float chains512() {
   float sink = 0;
   for (float v : lanes) sink += v;
   return sink;
+}
+
+// One repetition of one thread; returns a value that depends on every chain.
+__attribute__((target("avx512f,fma"))) float chains512() {
+  __m512 acc[kChains512];
+  for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_set1_ps(float(c) * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (long i = 0; i < kIters / kChains512; ++i)
+    for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
+  return sum_chains512(acc);
 }
 
 __attribute__((target("avx2,fma"))) float chains256() {
@@ -64,13 +69,7 @@ __attribute__((target("avx512f,avx512bf16"))) float chains512_bf16() {
   const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-7f), _mm512_set1_ps(1e-7f));
   for (long i = 0; i < kDotIters / kChains512; ++i)
     for (int c = 0; c < kChains512; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], a, b);
-  __m512 s = acc[0];
-  for (int c = 1; c < kChains512; ++c) s = _mm512_add_ps(s, acc[c]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, s);
-  float sink = 0;
-  for (float v : lanes) sink += v;
-  return sink;
+  return sum_chains512(acc);
 }
 
 // AMX: tiles 0-5 accumulate (16 x 16 fp32 each), tile 6 is A (16 x 32 bf16), tile 7 is B

@@ -83,8 +83,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 #include "backend/declare_ops.inc"
 
-// GPT-2's causal multi-head case on Megatron's interleaved rows qkv[S,B,NH,3,HD] (per head: q,
-// k, v), as views for the calls above.
+// The Q, K and V views of Megatron's fused QKV rows qkv[S, B, NG, NH/NG + 2, HD] (per group: its
+// query heads, then k, then v) and the causal self-attention shape over them; NG = NH is GPT-2's
+// interleaved [q, k, v] per head, which the two old-signature wrappers below take.
 struct FusedQKV {
   Heads q, k, v;
   AttentionShape shape;

@@ -60,8 +60,7 @@ void head_norm_backward(const ops::Heads& dheads, int64_t n_heads, const Tensor&
 
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
 ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
-  ops::FusedQKV f = ops::fused_qkv(t.raw(), t.dtype(), d.B, d.S, d.NH_local(), d.NG_local(), d.HD());
-  return f;
+  return ops::fused_qkv(t.raw(), t.dtype(), d.B, d.S, d.NH_local(), d.NG_local(), d.HD());
 }
 }  // namespace
 

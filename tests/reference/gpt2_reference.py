@@ -1,23 +1,18 @@
 """PyTorch reference GPT-2 for the parity test (float64, written for this test).
 
-Reads what the C++ test wrote into DIR and writes the reference results back:
-  in:  config.json ({"model": Megatron's config fields by name, "batch", "steps", optimizer
-       settings}), params.bin (f32, flat, our layout), manifest.json (name, shape, offset),
-       batches.bin (i32: STEPS x [tokens, positions, labels] of B*S each), masks.bin (f32)
-  out: loss.txt (first batch), logits.bin (f64, B*S*V), grads.bin (f64, flat, our layout),
-       step_losses.txt (loss before each of STEPS AdamW steps)
+Reads what the C++ test wrote into DIR and writes the reference results back through
+parity_harness.py (the file protocol and the AdamW steps); this file is the model.
 The architecture is Megatron-Core's GPT-2: learned positions, pre-LayerNorm, QKV rows
 interleaved per head [q, k, v], tanh GELU, final LayerNorm, output tied to the word embedding,
 softmax over the padded vocabulary.
 """
-import json
 import math
-import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+
+import parity_harness
 
 
 def forward(P, cfg, tokens, positions, labels, mask):
@@ -47,49 +42,9 @@ def forward(P, cfg, tokens, positions, labels, mask):
     return (losses * m).sum() / m.sum(), logits
 
 
-def main(d):
-    cfg = json.load(open(os.path.join(d, "config.json")))
-    manifest = json.load(open(os.path.join(d, "manifest.json")))
-    flat = np.fromfile(os.path.join(d, "params.bin"), dtype=np.float32).astype(np.float64)
-    P = {}
-    for e in manifest:
-        n = int(np.prod(e["shape"]))
-        P[e["name"]] = torch.tensor(flat[e["offset"]:e["offset"] + n].reshape(e["shape"]), requires_grad=True)
-    B, S, steps = cfg["batch"], cfg["model"]["seq_length"], cfg["steps"]
-    raw = torch.from_numpy(np.fromfile(os.path.join(d, "batches.bin"), dtype=np.int32).astype(np.int64))
-    raw = raw.view(steps, 3, B, S)
-    masks = torch.from_numpy(np.fromfile(os.path.join(d, "masks.bin"), dtype=np.float32).astype(np.float64))
-    masks = masks.view(steps, B, S)
-
-    loss, logits = forward(P, cfg, raw[0, 0], raw[0, 1], raw[0, 2], masks[0])
-    loss.backward()
-    open(os.path.join(d, "loss.txt"), "w").write("%.17g\n" % loss.item())
-    logits.detach().numpy().astype(np.float64).tofile(os.path.join(d, "logits.bin"))
-    grads = np.zeros_like(flat)
-    for e in manifest:
-        n = int(np.prod(e["shape"]))
-        grads[e["offset"]:e["offset"] + n] = P[e["name"]].grad.numpy().reshape(-1)
-    grads.tofile(os.path.join(d, "grads.bin"))
-
-    # AdamW steps: decay on 2-D weights only (Megatron's rule), global-norm clipping, constant lr.
-    for t in P.values():
-        t.grad = None
-    decay = [P[e["name"]] for e in manifest if len(e["shape"]) > 1 and not e["name"].endswith(".bias")]
-    no_decay = [P[e["name"]] for e in manifest if not (len(e["shape"]) > 1 and not e["name"].endswith(".bias"))]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["adam_eps"])
-    out = []
-    for s in range(steps):
-        opt.zero_grad()
-        loss, _ = forward(P, cfg, raw[s, 0], raw[s, 1], raw[s, 2], masks[s])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["clip_grad"])
-        opt.step()
-        out.append("%.17g" % loss.item())
-    open(os.path.join(d, "step_losses.txt"), "w").write("\n".join(out) + "\n")
+def make_model(cfg, manifest, P):
+    return lambda tokens, positions, labels, mask: forward(P, cfg, tokens, positions, labels, mask)
 
 
 if __name__ == "__main__":
-    torch.set_default_dtype(torch.float64)
-    main(sys.argv[1])
+    parity_harness.run(sys.argv[1], make_model)

@@ -1,8 +1,6 @@
 """PyTorch reference Llama for the parity test (float64, written for this test).
 
-Same file protocol as gpt2_reference.py (see there): config.json ("model": Megatron's config
-fields by name; batch, steps, optimizer), params.bin + manifest.json, batches.bin, masks.bin in;
-loss.txt, logits.bin, grads.bin, step_losses.txt out.
+The file protocol and the AdamW steps are parity_harness.py's; this file is the model.
 The architecture is Megatron-Core's GPT with the Llama options: RMSNorm, rotary embeddings on the
 sequence index (rotate-half, or interleaved pairs; a rotated fraction of each head; Llama 3.1
 frequency scaling), grouped-query attention with QKV rows per group [its queries, k, v], SwiGLU
@@ -10,14 +8,13 @@ frequency scaling), grouped-query attention with QKV rows per group [its queries
 Before running it checks the parameter names and shapes and the initial values against
 Megatron's rules (norms 1, biases 0, N(0, std) weights, std/sqrt(2L) for the output projections).
 """
-import json
 import math
-import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+
+import parity_harness
 
 
 class Dims:
@@ -155,52 +152,12 @@ def check_layout_and_init(d, manifest, P):
                 "%s: mean %g std %g, expected N(0, %g)" % (name, t.mean().item(), t.std().item(), value)
 
 
-def main(dirname):
-    cfg = json.load(open(os.path.join(dirname, "config.json")))
+def make_model(cfg, manifest, P):
     d = Dims(cfg["model"], cfg["batch"])
-    manifest = json.load(open(os.path.join(dirname, "manifest.json")))
-    flat = np.fromfile(os.path.join(dirname, "params.bin"), dtype=np.float32).astype(np.float64)
-    P = {}
-    for e in manifest:
-        n = int(np.prod(e["shape"]))
-        P[e["name"]] = torch.tensor(flat[e["offset"]:e["offset"] + n].reshape(e["shape"]), requires_grad=True)
     check_layout_and_init(d, manifest, P)
-    B, S, steps = d.B, d.S, cfg["steps"]
-    raw = torch.from_numpy(np.fromfile(os.path.join(dirname, "batches.bin"), dtype=np.int32).astype(np.int64))
-    raw = raw.view(steps, 3, B, S)  # [tokens, position ids (unused: RoPE runs on t), labels]
-    masks = torch.from_numpy(np.fromfile(os.path.join(dirname, "masks.bin"), dtype=np.float32).astype(np.float64))
-    masks = masks.view(steps, B, S)
-
-    loss, logits = forward(P, d, raw[0, 0], raw[0, 2], masks[0])
-    loss.backward()
-    open(os.path.join(dirname, "loss.txt"), "w").write("%.17g\n" % loss.item())
-    logits.detach().numpy().astype(np.float64).tofile(os.path.join(dirname, "logits.bin"))
-    grads = np.zeros_like(flat)
-    for e in manifest:
-        n = int(np.prod(e["shape"]))
-        grads[e["offset"]:e["offset"] + n] = P[e["name"]].grad.numpy().reshape(-1)
-    grads.tofile(os.path.join(dirname, "grads.bin"))
-
-    # AdamW steps: decay on 2-D weights only (Megatron's rule), global-norm clipping, constant lr.
-    for t in P.values():
-        t.grad = None
-    decayed = lambda e: len(e["shape"]) > 1 and not e["name"].endswith(".bias")
-    opt = torch.optim.AdamW([{"params": [P[e["name"]] for e in manifest if decayed(e)],
-                              "weight_decay": cfg["weight_decay"]},
-                             {"params": [P[e["name"]] for e in manifest if not decayed(e)],
-                              "weight_decay": 0.0}],
-                            lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["adam_eps"])
-    out = []
-    for s in range(steps):
-        opt.zero_grad()
-        loss, _ = forward(P, d, raw[s, 0], raw[s, 2], masks[s])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["clip_grad"])
-        opt.step()
-        out.append("%.17g" % loss.item())
-    open(os.path.join(dirname, "step_losses.txt"), "w").write("\n".join(out) + "\n")
+    # Position ids are unused: Megatron's RoPE runs on the sequence index t.
+    return lambda tokens, positions, labels, mask: forward(P, d, tokens, labels, mask)
 
 
 if __name__ == "__main__":
-    torch.set_default_dtype(torch.float64)
-    main(sys.argv[1])
+    parity_harness.run(sys.argv[1], make_model)

@@ -10,6 +10,7 @@
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/device.h"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/row_reduce.cuh"
 #include "backend/cuda/storage.cuh"
 
 namespace mg::cuda {
@@ -82,30 +83,17 @@ __global__ void column_sum_chunks_kernel(float* partial, T* out16, const float* 
   }
 }
 
-__global__ void column_sum_finish_kernel(float* dbias, const float* partial, int64_t chunks,
-                                         int64_t C) {
-  MG_GRID_STRIDE(c, C) {
-    float t = 0.f;
-    for (int64_t g = 0; g < chunks; ++g) t += partial[g * C + c];
-    dbias[c] += t;
-  }
-}
-
 // dbias += column sums of dout [N, C]; out16 (T = bf16/f16, may be null) = dout rounded.
 template <typename T>
 void column_sums(float* dbias, T* out16, const float* dout, int64_t N, int64_t C) {
-  const int64_t col_blocks = (C + 31) / 32;
-  // About 1024 blocks in all, chunks of at least 64 rows: a fixed function of N and C, so the
-  // order of the sums (and the result) does not depend on the GPU.
-  const int64_t chunks = std::max<int64_t>(1, std::min((N + 63) / 64, 1024 / col_blocks));
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  Buffer partial(size_t(chunks * C) * sizeof(float));
-  column_sum_chunks_kernel<T><<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0,
+  const ColumnChunks k = column_chunks(N, C);
+  Buffer partial(size_t(k.chunks * C) * sizeof(float));
+  column_sum_chunks_kernel<T><<<dim3(unsigned(k.col_blocks), unsigned(k.chunks)), dim3(32, 8), 0,
                                 compute_stream()>>>(partial.as<float>(), out16, dout, N, C,
-                                                    rows_per_chunk);
+                                                    k.rows_per_chunk);
   MG_CUDA_CHECK(cudaGetLastError());
   column_sum_finish_kernel<<<blocks_for(C), kThreads, 0, compute_stream()>>>(
-      dbias, partial.as<float>(), chunks, C);
+      dbias, partial.as<float>(), k.chunks, C);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

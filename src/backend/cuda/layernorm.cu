@@ -6,6 +6,7 @@
 
 #include "backend/cuda/check.cuh"
 #include "backend/cuda/ops.h"
+#include "backend/cuda/row_reduce.cuh"
 #include "backend/cuda/storage.cuh"
 
 namespace mg::cuda {
@@ -13,11 +14,6 @@ namespace mg::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* inp,
@@ -126,18 +122,14 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   layernorm_backward_input_kernel<<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
   MG_CUDA_CHECK(cudaGetLastError());
-  // About 1024 blocks, chunks of at least 64 rows: a fixed function of N and C (so is the order
-  // of the sums, hence the result).
-  const int64_t col_blocks = (C + 31) / 32;
-  const int64_t chunks = std::max<int64_t>(1, std::min((N + 63) / 64, 1024 / col_blocks));
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  Buffer partial(size_t(chunks * 2 * C) * sizeof(float));
-  layernorm_params_chunks_kernel<<<dim3(unsigned(col_blocks), unsigned(chunks)), dim3(32, 8), 0,
-                                   compute_stream()>>>(partial.as<float>(), dout, inp, mean, rstd,
-                                                       N, C, rows_per_chunk);
+  const ColumnChunks k = column_chunks(N, C);
+  Buffer partial(size_t(k.chunks * 2 * C) * sizeof(float));
+  layernorm_params_chunks_kernel<<<dim3(unsigned(k.col_blocks), unsigned(k.chunks)), dim3(32, 8),
+                                   0, compute_stream()>>>(partial.as<float>(), dout, inp, mean,
+                                                          rstd, N, C, k.rows_per_chunk);
   MG_CUDA_CHECK(cudaGetLastError());
   layernorm_params_finish_kernel<<<blocks_for(2 * C), kThreads, 0, compute_stream()>>>(
-      dweight, dbias, partial.as<float>(), chunks, C);
+      dweight, dbias, partial.as<float>(), k.chunks, C);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -11,6 +11,7 @@
 
 #include "backend/ops.h"
 #include "testing/fd_check.h"
+#include "testing/rounded.h"
 #include "testing/reference_attention.h"
 
 namespace mg {
@@ -28,15 +29,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
                          std::vector<double>(ref.begin(), ref.end()));
 }
 
-// Rounded copy of v in dtype t (16-bit codes) and its widened values.
-struct Rounded {
-  std::vector<uint16_t> h;
-  std::vector<float> f;
-  Rounded(const std::vector<float>& v, DType t) : h(v.size()), f(v.size()) {
-    cpu::cast_from_f32(h.data(), t, v.data(), int64_t(v.size()));
-    cpu::cast_to_f32(f.data(), h.data(), t, int64_t(v.size()));
-  }
-};
+using testing::Rounded;
 std::vector<uint16_t> rounded(const std::vector<float>& v, DType t) {
   return Rounded(v, t).h;
 }

@@ -12,6 +12,7 @@
 #include "backend/cpu/half.h"
 #include "backend/ops.h"
 #include "testing/fd_check.h"
+#include "testing/rounded.h"
 
 namespace mg {
 namespace {
@@ -117,15 +118,7 @@ TEST(Precision, InfNanCheck) {
   EXPECT_TRUE(cpu::has_inf_or_nan(x.data(), 1000));
 }
 
-// Rounded copy of v in dtype t (as 16-bit codes) and its widened values.
-struct Rounded {
-  std::vector<uint16_t> h;
-  std::vector<float> f;
-  Rounded(const std::vector<float>& v, DType t) : h(v.size()), f(v.size()) {
-    cpu::cast_from_f32(h.data(), t, v.data(), int64_t(v.size()));
-    cpu::cast_to_f32(f.data(), h.data(), t, int64_t(v.size()));
-  }
-};
+using testing::Rounded;
 
 // C = op(A) op(B) (+ C) in double from the rounded operands, as stored with leading dims.
 std::vector<double> reference_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
