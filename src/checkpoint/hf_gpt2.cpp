@@ -4,6 +4,7 @@
 
 #include "checkpoint/files.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "model/param_layout.h"
 
 namespace mg {
@@ -74,28 +75,31 @@ int64_t hf_index(const Mapping& m, const Shape& ours, int64_t k, const GPTConfig
 }  // namespace
 
 GPTConfig hf_gpt2_config(const std::string& path, int64_t divisible_by) {
-  json j;
-  try {
-    j = json::parse(ckpt::read_text_file(path));
-  } catch (const json::exception& e) {
-    MG_USER_CHECK(false, "'", path, "' is not valid JSON: ", e.what());
-  }
-  for (const char* k : {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size"})
-    MG_USER_CHECK(j.contains(k), "'", path, "' lacks ", k, " (is it a GPT-2 config.json?)");
+  const json j = parse_json_text<json>(ckpt::read_text_file(path), path);
+  const JsonFields<json> f(j, path);
   GPTConfig c;
-  c.num_layers = j["n_layer"];
-  c.hidden_size = j["n_embd"];
-  c.num_attention_heads = j["n_head"];
-  c.max_position_embeddings = j["n_positions"];
-  c.seq_length = j["n_positions"];
-  c.vocab_size = j["vocab_size"];
-  c.ffn_hidden_size = j.value("n_inner", json()).is_number() ? j["n_inner"].get<int64_t>() : 0;
-  c.norm_epsilon = j.value("layer_norm_epsilon", 1e-5f);
-  c.init_method_std = j.value("initializer_range", 0.02f);
+  c.num_layers = f.integer("n_layer", 1);
+  c.hidden_size = f.integer("n_embd", 1);
+  c.num_attention_heads = f.integer("n_head", 1);
+  c.max_position_embeddings = f.integer("n_positions", 1);
+  c.seq_length = c.max_position_embeddings;
+  c.vocab_size = f.integer("vocab_size", 1);
+  c.ffn_hidden_size = f.integer_or("n_inner", 0, 1);
+  constexpr double kFloatMax = 3.4e38;  // the float fields' range
+  if (f.has("layer_norm_epsilon"))
+    c.norm_epsilon = float(f.number("layer_norm_epsilon", 1e-30, kFloatMax));
+  if (f.has("initializer_range"))
+    c.init_method_std = float(f.number("initializer_range", 1e-30, kFloatMax));
   c.make_vocab_size_divisible_by = divisible_by;
-  MG_USER_CHECK(j.value("activation_function", "gelu_new") == "gelu_new", "'", path,
-                "': activation ", j["activation_function"].dump(), " (GPT-2 uses gelu_new)");
-  c.validate();
+  const std::string act = f.has("activation_function") ? f.string("activation_function")
+                                                       : "gelu_new";
+  MG_USER_CHECK(act == "gelu_new", path, ": activation_function '", act,
+                "' (GPT-2 uses gelu_new)");
+  try {
+    c.validate();
+  } catch (const UsageError& e) {  // named by the flag the field maps to
+    throw UsageError(str_cat(path, ": not a model megatron can build: ", e.what()));
+  }
   return c;
 }
 

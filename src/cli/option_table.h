@@ -2,6 +2,7 @@
 // generated from it, so they cannot drift. Semantic validation lives next to each config.
 // A metavar ending in "..." takes every following argument up to the next --flag.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -41,6 +42,11 @@ std::string show_value(const T& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
     return s;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) return "";  // unset: a value no flag can give (parse_number refuses nan)
+    std::ostringstream os;
+    os << v;
+    return os.str();
   } else {
     std::ostringstream os;
     os << v;

@@ -208,6 +208,25 @@ int local_rank() {
   return cached;
 }
 
+int local_size() {
+  static const int cached = [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) {
+      MPI_Comm node;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      int size = 1;
+      MPI_Comm_size(node, &size);
+      MPI_Comm_free(&node);
+      return size;
+    }
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+    return 1;
+  }();
+  return cached;
+}
+
 std::unique_ptr<Communicator> mpi_world() {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }

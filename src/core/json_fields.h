@@ -48,6 +48,15 @@ class JsonFields {
     if (!j.is_object()) fail("a JSON object");
   }
 
+  // The objects of a document that is a JSON array of them ("[i]" their paths).
+  static std::vector<JsonFields> array_objects(const Json& a, const std::string& file) {
+    if (!a.is_array()) throw_json_field_error(file, "", "a JSON array of objects", text(a));
+    std::vector<JsonFields> out;
+    for (size_t i = 0; i < a.size(); ++i)
+      out.emplace_back(a[i], file, "[" + std::to_string(i) + "]");
+    return out;
+  }
+
   const Json& json() const { return *j_; }
   const std::string& file() const { return file_; }
   bool has(std::string_view key) const {

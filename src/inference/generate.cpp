@@ -3,14 +3,20 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_fields.h"
+#include "core/log.h"
 #include "model/gpt.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -27,32 +33,61 @@ void GenerateConfig::validate() const {
 
 namespace {
 
+std::string read_text(const std::string& path, const char* what) {
+  std::ifstream f(path);
+  MG_USER_CHECK(f.good(), "--load-params: cannot read '", path, "' (", what, ")");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 void load(GPTModel& model, const std::string& path) {
+  using json = nlohmann::json;
   // Settings that change no shape (RoPE on or off, its base, ...) are checked against the
   // model record written beside the parameters (dumps older than it have none).
-  if (std::ifstream rf(path + ".model.json"); rf.good())
-    check_model_record(nlohmann::json::parse(rf), model.config(), "--load-params '" + path + "'");
-  std::ifstream mf(path + ".json");
-  MG_USER_CHECK(mf.good(), "--load-params: cannot read '", path, ".json' (written beside the "
-                "parameters by --dump-final-params)");
-  const nlohmann::json manifest = nlohmann::json::parse(mf);
+  const std::string record_path = path + ".model.json";
+  if (std::ifstream(record_path).good()) {
+    const json record = parse_json_text<json>(read_text(record_path, "the model record"),
+                                              record_path);
+    JsonFields<json>(record, record_path);  // an object, or a UsageError naming the file
+    check_model_record(record, model.config(), "--load-params '" + path + "'");
+  }
+  const std::string manifest_path = path + ".json";
+  const json manifest = parse_json_text<json>(
+      read_text(manifest_path, "written beside the parameters by --dump-final-params"),
+      manifest_path);
+  std::map<std::string, JsonFields<json>> entries;
+  for (const JsonFields<json>& e : JsonFields<json>::array_objects(manifest, manifest_path))
+    entries.emplace(e.string("name"), e);
   for (const ParamSpec& p : model.layout().params()) {
-    bool found = false;
-    for (const auto& e : manifest)
-      if (e["name"] == p.name) {
-        MG_USER_CHECK(e["shape"].get<Shape>() == p.global_shape && e["offset"] == p.offset,
-                      "--load-params: '", p.name, "' has shape ", e["shape"].dump(),
-                      " in the file but ", shape_str(p.global_shape),
-                      " in this model; pass the model flags it was trained with");
-        found = true;
-      }
-    MG_USER_CHECK(found, "--load-params: the file has no parameter '", p.name, "'");
+    const auto it = entries.find(p.name);
+    MG_USER_CHECK(it != entries.end(), "--load-params: the file has no parameter '", p.name, "'");
+    const Shape shape = it->second.integers("shape");
+    MG_USER_CHECK(shape == p.global_shape && it->second.integer("offset") == p.offset,
+                  "--load-params: '", p.name, "' has shape ", shape_str(shape),
+                  " in the file but ", shape_str(p.global_shape),
+                  " in this model; pass the model flags it was trained with");
   }
   std::ifstream f(path, std::ios::binary | std::ios::ate);
   MG_USER_CHECK(f.good() && int64_t(f.tellg()) == model.num_params() * 4, "--load-params: '",
                 path, "' should hold ", model.num_params(), " fp32 values");
   f.seekg(0);
   f.read(reinterpret_cast<char*>(model.params()), std::streamsize(model.num_params() * 4));
+}
+
+// What generation allocates — params and grads in f32 and one sample's activations — checked
+// against the host's available memory before the model is built.
+void check_fits(const GPTConfig& mc) {
+  const char* what = "bytes of the model for generation";
+  const int64_t need = checked_add(checked_mul(shard_param_count(mc).elements, 8, what),
+                                   GPTModel::activation_bytes(mc, 1, StageSpec{}), what);
+  std::string where;
+  const int64_t available = runtime::available_bytes(Device::CPU, &where);
+  MG_USER_CHECK(available < 0 || need <= available, "generation needs ", format_bytes(need),
+                " for the model (", mc.num_parameters(), " parameters: --num-layers ",
+                mc.num_layers, ", --hidden-size ", mc.hidden_size, ", --seq-length ",
+                mc.seq_length, ", --vocab-size ", mc.vocab_size, "), only ",
+                format_bytes(available), " available (", where, ")");
 }
 
 }  // namespace
@@ -67,6 +102,7 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
                   ": the tokenizer has ", tok->vocab_size(), " tokens but the model only ",
                   mc.padded_vocab_size());
   }
+  check_fits(mc);
   GPTModel model(mc, 1);
   if (cfg.load.empty())
     load(model, cfg.load_params);
