@@ -24,12 +24,14 @@ Blend parse_blend(const std::vector<std::string>& tokens, const std::string& fla
   double sum = 0;
   for (size_t i = 0; i < tokens.size(); i += 2) {
     const double w = std::strtod(tokens[i].c_str(), nullptr);
-    MG_USER_CHECK(w > 0, flag, ": weight ", tokens[i], " for '", tokens[i + 1],
-                  "' must be positive");
+    MG_USER_CHECK(w > 0 && std::isfinite(w), flag, ": weight ", tokens[i], " for '",
+                  tokens[i + 1], "' must be a positive finite number");
     b.weights.push_back(w);
     b.prefixes.push_back(tokens[i + 1]);
     sum += w;
   }
+  MG_USER_CHECK(std::isfinite(sum), flag, ": the weights sum past the largest double; scale "
+                "them down");
   for (double& w : b.weights) w /= sum;
   return b;
 }

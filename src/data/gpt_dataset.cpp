@@ -52,15 +52,16 @@ std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split
   for (std::string field; std::getline(ss, field, ',');) {
     char* end = nullptr;
     const double v = std::strtod(field.c_str(), &end);
-    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0, "--split '", split,
-                  "': '", field, "' is not a non-negative number");
+    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0 && std::isfinite(v),
+                  "--split '", split, "': '", field, "' is not a non-negative finite number");
     w.push_back(v);
   }
   MG_USER_CHECK(!w.empty() && w.size() <= 3, "--split '", split,
                 "' must hold 1 to 3 comma-separated weights, e.g. 969,30,1");
   w.resize(3, 0.0);
   const double sum = w[0] + w[1] + w[2];
-  MG_USER_CHECK(sum > 0.0, "--split '", split, "' has weights summing to 0");
+  MG_USER_CHECK(sum > 0.0 && std::isfinite(sum), "--split '", split,
+                "' must have weights summing to a positive finite number");
   std::array<std::pair<int64_t, int64_t>, 3> out;
   double lo = 0.0;
   for (int s = 0; s < 3; ++s) {

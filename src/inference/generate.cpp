@@ -14,7 +14,6 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "core/log.h"
 #include "model/gpt.h"
 #include "tensor/device_runtime.h"
 
@@ -81,13 +80,10 @@ void check_fits(const GPTConfig& mc) {
   const char* what = "bytes of the model for generation";
   const int64_t need = checked_add(checked_mul(shard_param_count(mc).elements, 8, what),
                                    GPTModel::activation_bytes(mc, 1, StageSpec{}), what);
-  std::string where;
-  const int64_t available = runtime::available_bytes(Device::CPU, &where);
-  MG_USER_CHECK(available < 0 || need <= available, "generation needs ", format_bytes(need),
-                " for the model (", mc.num_parameters(), " parameters: --num-layers ",
-                mc.num_layers, ", --hidden-size ", mc.hidden_size, ", --seq-length ",
-                mc.seq_length, ", --vocab-size ", mc.vocab_size, "), only ",
-                format_bytes(available), " available (", where, ")");
+  runtime::check_host_fits(need, str_cat("generation with a model of ", mc.num_parameters(),
+                                         " parameters (--num-layers ", mc.num_layers,
+                                         ", --hidden-size ", mc.hidden_size, ", --seq-length ",
+                                         mc.seq_length, ", --vocab-size ", mc.vocab_size, ")"));
 }
 
 }  // namespace

@@ -477,7 +477,7 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
 
 size_t GPTModel::allocated_activation_bytes() const {
   size_t b = 0;
-  auto add = [&b](const Tensor& t) { b += t.nbytes(); };
+  auto add = [&b](const Tensor& t) { b += t.empty() ? 0 : t.nbytes(); };  // never allocated: 0
   auto add_cache = [&](const LayerCache& c) {
     for (const ActivationDecl& a : layer_cache_decls(dims_)) add(c.*a.member);
   };

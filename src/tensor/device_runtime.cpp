@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace mg {
 
@@ -120,6 +121,13 @@ int64_t available_bytes(Device d, std::string* source) {
     break;
   }
   return avail;
+}
+
+void check_host_fits(int64_t bytes, const std::string& what) {
+  std::string source;
+  const int64_t available = available_bytes(Device::CPU, &source);
+  MG_USER_CHECK(available < 0 || bytes <= available, what, " needs ", format_bytes(bytes),
+                ", only ", format_bytes(available), " available (", source, ")");
 }
 
 }  // namespace runtime

@@ -51,6 +51,10 @@ void* stream();
 // of available memory (/proc/meminfo MemAvailable) within the cgroup's limit, if one is set;
 // *source (if given) says which ("host MemAvailable", "host cgroup limit").
 int64_t available_bytes(Device d, std::string* source = nullptr);
+// Refuses (UsageError "WHAT needs 9.10 TiB, only 21.7 GiB available (host MemAvailable)")
+// host allocations of `bytes` in all that the host cannot hold, before they are made; does
+// nothing when the available memory is unknown.
+void check_host_fits(int64_t bytes, const std::string& what);
 
 }  // namespace runtime
 }  // namespace mg

@@ -15,10 +15,10 @@ constexpr const char* kWhat = "bytes of this rank's params, grads, optimizer sta
                               "activations";
 }  // namespace
 
-int64_t RankMemory::total(bool with_data) const {
+int64_t RankMemory::total(bool with_host) const {
   const int64_t model = checked_add(checked_add(params, grads, kWhat),
                                     checked_add(optimizer, activations, kWhat), kWhat);
-  return with_data ? checked_add(model, data, kWhat) : model;
+  return with_host ? checked_add(model, checked_add(data, final_params, kWhat), kWhat) : model;
 }
 
 StageSpec train_stage_spec(const TrainConfig& cfg, int world_rank) {
@@ -73,6 +73,8 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
                        "--global-batch-size samples)";
     m.data = checked_mul(checked_add(n[0], checked_add(n[1], n[2], what), what), 12, what);
   }
+  if (!cfg.dump_final_params.empty())
+    m.final_params = checked_bytes(cfg.model.num_parameters(), DType::F32, kWhat);
   return m;
 }
 
@@ -84,7 +86,10 @@ void check_rank_memory(const TrainConfig& cfg, int world_rank, int64_t available
   if (available < 0 || m.total(with_data) <= available) return;
   const GPTConfig& c = cfg.model;
   std::string drivers = str_cat("--num-layers ", c.num_layers, ", --hidden-size ", c.hidden_size,
-                                ", --ffn-hidden-size ", c.ffn(), ", --seq-length ", c.seq_length,
+                                ", --num-attention-heads ", c.num_attention_heads);
+  if (c.kv_channels > 0) drivers += str_cat(", --kv-channels ", c.kv_channels);
+  if (c.group_query_attention) drivers += str_cat(", --num-query-groups ", c.num_query_groups);
+  drivers += str_cat(", --ffn-hidden-size ", c.ffn(), ", --seq-length ", c.seq_length,
                                 ", --micro-batch-size ", cfg.micro_batch_size, ", --vocab-size ",
                                 c.vocab_size, " (padded: ", c.padded_vocab_size(), ")");
   if (c.learned_positions())
@@ -94,6 +99,8 @@ void check_rank_memory(const TrainConfig& cfg, int world_rank, int64_t available
       format_bytes(m.params), ", grads ", format_bytes(m.grads), ", optimizer ",
       format_bytes(m.optimizer), ", activations ", format_bytes(m.activations),
       with_data && m.data > 0 ? ", data indices " + format_bytes(m.data) : "",
+      with_data && m.final_params > 0 ? ", --dump-final-params " + format_bytes(m.final_params)
+                                      : "",
       ": driven by ", drivers, ", --train-iters ", cfg.train_iters, ", --global-batch-size ",
       cfg.global_batch_size, "), only ", format_bytes(available), " available (", where,
       with_data && m.data > m.total(false)

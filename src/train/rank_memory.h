@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/log.h"
 #include "model/gpt.h"
 #include "train/train_config.h"
 
@@ -25,9 +26,10 @@ struct RankMemory {
   int64_t activations = 0;  // the stage's activation slots, caches, scratch and buffers
   int64_t data = 0;         // host: the sample and shuffle indices of the splits it reads
                             // (12 bytes a sample: data/gpt_dataset.h's int32 indices)
-  // What the compute device holds (params, grads, optimizer, activations); on a CPU run the
-  // data indices share that memory and count too.
-  int64_t total(bool with_data) const;
+  int64_t final_params = 0; // host: --dump-final-params gathers the whole model in f32
+  // What the compute device holds (params, grads, optimizer, activations); with_host adds the
+  // host-side data indices and final-params gather (a CPU run's one memory).
+  int64_t total(bool with_host) const;
 };
 
 // The model stage world_rank holds under cfg (finalize_and_validate has run).
