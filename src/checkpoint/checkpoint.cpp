@@ -107,6 +107,30 @@ void write_synced(const std::string& path, const std::string& text) {
   w.close();
 }
 
+// This rank's shard under tmp: one .bin of raw pieces and its .json index (with the .bin's
+// CRC). Returns the .bin's size.
+uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
+  const ProcessGroups& g = io.groups;
+  const std::vector<LocalPiece> pieces = local_pieces(io, true, !io.cfg.no_save_optim);
+  ShardIndex index;
+  index.rank = g.world_rank;
+  index.bin = rank_name(g.world_rank) + ".bin";
+  ckpt::SyncedWriter bin(tmp + "/" + index.bin);
+  const int64_t tp = g.grid.tp;
+  std::vector<char> staging;
+  for (const LocalPiece& pc : pieces) {
+    index.pieces.push_back({pc.key, pc.dtype, pc.p->global_shape, pc.p->shape,
+                            tp > 1 ? pc.p->sharding.split_dim : -1, pc.p->sharding.stride, tp,
+                            g.coord.tp, pc.begin, pc.n, bin.bytes()});
+    bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
+  }
+  bin.close();
+  index.bin_bytes = bin.bytes();
+  index.bin_crc32 = bin.crc();
+  write_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
+  return index.bin_bytes;
+}
+
 // Rank 0, once every shard is on disk: metadata.json (with every shard's checksums), then the
 // publishing rename, the latest file, and --ckpt-keep-last.
 void finish_save(const CheckpointIO& io, const TrainProgress& progress, const std::string& tmp) {
@@ -149,50 +173,27 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   const std::string dir = io.cfg.save;
   const std::string final_dir = dir + "/" + checkpoint_dir_name(progress.iteration);
   const std::string tmp = final_dir + ".tmp";
-  // Rank 0 cleans up after a failure of its own; another rank's failure ends the job, and the
-  // next save removes what it left (ckpt::remove_leftovers).
-  auto on_rank0 = [&](auto&& step) {
-    if (g.world_rank != 0) return;
-    try {
-      step();
-    } catch (...) {
+  double bytes = 0;
+  try {
+    if (g.world_rank == 0) {
       std::error_code ec;
-      fs::remove_all(tmp, ec);
-      throw;
+      fs::create_directories(dir, ec);
+      MG_USER_CHECK(fs::is_directory(dir, ec), "--save: cannot create directory '", dir, "'");
+      ckpt::remove_leftovers(dir);
+      fs::create_directories(tmp, ec);
+      MG_USER_CHECK(!ec, "--save: cannot create '", tmp, "': ", ec.message());
     }
-  };
-  on_rank0([&] {
+    g.world->barrier();
+    bytes = all_reduce_sum(*g.world, double(write_shard(io, tmp)));
+    g.world->barrier();  // every shard is on disk
+    if (g.world_rank == 0) finish_save(io, progress, tmp);
+  } catch (...) {
+    // Rank 0 removes what it can of a failed save (another rank's failure ends the job, and
+    // the next save removes the rest: ckpt::remove_leftovers).
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    MG_USER_CHECK(fs::is_directory(dir, ec), "--save: cannot create directory '", dir, "'");
-    ckpt::remove_leftovers(dir);
-    fs::create_directories(tmp, ec);
-    MG_USER_CHECK(!ec, "--save: cannot create '", tmp, "': ", ec.message());
-  });
-  g.world->barrier();
-
-  // This rank's shard: one .bin of raw pieces and its .json index (with the .bin's CRC).
-  const std::vector<LocalPiece> pieces = local_pieces(io, true, !io.cfg.no_save_optim);
-  ShardIndex index;
-  index.rank = g.world_rank;
-  index.bin = rank_name(g.world_rank) + ".bin";
-  ckpt::SyncedWriter bin(tmp + "/" + index.bin);
-  const int64_t tp = g.grid.tp;
-  std::vector<char> staging;
-  for (const LocalPiece& pc : pieces) {
-    index.pieces.push_back({pc.key, pc.dtype, pc.p->global_shape, pc.p->shape,
-                            tp > 1 ? pc.p->sharding.split_dim : -1, pc.p->sharding.stride, tp,
-                            g.coord.tp, pc.begin, pc.n, bin.bytes()});
-    bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
+    if (g.world_rank == 0) fs::remove_all(tmp, ec);
+    throw;
   }
-  bin.close();
-  index.bin_bytes = bin.bytes();
-  index.bin_crc32 = bin.crc();
-  write_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
-  const double bytes = all_reduce_sum(*g.world, double(bin.bytes()));
-  g.world->barrier();  // every shard is on disk
-
-  on_rank0([&] { finish_save(io, progress, tmp); });
   g.world->barrier();  // nobody goes on (or exits) before the checkpoint is published
   const double secs = timer.seconds();
   log_line(str_cat(" > saved checkpoint at iteration ", progress.iteration, " to ", final_dir,

@@ -1,5 +1,6 @@
 #include "checkpoint/json_fields.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -20,12 +21,35 @@ std::string shown(const json& v) {
   return s;
 }
 
+// How deeply text nests arrays and objects (outside strings), stopping once past `limit`:
+// copying or printing a parsed document recurses as deep.
+int nesting(const std::string& text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+      continue;
+    }
+    if (ch == '"') in_string = true;
+    else if (ch == '[' || ch == '{') deepest = std::max(deepest, ++depth);
+    else if (ch == ']' || ch == '}') --depth;
+    if (deepest > limit) break;
+  }
+  return deepest;
+}
+
 }  // namespace
 
 JsonFields::JsonFields(const json& j, std::string what, std::string prefix)
     : j_(&j), what_(std::move(what)), prefix_(std::move(prefix)) {}
 
 json JsonFields::parse_object(const std::string& text, const std::string& what) {
+  constexpr int kMaxDepth = 32;  // our files nest 3 deep
+  MG_USER_CHECK(nesting(text, kMaxDepth) <= kMaxDepth, what, " nests arrays or objects more than ",
+                kMaxDepth, " deep (corrupt?)");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   MG_USER_CHECK(!j.is_discarded(), what, " is not valid JSON (truncated or corrupt?)");
   MG_USER_CHECK(j.is_object(), what, " must hold a JSON object, not ", shown(j));

@@ -2,7 +2,8 @@
 // range is checked with a message naming the file and the field (each defect of issue 23 as
 // its exact input), the version-3 checksum catches any edit, the iteration must be the
 // directory's, and no input — truncated, bit-flipped or random — ends in anything but a
-// UsageError. Also the directory names, the latest file and the --dump-final-params checks.
+// UsageError. Also the directory names, the latest file, the --dump-final-params checks and
+// the typed reading of an HF config.json.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,7 +15,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/files.h"
+#include "checkpoint/hf_gpt2.h"
 #include "checkpoint/params_file.h"
+#include "testing/subprocess.h"
 
 namespace mg {
 namespace {
@@ -146,6 +149,26 @@ TEST(CheckpointMetadata, ChecksumCatchesAnyEdit) {
   EXPECT_EQ(error_of(json::parse(text).dump(4)), "");
 }
 
+// The checksum as docs/checkpoint-format.md tells users to recompute it, by Python's json and
+// zlib: the same number.
+TEST(CheckpointMetadata, ChecksumIsPythonsCanonicalCrc) {
+  CheckpointMetadata m = parse_checkpoint_metadata(read(kV2 / "metadata.json"), "v2");
+  m.args.push_back("--data-path=/data/caf\u00e9 \"quoted\"");
+  char tmpl[] = "/tmp/mg_crc_XXXXXX";
+  const fs::path d = mkdtemp(tmpl);
+  std::ofstream(d / "metadata.json") << checkpoint_metadata_text(m);
+  const auto r = testing::run_command(
+      std::string(MG_PYTHON) + " -c \"import json, zlib; j = json.load(open('" +
+      (d / "metadata.json").string() + "')); c = j.pop('metadata_crc32'); print(c, zlib.crc32("
+      "json.dumps(j, sort_keys=True, separators=(',', ':'), ensure_ascii=False).encode()))\"");
+  fs::remove_all(d);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream in(r.output);
+  uint64_t stored = 0, python = 1;
+  in >> stored >> python;
+  EXPECT_EQ(stored, python) << r.output;
+}
+
 // Any prefix, any flipped byte, any random text: a parse or a UsageError, nothing else (no
 // JSON exception, no abort; the libFuzzer target drives the same function much harder).
 TEST(CheckpointMetadata, MalformedInputOnlyEverThrowsUsageError) {
@@ -172,6 +195,8 @@ TEST(CheckpointMetadata, MalformedInputOnlyEverThrowsUsageError) {
     }
   }
   EXPECT_LT(parsed, 3000);
+  EXPECT_EQ(error_of(std::string(100000, '[') + std::string(100000, ']')),
+            kWhere.substr(0, kWhere.size() - 2) + " nests arrays or objects more than 32 deep (corrupt?)");
   for (const char* t : {"", "null", "{}", "{\"format\": \"megatron-cpp-checkpoint\"}", "[[[[[[[[",
                         "{\"format\": \"megatron-cpp-checkpoint\", \"version\": 1, \"iteration\": {}}",
                         "{\"format\": \"megatron-cpp-checkpoint\", \"version\": 18446744073709551615}"})
@@ -276,6 +301,39 @@ TEST(ParamsFile, RecordsTheModelAndAChecksum) {
   EXPECT_EQ(error(c), "--load-params: '" + path + ".json' is the bare parameter list of an older "
                       "megatron-cpp, which records neither the model nor a checksum: write the "
                       "file again with train --dump-final-params");
+  fs::remove_all(d);
+}
+
+// HF config.json fields are typed too: a string or a zero where GPT-2 has a positive integer
+// was a JSON type error ("internal error") or an invalid model.
+TEST(HfConfig, FieldsAreTypedAndRanged) {
+  char tmpl[] = "/tmp/mg_hfcfg_XXXXXX";
+  const fs::path d = mkdtemp(tmpl);
+  const std::string path = (d / "config.json").string();
+  auto error = [&](const std::string& text) -> std::string {
+    std::ofstream(path) << text;
+    try {
+      hf_gpt2_config(path, 128);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string ok = R"("n_embd": 16, "n_head": 2, "n_positions": 8, "vocab_size": 50)";
+  EXPECT_EQ(error("{\"n_layer\": 2, " + ok + "}"), "");
+  EXPECT_EQ(error("{\"n_layer\": \"2\", " + ok + "}"),
+            "HF config '" + path + "': field 'n_layer' must be an integer in [1, 65536], got \"2\"");
+  EXPECT_EQ(error("{\"n_layer\": 0, " + ok + "}"),
+            "HF config '" + path + "': field 'n_layer' must be an integer in [1, 65536], got 0");
+  EXPECT_EQ(error("{\"n_layer\": 2, \"n_inner\": -4, " + ok + "}"),
+            "HF config '" + path + "': field 'n_inner' must be an integer in [1, 2147483647], got -4");
+  EXPECT_EQ(error("{\"n_layer\": 2, \"activation_function\": \"relu\", " + ok + "}"),
+            "HF config '" + path + "': field 'activation_function' must be one of \"gelu_new\", got \"relu\"");
+  EXPECT_EQ(error("{\"n_layer\": 2, " + ok.substr(0, ok.find(", \"vocab_size")) + "}"),
+            "HF config '" + path + "' lacks vocab_size (is it a GPT-2 config.json?)");
+  EXPECT_EQ(error("{\"n_layer\": 2, \"n_head\": 3, " + ok.substr(ok.find("\"n_positions")) + ", \"n_embd\": 16}"),
+            "HF config '" + path + "' describes no valid model: --num-attention-heads 3 must divide "
+            "--hidden-size 16 (or give the head size with --kv-channels)");
   fs::remove_all(d);
 }
 
