@@ -6,8 +6,6 @@
 #include <map>
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
 #include "backend/cpu/half.h"
 #include "backend/dispatch.h"
 #include "backend/ops.h"
@@ -23,9 +21,7 @@ namespace mg {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
-constexpr const char* kLatest = "latest_checkpointed_iteration.txt";
 constexpr const char* kEmbedding = "embedding.word_embeddings.weight";
 
 // One range of one local parameter, as stored or as wanted: elements [begin, begin + n) of the
@@ -293,7 +289,7 @@ CheckpointMetadata read_metadata(const std::string& ckdir) {
   std::error_code ec;
   MG_USER_CHECK(fs::is_regular_file(path, ec), "checkpoint '", ckdir, "' has no metadata.json: ",
                 fs::is_directory(ckdir, ec) ? "it is incomplete" : "it does not exist",
-                "; point ", fs::path(ckdir).parent_path().string(), "/", kLatest,
+                "; point ", fs::path(ckdir).parent_path().string(), "/", kLatestFile,
                 " at another complete iter_ directory");
   const CheckpointMetadata meta = parse_checkpoint_metadata(ckpt::read_text_file(path), path);
   const int64_t named = iteration_of_dir_name(fs::path(ckdir).filename().string());
@@ -315,7 +311,7 @@ std::string latest_checkpoint_dir(const std::string& dir) { return latest_dir(di
 
 GPTConfig checkpoint_model_config(const std::string& dir) {
   const std::string ckdir = latest_dir(dir);
-  MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatest, ")");
+  MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatestFile, ")");
   return read_metadata(ckdir).model;
 }
 
@@ -338,8 +334,8 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   const std::string dir = latest_dir(c.load);
   if (dir.empty()) {
     MG_USER_CHECK(!c.exit_on_missing_checkpoint, "--load ", c.load, ": no checkpoint there (",
-                  c.load, "/", kLatest, " is missing) and --exit-on-missing-checkpoint is set");
-    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatest, "): starting from scratch"));
+                  c.load, "/", kLatestFile, " is missing) and --exit-on-missing-checkpoint is set");
+    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatestFile, "): starting from scratch"));
     return false;
   }
   const CheckpointMetadata meta = read_metadata(dir);

@@ -20,7 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kLatest = "latest_checkpointed_iteration.txt";
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
@@ -72,7 +71,7 @@ int64_t iteration_of_dir_name(const std::string& name) {
 }
 
 int64_t read_latest_iteration(const std::string& dir) {
-  const std::string latest = dir + "/" + kLatest;
+  const std::string latest = dir + "/" + kLatestFile;
   std::error_code ec;
   if (!fs::exists(latest, ec)) return -1;
   const std::string text = ckpt::read_text_file(latest);
@@ -106,7 +105,7 @@ void remove_leftovers(const std::string& dir) {
     const std::string stem = n.substr(0, dot), ext = dot == std::string::npos ? "" : n.substr(dot);
     const int64_t it = iteration_of_dir_name(stem);
     const bool leftover = (it >= 0 && (ext == ".tmp" || ext == ".deleting" || ext == ".old")) ||
-                          n == std::string(kLatest) + ".tmp" ||
+                          n == std::string(kLatestFile) + ".tmp" ||
                           (it >= 0 && ext.empty() && it < latest && e.is_directory(ec) &&
                            !complete(e.path()));
     if (leftover) doomed.push_back(e.path());
@@ -140,7 +139,7 @@ void publish_checkpoint(const std::string& dir, const std::string& tmp, int64_t 
     rename_checked(tmp, final_dir);
   }
   fsync_dir(dir);
-  write_file_atomic(dir + "/" + kLatest, std::to_string(iteration) + "\n");
+  write_file_atomic(dir + "/" + kLatestFile, std::to_string(iteration) + "\n");
   if (!old.empty()) remove_all_checked(old);  // not a final name any more
 }
 

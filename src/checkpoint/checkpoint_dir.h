@@ -10,6 +10,9 @@
 
 namespace mg {
 
+// Megatron's pointer to the newest complete checkpoint: its iteration and a newline.
+constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
+
 std::string checkpoint_dir_name(int64_t iteration);  // "iter_0000010"
 // The iteration a final checkpoint directory name stands for ("iter_0000010" -> 10), or -1.
 int64_t iteration_of_dir_name(const std::string& name);

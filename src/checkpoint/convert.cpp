@@ -65,7 +65,7 @@ void check_destination(const ConvertConfig& cfg) {
   bool training = false, empty = true;
   for (const auto& e : fs::directory_iterator(cfg.save, ec)) {
     const std::string n = e.path().filename().string();
-    training |= n == "latest_checkpointed_iteration.txt" || n.rfind("iter_", 0) == 0;
+    training |= n == kLatestFile || n.rfind("iter_", 0) == 0;
     empty = false;
   }
   MG_USER_CHECK(!ec, "--save '", cfg.save, "' cannot be listed: ", ec.message());
