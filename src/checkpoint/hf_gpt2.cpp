@@ -1,8 +1,11 @@
 #include "checkpoint/hf_gpt2.h"
 
+#include <climits>
+
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/files.h"
+#include "checkpoint/json_fields.h"
 #include "core/error.h"
 #include "model/param_layout.h"
 
@@ -74,28 +77,29 @@ int64_t hf_index(const Mapping& m, const Shape& ours, int64_t k, const GPTConfig
 }  // namespace
 
 GPTConfig hf_gpt2_config(const std::string& path, int64_t divisible_by) {
-  json j;
-  try {
-    j = json::parse(ckpt::read_text_file(path));
-  } catch (const json::exception& e) {
-    MG_USER_CHECK(false, "'", path, "' is not valid JSON: ", e.what());
-  }
+  const std::string what = "HF config '" + path + "'";
+  const json j = ckpt::JsonFields::parse_object(ckpt::read_text_file(path), what);
+  const ckpt::JsonFields f(j, what);
   for (const char* k : {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size"})
-    MG_USER_CHECK(j.contains(k), "'", path, "' lacks ", k, " (is it a GPT-2 config.json?)");
+    MG_USER_CHECK(f.has(k), what, " lacks ", k, " (is it a GPT-2 config.json?)");
   GPTConfig c;
-  c.num_layers = j["n_layer"];
-  c.hidden_size = j["n_embd"];
-  c.num_attention_heads = j["n_head"];
-  c.max_position_embeddings = j["n_positions"];
-  c.seq_length = j["n_positions"];
-  c.vocab_size = j["vocab_size"];
-  c.ffn_hidden_size = j.value("n_inner", json()).is_number() ? j["n_inner"].get<int64_t>() : 0;
-  c.norm_epsilon = j.value("layer_norm_epsilon", 1e-5f);
-  c.init_method_std = j.value("initializer_range", 0.02f);
+  c.num_layers = f.integer("n_layer", 1, 1 << 16);
+  c.hidden_size = f.integer("n_embd", 1, INT_MAX);
+  c.num_attention_heads = f.integer("n_head", 1, c.hidden_size);
+  c.max_position_embeddings = f.integer("n_positions", 1, INT_MAX);
+  c.seq_length = c.max_position_embeddings;
+  c.vocab_size = f.integer("vocab_size", 1, INT_MAX);
+  // null (or absent) n_inner means HF's default 4 x n_embd, which is also ours (0).
+  c.ffn_hidden_size = f.has("n_inner") && !f.raw("n_inner").is_null() ? f.integer("n_inner", 1, INT_MAX) : 0;
+  if (f.has("layer_norm_epsilon")) c.norm_epsilon = float(f.number("layer_norm_epsilon", 1e-30, 1));
+  if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
   c.make_vocab_size_divisible_by = divisible_by;
-  MG_USER_CHECK(j.value("activation_function", "gelu_new") == "gelu_new", "'", path,
-                "': activation ", j["activation_function"].dump(), " (GPT-2 uses gelu_new)");
-  c.validate();
+  if (f.has("activation_function")) f.one_of("activation_function", {"gelu_new"});  // GPT-2's
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    throw UsageError(what + " describes no valid model: " + e.what());
+  }
   return c;
 }
 

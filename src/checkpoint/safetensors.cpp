@@ -76,16 +76,12 @@ void write_safetensors(const std::string& path, const std::vector<NamedF32>& ten
   }
   std::string text = header.dump();
   while (text.size() % 8) text += ' ';  // the data starts 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    ckpt::SyncedWriter w(tmp);
-    const uint64_t n = text.size();
-    w.write(&n, 8);
-    w.write(text.data(), text.size());
-    for (const NamedF32& t : tensors) w.write(t.values.data(), t.values.size() * 4);
-    w.close();
-  }
-  MG_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot write '", path, "'");
+  ckpt::AtomicFileWriter w(path);
+  const uint64_t n = text.size();
+  w.write(&n, 8);
+  w.write(text.data(), text.size());
+  for (const NamedF32& t : tensors) w.write(t.values.data(), t.values.size() * 4);
+  w.commit();
 }
 
 }  // namespace mg

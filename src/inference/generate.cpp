@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
+#include "checkpoint/params_file.h"
 #include "core/error.h"
 #include "model/gpt.h"
 
@@ -25,51 +24,18 @@ void GenerateConfig::validate() const {
   MG_USER_CHECK(temperature > 0, "--temperature must be positive");
 }
 
-namespace {
-
-void load(GPTModel& model, const std::string& path) {
-  // Settings that change no shape (RoPE on or off, its base, ...) are checked against the
-  // model record written beside the parameters (dumps older than it have none).
-  if (std::ifstream rf(path + ".model.json"); rf.good())
-    check_model_record(nlohmann::json::parse(rf), model.config(), "--load-params '" + path + "'");
-  std::ifstream mf(path + ".json");
-  MG_USER_CHECK(mf.good(), "--load-params: cannot read '", path, ".json' (written beside the "
-                "parameters by --dump-final-params)");
-  const nlohmann::json manifest = nlohmann::json::parse(mf);
-  for (const ParamSpec& p : model.layout().params()) {
-    bool found = false;
-    for (const auto& e : manifest)
-      if (e["name"] == p.name) {
-        MG_USER_CHECK(e["shape"].get<Shape>() == p.global_shape && e["offset"] == p.offset,
-                      "--load-params: '", p.name, "' has shape ", e["shape"].dump(),
-                      " in the file but ", shape_str(p.global_shape),
-                      " in this model; pass the model flags it was trained with");
-        found = true;
-      }
-    MG_USER_CHECK(found, "--load-params: the file has no parameter '", p.name, "'");
-  }
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  MG_USER_CHECK(f.good() && int64_t(f.tellg()) == model.num_params() * 4, "--load-params: '",
-                path, "' should hold ", model.num_params(), " fp32 values");
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(model.params()), std::streamsize(model.num_params() * 4));
-}
-
-}  // namespace
-
 std::vector<std::string> generate(const GenerateConfig& cfg) {
   cfg.validate();
   auto tok = make_tokenizer(cfg.tokenizer);
   GPTConfig mc = cfg.model;
-  if (!cfg.load.empty()) {
-    mc = checkpoint_model_config(cfg.load);
-    MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), "--load ", cfg.load,
-                  ": the tokenizer has ", tok->vocab_size(), " tokens but the model only ",
-                  mc.padded_vocab_size());
-  }
+  if (!cfg.load.empty()) mc = checkpoint_model_config(cfg.load);
+  const std::string source = cfg.load.empty() ? "--load-params '" + cfg.load_params + "'"
+                                              : "--load '" + cfg.load + "'";
+  MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), source, ": the tokenizer has ",
+                tok->vocab_size(), " tokens but the model only ", mc.padded_vocab_size());
   GPTModel model(mc, 1);
   if (cfg.load.empty())
-    load(model, cfg.load_params);
+    read_params_file(cfg.load_params, model.config(), model.params());
   else
     load_checkpoint_weights(cfg.load, model);
   const int64_t S = mc.seq_length, V = mc.padded_vocab_size();
@@ -90,6 +56,11 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
       std::copy(ids.begin() + std::ptrdiff_t(start), ids.end(), tokens.begin());
       model.forward(0, {tokens.data(), positions.data(), labels.data(), mask.data()});
       const float* logits = model.logits(0) + (len - 1) * V;  // (S, B=1, V)
+      // NaN or inf logits (diverged or corrupt parameters) have no ranking to sample from.
+      for (int64_t v = 0; v < tok->vocab_size(); ++v)
+        MG_USER_CHECK(std::isfinite(logits[v]), "the model from ", source,
+                      " gives non-finite logits (", logits[v], " for token ", v, ") on --prompt '",
+                      prompt, "': its parameters are corrupt or diverged; refusing to sample");
       std::vector<int32_t> order(size_t(tok->vocab_size()));
       std::iota(order.begin(), order.end(), 0);
       const size_t k = size_t(std::min<int64_t>(cfg.top_k, int64_t(order.size())));
