@@ -13,6 +13,7 @@ struct ConvertConfig {
   std::string load;       // --load: HF directory, or checkpoint directory (its latest checkpoint)
   std::string save;       // --save: checkpoint directory, or HF directory
   int64_t make_vocab_size_divisible_by = 128;  // vocabulary padding of the checkpoint
+  bool allow_unused_tensors = false;  // hf-to-megatron: skip file tensors the config does not use
   void validate() const;
 };
 
