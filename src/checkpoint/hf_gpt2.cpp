@@ -162,9 +162,9 @@ std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& 
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];
     if (unused.size() > 8) list += str_cat(", ... (", unused.size() - 8, " more)");
-    const std::string what = str_cat("'", hf.path(), "' holds ", unused.size(),
-                                     " tensors the config (n_layer ", cfg.num_layers,
-                                     ") does not use: ", list);
+    const std::string what =
+        str_cat("'", hf.path(), "' holds ", unused.size(), " tensors the config (n_layer ",
+                cfg.num_layers, ") does not use: ", list);
     MG_USER_CHECK(allow_unused, what,
                   "; check config.json against the file, or pass --allow-unused-tensors to "
                   "drop them");

@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/ops.h"
 #include "core/error.h"
@@ -23,10 +22,10 @@ constexpr uint64_t kMaxHeader = 100'000'000;
 // Bits per element of each safetensors dtype (0: unknown).
 int dtype_bits(const std::string& s) {
   static const std::map<std::string, int> bits = {
-      {"BOOL", 8},     {"U8", 8},       {"I8", 8},       {"F8_E5M2", 8}, {"F8_E4M3", 8},
-      {"F8_E8M0", 8},  {"F4", 4},       {"F6_E2M3", 6},  {"F6_E3M2", 6}, {"I16", 16},
-      {"U16", 16},     {"F16", 16},     {"BF16", 16},    {"I32", 32},    {"U32", 32},
-      {"F32", 32},     {"F64", 64},     {"I64", 64},     {"U64", 64},    {"C64", 64}};
+      {"BOOL", 8},    {"U8", 8},   {"I8", 8},      {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"I16", 16},
+      {"U16", 16},    {"F16", 16}, {"BF16", 16},   {"I32", 32},    {"U32", 32},
+      {"F32", 32},    {"F64", 64}, {"I64", 64},    {"U64", 64},    {"C64", 64}};
   auto it = bits.find(s);
   return it == bits.end() ? 0 : it->second;
 }
@@ -58,8 +57,8 @@ SafetensorsEntry parse_entry(const std::string& name, const json& e, const std::
                     checked_shape_numel(t.shape).has_value(),
                 where, ": field 'shape' ", e["shape"].dump(), " of ", t.dtype,
                 " has more bytes than a file can hold");
-  MG_USER_CHECK(nbits % 8 == 0, where, ": ", numel, " elements of ", bits,
-                "-bit dtype ", t.dtype, " do not fill whole bytes");
+  MG_USER_CHECK(nbits % 8 == 0, where, ": ", numel, " elements of ", bits, "-bit dtype ", t.dtype,
+                " do not fill whole bytes");
   const json* off = e.contains("data_offsets") ? &e["data_offsets"] : nullptr;
   MG_USER_CHECK(off && off->is_array() && off->size() == 2 && (*off)[0].is_number_unsigned() &&
                     (*off)[1].is_number_unsigned(),
@@ -149,7 +148,8 @@ std::vector<float> SafeTensor::to_f32() const {
   MG_USER_CHECK(dtype == "F16" || dtype == "BF16", "'", path, "': tensor '", name, "' has dtype ",
                 dtype, "; GPT-2 conversion reads F32, F16 and BF16");
   const DType t = dtype == "F16" ? DType::F16 : DType::BF16;
-  std::vector<uint16_t> aligned(static_cast<size_t>(n));  // the file's bytes may sit at an odd address
+  // The file's bytes may sit at an odd address: the cast reads an aligned copy.
+  std::vector<uint16_t> aligned(static_cast<size_t>(n));
   std::memcpy(aligned.data(), data, size_t(n) * 2);
   cpu::cast_to_f32(out.data(), aligned.data(), t, n);
   return out;
@@ -159,8 +159,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   file_ = std::make_unique<ckpt::MappedFile>(path);
   const SafetensorsHeader h = parse_safetensors_header(file_->data(), file_->size(), path);
   for (const SafetensorsEntry& e : h.tensors)
-    tensors_.emplace(e.name, SafeTensor{e.name, e.dtype, e.shape,
-                                        file_->data() + h.data_start + e.begin, path});
+    tensors_.emplace(
+        e.name, SafeTensor{e.name, e.dtype, e.shape, file_->data() + h.data_start + e.begin, path});
 }
 
 const SafeTensor& SafetensorsReader::get(const std::string& name) const {

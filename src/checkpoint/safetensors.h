@@ -18,16 +18,16 @@ namespace mg {
 // One tensor of a validated header.
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;   // as written: "F32", "BF16", "I64", ...
+  std::string dtype;  // as written: "F32", "BF16", "I64", ...
   Shape shape;
   uint64_t begin = 0;  // byte range [begin, end) of the data section (after 8 + N bytes)
   uint64_t end = 0;
 };
 
 struct SafetensorsHeader {
-  uint64_t data_start = 0;                       // 8 + N
-  std::vector<SafetensorsEntry> tensors;         // sorted by offsets
-  std::map<std::string, std::string> metadata;   // "__metadata__"
+  uint64_t data_start = 0;                      // 8 + N
+  std::vector<SafetensorsEntry> tensors;        // sorted by offsets
+  std::map<std::string, std::string> metadata;  // "__metadata__"
 };
 
 // Parses and validates the header of the safetensors image data[0, size) (the whole file):
@@ -43,8 +43,8 @@ struct SafeTensor {
   std::string name;
   std::string dtype;  // safetensors dtype name
   Shape shape;
-  const char* data;   // into the mapped file; any alignment
-  std::string path;   // the file (for messages)
+  const char* data;  // into the mapped file; any alignment
+  std::string path;  // the file (for messages)
   // The values as f32 (F32, F16, BF16); another dtype is a UsageError naming the tensor.
   std::vector<float> to_f32() const;
 };

@@ -28,8 +28,8 @@ Blend parse_blend(const std::vector<std::string>& tokens, const std::string& fla
   for (size_t i = 0; i < tokens.size(); i += 2) {
     const double w = std::strtod(tokens[i].c_str(), nullptr);
     // NaN fails `w > 0`; "inf" or "1e999" (strtod's HUGE_VAL) would make every weight NaN.
-    MG_USER_CHECK(w > 0 && std::isfinite(w), flag, ": weight ", tokens[i], " for '",
-                  tokens[i + 1], "' must be a finite positive number");
+    MG_USER_CHECK(w > 0 && std::isfinite(w), flag, ": weight ", tokens[i], " for '", tokens[i + 1],
+                  "' must be a finite positive number");
     b.weights.push_back(w);
     b.prefixes.push_back(tokens[i + 1]);
     sum += w;

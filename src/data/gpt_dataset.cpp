@@ -63,7 +63,7 @@ bool cached_indices_valid(const TokenSource& source, int64_t begin, int64_t end,
     if (k > 0 && (d < samples[size_t(2 * k - 2)] ||
                   (d == samples[size_t(2 * k - 2)] && o < samples[size_t(2 * k - 1)])))
       return false;
-    if (k < M && (o < 0 || o > len)) return false;                           // a start
+    if (k < M && (o < 0 || o > len)) return false;                              // a start
     if (k > 0 && (o + kExtraToken < 0 || o + kExtraToken > len)) return false;  // an end
   }
   for (int32_t j : shuffle)
@@ -79,8 +79,8 @@ std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split
   for (std::string field; std::getline(ss, field, ',');) {
     char* end = nullptr;
     const double v = std::strtod(field.c_str(), &end);
-    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0 && std::isfinite(v),
-                  "--split '", split, "': '", field, "' is not a finite non-negative number");
+    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0 && std::isfinite(v), "--split '",
+                  split, "': '", field, "' is not a finite non-negative number");
     w.push_back(v);
   }
   MG_USER_CHECK(!w.empty() && w.size() <= 3, "--split '", split,
@@ -122,10 +122,11 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
       document_index_ = read_npy(cache_prefix_ + "document_index.npy").as<int32_t>();
       sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int32_t>();
       shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int32_t>();
-      MG_USER_CHECK(cached_indices_valid(source, begin, end, document_index_, sample_index_,
-                                         shuffle_index_),
-                    "index cache '", cache_prefix_, "*.npy' does not match the dataset; "
-                    "delete it to rebuild");
+      MG_USER_CHECK(
+          cached_indices_valid(source, begin, end, document_index_, sample_index_, shuffle_index_),
+          "index cache '", cache_prefix_,
+          "*.npy' does not match the dataset; "
+          "delete it to rebuild");
       loaded_ = true;
       return;
     }

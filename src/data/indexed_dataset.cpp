@@ -21,6 +21,7 @@ constexpr size_t kHeader = 34;
 bool valid_dtype(uint8_t code) { return code >= 1 && code <= 8; }
 
 void write_all(FILE* f, const void* p, size_t n, const std::string& path) {
+  if (n == 0) return;  // p may be an empty vector's null data()
   MG_USER_CHECK(std::fwrite(p, 1, n, f) == n, "cannot write '", path, "': ", std::strerror(errno));
 }
 
@@ -140,14 +141,14 @@ void IndexedDatasetWriter::finalize() {
   }
   write_all(f.get(), pointers.data(), n * 8, idx_tmp);
   write_all(f.get(), doc_idx_.data(), d * 8, idx_tmp);
-  MG_USER_CHECK(std::fflush(f.get()) == 0 && fsync(fileno(f.get())) == 0, "cannot flush '",
-                idx_tmp, "': ", std::strerror(errno));
-  MG_USER_CHECK(std::fclose(f.release()) == 0, "cannot close '", idx_tmp, "': ",
-                std::strerror(errno));
+  MG_USER_CHECK(std::fflush(f.get()) == 0 && fsync(fileno(f.get())) == 0, "cannot flush '", idx_tmp,
+                "': ", std::strerror(errno));
+  MG_USER_CHECK(std::fclose(f.release()) == 0, "cannot close '", idx_tmp,
+                "': ", std::strerror(errno));
   for (const char* ext : {".bin", ".idx"}) {
     const std::string from = prefix_ + ext + ".tmp", to = prefix_ + ext;
-    MG_USER_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename '", from, "' to '",
-                  to, "': ", std::strerror(errno));
+    MG_USER_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename '", from, "' to '", to,
+                  "': ", std::strerror(errno));
   }
   done_ = true;
 }
@@ -172,9 +173,9 @@ IdxLayout parse_idx(const uint8_t* p, size_t size, uint64_t bin_size, const std:
                     !__builtin_mul_overflow(d, uint64_t(8), &bounds_bytes) &&
                     !__builtin_add_overflow(arrays, bounds_bytes, &want) &&
                     !__builtin_add_overflow(want, uint64_t(kHeader), &want);
-  MG_USER_CHECK(fits && want == size, "'", idx, "' has ", size,
-                " bytes but its header announces ", n, " sequences and ", d,
-                " document boundaries (34 + 12 x ", n, " + 8 x ", d, " bytes): truncated or corrupted");
+  MG_USER_CHECK(fits && want == size, "'", idx, "' has ", size, " bytes but its header announces ",
+                n, " sequences and ", d, " document boundaries (34 + 12 x ", n, " + 8 x ", d,
+                " bytes): truncated or corrupted");
   MG_USER_CHECK(d >= 1, "'", idx, "' announces 0 document boundaries (documents + 1 >= 1)");
   IdxLayout L;
   L.dtype = TokenDType(code);
@@ -188,9 +189,9 @@ IdxLayout parse_idx(const uint8_t* p, size_t size, uint64_t bin_size, const std:
   MG_USER_CHECK(prev == 0, "'", idx, "' document boundary 0 is ", prev, ", not 0: corrupted");
   for (int64_t k = 1; k < L.num_bounds; ++k) {
     const int64_t b = load_le<int64_t>(bounds + 8 * k);
-    MG_USER_CHECK(b >= prev && b <= L.num_sequences, "'", idx, "' document boundary ", k, " is ",
-                  b, " after ", prev, " (boundaries must not decrease nor pass the ",
-                  L.num_sequences, " sequences): corrupted");
+    MG_USER_CHECK(b >= prev && b <= L.num_sequences, "'", idx, "' document boundary ", k, " is ", b,
+                  " after ", prev, " (boundaries must not decrease nor pass the ", L.num_sequences,
+                  " sequences): corrupted");
     prev = b;
   }
   MG_USER_CHECK(prev == L.num_sequences, "'", idx, "' document boundaries end at sequence ", prev,
@@ -215,7 +216,8 @@ IdxLayout parse_idx(const uint8_t* p, size_t size, uint64_t bin_size, const std:
 
 IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
     : prefix_(prefix),
-      vocab_limit_(vocab_size > 0 && vocab_size <= INT32_MAX ? vocab_size : int64_t(INT32_MAX) + 1) {
+      vocab_limit_(vocab_size > 0 && vocab_size <= INT32_MAX ? vocab_size
+                                                             : int64_t(INT32_MAX) + 1) {
   try {
     idx_map_ = map_file(prefix + ".idx", idx_size_);
     bin_map_ = map_file(prefix + ".bin", bin_size_);
@@ -227,7 +229,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
   }
 }
 
-IndexedDataset::~IndexedDataset() { unmap(); }
+IndexedDataset::~IndexedDataset() {
+  unmap();
+}
 
 void IndexedDataset::unmap() {
   if (idx_map_) munmap(idx_map_, idx_size_);
@@ -243,12 +247,12 @@ void IndexedDataset::bad_token(int64_t i, int64_t position, int64_t id) const {
     (document_bound(mid) <= i ? lo : hi) = mid;
   }
   const bool vocab = vocab_limit_ <= INT32_MAX;
-  throw UsageError(str_cat(
-      "'", prefix_, ".bin' document ", lo, " (sequence ", i, ", token ", position, ") holds id ",
-      id, ", outside ",
-      vocab ? str_cat("the model's vocabulary [0, ", vocab_limit_, ")")
-            : std::string("[0, 2^31), the int32 range token ids are read into"),
-      "; preprocess the data with the tokenizer given to train"));
+  throw UsageError(str_cat("'", prefix_, ".bin' document ", lo, " (sequence ", i, ", token ",
+                           position, ") holds id ", id, ", outside ",
+                           vocab
+                               ? str_cat("the model's vocabulary [0, ", vocab_limit_, ")")
+                               : std::string("[0, 2^31), the int32 range token ids are read into"),
+                           "; preprocess the data with the tokenizer given to train"));
 }
 
 void IndexedDataset::get(int64_t i, int64_t offset, int64_t n, int32_t* out) const {
@@ -265,13 +269,26 @@ void IndexedDataset::get(int64_t i, int64_t offset, int64_t n, int32_t* out) con
     }
   };
   switch (layout_.dtype) {
-    case TokenDType::U8: copy.operator()<uint8_t>(); break;
-    case TokenDType::I8: copy.operator()<int8_t>(); break;
-    case TokenDType::I16: copy.operator()<int16_t>(); break;
-    case TokenDType::U16: copy.operator()<uint16_t>(); break;
-    case TokenDType::I32: copy.operator()<int32_t>(); break;
-    case TokenDType::I64: copy.operator()<int64_t>(); break;
-    default: MG_CHECK(false, "float token file");
+    case TokenDType::U8:
+      copy.operator()<uint8_t>();
+      break;
+    case TokenDType::I8:
+      copy.operator()<int8_t>();
+      break;
+    case TokenDType::I16:
+      copy.operator()<int16_t>();
+      break;
+    case TokenDType::U16:
+      copy.operator()<uint16_t>();
+      break;
+    case TokenDType::I32:
+      copy.operator()<int32_t>();
+      break;
+    case TokenDType::I64:
+      copy.operator()<int64_t>();
+      break;
+    default:
+      MG_CHECK(false, "float token file");
   }
 }
 

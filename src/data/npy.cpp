@@ -25,7 +25,11 @@ int64_t NpyArray::at(size_t i) const {
     return int64_t(v);
   }
   if (descr == "<i2") { int16_t v; std::memcpy(&v, p, 2); return v; }
-  if (descr == "<u2") { uint16_t v; std::memcpy(&v, p, 2); return v; }
+  if (descr == "<u2") {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
   MG_CHECK(false, "unsupported npy dtype ", descr);
   return 0;
 }
@@ -102,8 +106,8 @@ NpyArray read_npy(const std::string& path) {
     const std::string d = it->str();
     uint64_t v = 0;
     const auto [end, err] = std::from_chars(d.data(), d.data() + d.size(), v);
-    fits = fits && err == std::errc() && v <= uint64_t(INT64_MAX) &&
-           !__builtin_mul_overflow(n, v, &n);
+    fits =
+        fits && err == std::errc() && v <= uint64_t(INT64_MAX) && !__builtin_mul_overflow(n, v, &n);
     a.shape.push_back(fits ? int64_t(v) : 0);
   }
   uint64_t bytes = 0;

@@ -204,8 +204,8 @@ int run_merge_datasets(const MergeConfig& cfg) {
   for (const std::string& p : prefixes)
     for (const char* ext : {".bin", ".idx"}) {
       const std::string out = cfg.output_prefix + ext, in = p + ext;
-      MG_USER_CHECK(!fs::equivalent(out, in, ec), "--output-prefix '", cfg.output_prefix,
-                    "': its ", ext, " file '", out, "' is the input '", in,
+      MG_USER_CHECK(!fs::equivalent(out, in, ec), "--output-prefix '", cfg.output_prefix, "': its ",
+                    ext, " file '", out, "' is the input '", in,
                     "'; choose an output prefix outside the inputs");
     }
   IndexedDatasetWriter out(cfg.output_prefix, IndexedDataset(prefixes[0]).dtype());

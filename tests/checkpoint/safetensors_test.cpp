@@ -3,6 +3,8 @@
 // data from 0 to the end of the file; element counts overflow-checked), and `megatron convert`
 // on files the config does not fully use, or onto a full disk. Every rejection is a UsageError
 // naming the file, the tensor and the field.
+#include "checkpoint/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,7 +14,6 @@
 
 #include "checkpoint/convert.h"
 #include "checkpoint/hf_gpt2.h"
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "model/param_layout.h"
 #include "testing/subprocess.h"
@@ -48,12 +49,22 @@ std::string entry(const std::string& name, const std::string& dtype, const std::
          ", \"data_offsets\": [" + std::to_string(begin) + ", " + std::to_string(end) + "]}";
 }
 
+// A header object of the given entries.
+std::string object(std::initializer_list<std::string> entries) {
+  std::string h = "{";
+  for (const std::string& e : entries) {
+    if (h.size() > 1) h += ", ";
+    h += e;
+  }
+  h += "}";
+  return h;
+}
+
 TEST(SafetensorsHeader, AValidHeaderIsReadSortedByOffset) {
   // Listed b first, stored a first; a zero-element tensor shares the offset of the next.
-  const std::string h = "{\"__metadata__\": {\"format\": \"pt\"}, " +
-                        entry("b", "BF16", "[2, 2]", 8, 16) + ", " +
-                        entry("a", "F32", "[2]", 0, 8) + ", " + entry("z", "I64", "[0, 3]", 8, 8) +
-                        "}";
+  const std::string h =
+      object({"\"__metadata__\": {\"format\": \"pt\"}", entry("b", "BF16", "[2, 2]", 8, 16),
+              entry("a", "F32", "[2]", 0, 8), entry("z", "I64", "[0, 3]", 8, 8)});
   const std::string file = image(h, std::string(16, '\0'));
   const SafetensorsHeader p = parse_safetensors_header(file.data(), file.size(), "m.safetensors");
   ASSERT_EQ(p.tensors.size(), 3u);
@@ -70,11 +81,10 @@ TEST(SafetensorsHeader, AValidHeaderIsReadSortedByOffset) {
 TEST(SafetensorsHeader, OverlapsGapsAndOutOfOrderOffsetsNameTheTensors) {
   const std::string d12(12, '\0'), d8(8, '\0'), d20(20, '\0');
   auto file = [](std::initializer_list<std::string> entries, const std::string& data) {
-    std::string h = "{";
-    for (const std::string& e : entries) h += (h.size() > 1 ? ", " : "") + e;
-    return image(h + "}", data);
+    return image(object(entries), data);
   };
-  std::string e = parse_error(file({entry("a", "F32", "[2]", 0, 8), entry("b", "F32", "[2]", 4, 12)}, d12));
+  std::string e =
+      parse_error(file({entry("a", "F32", "[2]", 0, 8), entry("b", "F32", "[2]", 4, 12)}, d12));
   EXPECT_HAS(e, "m.safetensors': tensor 'b' bytes [4, 12) overlap tensor 'a' bytes [0, 8)");
   e = parse_error(file({entry("a", "F32", "[2]", 0, 8), entry("b", "F32", "[2]", 0, 8)}, d8));
   EXPECT_HAS(e, "overlap tensor 'a'");  // both read the same bytes
@@ -92,7 +102,7 @@ TEST(SafetensorsHeader, OverlapsGapsAndOutOfOrderOffsetsNameTheTensors) {
 
 TEST(SafetensorsHeader, EachBadFieldIsNamed) {
   const std::string d8(8, '\0');
-  auto one = [&](const std::string& body) { return parse_error(image("{" + body + "}", d8)); };
+  auto one = [&](const std::string& body) { return parse_error(image(object({body}), d8)); };
   EXPECT_HAS(one(entry("w", "F33", "[2]", 0, 8)), "tensor 'w': field 'dtype' is 'F33'");
   EXPECT_HAS(one(R"("w": {"shape": [2], "data_offsets": [0, 8]})"), "field 'dtype' is missing");
   EXPECT_HAS(one(entry("w", "F32", "[-2]", 0, 8)), "field 'shape' [-2] holds -2");
@@ -104,7 +114,8 @@ TEST(SafetensorsHeader, EachBadFieldIsNamed) {
              "field 'data_offsets' is [0], not two non-negative integers");
   EXPECT_HAS(one(R"("w": {"dtype": "F32", "shape": [2], "data_offsets": [-8, 0]})"),
              "field 'data_offsets' is [-8,0]");
-  EXPECT_HAS(one(entry("w", "F4", "[3]", 0, 8)), "3 elements of 4-bit dtype F4 do not fill whole bytes");
+  EXPECT_HAS(one(entry("w", "F4", "[3]", 0, 8)),
+             "3 elements of 4-bit dtype F4 do not fill whole bytes");
   EXPECT_HAS(one(R"("w": [1, 2])"), "tensor 'w' is not an object");
   EXPECT_HAS(one(R"("__metadata__": {"format": 1})"), "__metadata__ entry 'format' is 1");
   EXPECT_HAS(one(R"("__metadata__": [])"), "__metadata__ is not a string -> string map");
@@ -123,9 +134,10 @@ TEST(SafetensorsHeader, EachBadFieldIsNamed) {
 TEST(SafetensorsHeader, HugeShapesAreRefusedWithoutOverflow) {
   const std::string d8(8, '\0');
   auto one = [&](const std::string& shape) {
-    return parse_error(image("{" + entry("w", "F32", shape, 0, 8) + "}", d8));
+    return parse_error(image(object({entry("w", "F32", shape, 0, 8)}), d8));
   };
-  EXPECT_HAS(one("[4294967296, 4294967296]"), "field 'shape' [4294967296,4294967296] has more than 2^64");
+  EXPECT_HAS(one("[4294967296, 4294967296]"),
+             "field 'shape' [4294967296,4294967296] has more than 2^64");
   EXPECT_HAS(one("[3037000500, 3037000500]"), "more bytes than a file can hold");  // > 2^63
   EXPECT_HAS(one("[1152921504606846976, 4]"), "more bytes than a file can hold");  // x 32 bits
   EXPECT_HAS(one("[18446744073709551615]"), "holds 18446744073709551615, not a non-negative");
@@ -134,10 +146,34 @@ TEST(SafetensorsHeader, HugeShapesAreRefusedWithoutOverflow) {
   EXPECT_EQ(checked_shape_numel({5, -1}), std::nullopt);
 }
 
+// Random byte flips and truncations of a valid file: each is accepted with every tensor inside
+// the file, or refused with a UsageError; nothing else escapes (libFuzzer runs this longer).
+TEST(SafetensorsHeader, RandomCorruptionsAreAcceptedInBoundsOrRefused) {
+  const std::string h =
+      object({"\"__metadata__\": {\"format\": \"pt\"}", entry("a", "F32", "[2, 3]", 0, 24),
+              entry("b", "BF16", "[4]", 24, 32), entry("c", "I64", "[1]", 32, 40)});
+  const std::string good = image(h, std::string(40, '\x11'));
+  std::mt19937 gen(23);
+  int refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string f = good;
+    for (int k = 1 + int(gen() % 3); k > 0; --k) f[gen() % f.size()] = char(gen());
+    if (gen() % 5 == 0) f.resize(gen() % (f.size() + 1));
+    try {
+      const SafetensorsHeader p = parse_safetensors_header(f.data(), f.size(), "m.safetensors");
+      for (const SafetensorsEntry& t : p.tensors) EXPECT_LE(p.data_start + t.end, f.size());
+    } catch (const UsageError& e) {
+      ++refused;
+      EXPECT_HAS(std::string(e.what()), "m.safetensors");
+    }
+  }
+  EXPECT_GT(refused, 1000);
+}
+
 // 16-bit tensors at an odd address (a writer that does not pad the header) read correctly.
 TEST(SafetensorsReader, MisalignedHalfPrecisionTensorsReadCorrectly) {
   TempDir dir;
-  const std::string h = "{" + entry("w", "BF16", "[3]", 0, 6) + "} ";  // 8 + 47: odd data start
+  const std::string h = object({entry("w", "BF16", "[3]", 0, 6)}) + " ";  // 8 + 63: odd start
   ASSERT_EQ(h.size() % 2, 1u);
   const uint16_t bf16[3] = {0x3f80, 0xc000, 0x3ec0};  // 1, -2, 0.375
   const std::string data(reinterpret_cast<const char*>(bf16), 6);
@@ -188,15 +224,16 @@ TEST(HFConvertInputs, TensorsTheConfigDoesNotUseAreAnError) {
   cfg.load = (dir / "hf").string();
   cfg.save = (dir / "ck").string();
   const std::string e = convert_error(cfg);
-  EXPECT_HAS(e, "model.safetensors' holds 12 tensors the config (n_layer 1) does not use: "
-                "transformer.h.1.attn.c_attn.bias, transformer.h.1.attn.c_attn.weight");
+  EXPECT_HAS(e,
+             "model.safetensors' holds 12 tensors the config (n_layer 1) does not use: "
+             "transformer.h.1.attn.c_attn.bias, transformer.h.1.attn.c_attn.weight");
   EXPECT_HAS(e, "--allow-unused-tensors");
   EXPECT_FALSE(fs::exists(dir / "ck"));
   cfg.allow_unused_tensors = true;
   EXPECT_EQ(convert_error(cfg), "(converted)");
-  const auto r = testing::run_command(std::string(MG_BINARY) +
-                                      " convert --direction hf-to-megatron --load " + cfg.load +
-                                      " --save " + (dir / "ck2").string());
+  const auto r =
+      testing::run_command(std::string(MG_BINARY) + " convert --direction hf-to-megatron --load " +
+                           cfg.load + " --save " + (dir / "ck2").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "transformer.h.1.ln_2.weight, ... (4 more)");
 }
@@ -231,18 +268,18 @@ TEST(HFConvertInputs, AFullDiskLeavesNoTemporary) {
   cfg.load = (dir / "hf").string();
   cfg.save = (dir / "ck").string();
   ASSERT_EQ(convert_error(cfg), "(converted)");
-  const auto r = testing::run_command(
-      "bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(MG_BINARY) +
-      " convert --direction megatron-to-hf --load " + (dir / "ck").string() + " --save " +
-      (dir / "out").string() + "\"");
+  const auto r =
+      testing::run_command("bash -c \"trap '' XFSZ; ulimit -f 4; exec " + std::string(MG_BINARY) +
+                           " convert --direction megatron-to-hf --load " + (dir / "ck").string() +
+                           " --save " + (dir / "out").string() + "\"");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "cannot write '" + (dir / "out/model.safetensors.tmp").string() + "'");
   EXPECT_FALSE(fs::exists(dir / "out/model.safetensors.tmp"));
   EXPECT_FALSE(fs::exists(dir / "out/model.safetensors"));
   // Without the limit the same command writes the file.
-  const auto ok = testing::run_command(std::string(MG_BINARY) +
-                                       " convert --direction megatron-to-hf --load " +
-                                       (dir / "ck").string() + " --save " + (dir / "out").string());
+  const auto ok =
+      testing::run_command(std::string(MG_BINARY) + " convert --direction megatron-to-hf --load " +
+                           (dir / "ck").string() + " --save " + (dir / "out").string());
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(fs::exists(dir / "out/model.safetensors"));
 }

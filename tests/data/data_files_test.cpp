@@ -155,20 +155,21 @@ TEST(IndexedDatasetIdx, EachCorruptFieldIsNamed) {
     return s;
   };
   auto error = [](const std::string& image, uint64_t bin = 20) {
-    return usage_error([&] {
-      parse_idx(reinterpret_cast<const uint8_t*>(image.data()), image.size(), bin, "c");
-    });
+    return usage_error(
+        [&] { parse_idx(reinterpret_cast<const uint8_t*>(image.data()), image.size(), bin, "c"); });
   };
   // A header announcing 2^62 sequences: 12N wraps in 64 bits, so the size check is exact.
   EXPECT_HAS(error(with(18, uint64_t(1) << 62)), "announces 4611686018427387904 sequences");
   EXPECT_HAS(error(with(17, uint8_t(6))), "token dtype code 6");
   EXPECT_HAS(error(with(bounds_at, int64_t(1))), "document boundary 0 is 1");
   EXPECT_HAS(error(with(bounds_at + 16, int64_t(0))), "document boundary 2 is 0 after 1");
-  EXPECT_HAS(error(with(bounds_at + 32, int64_t(3))), "end at sequence 3, not at the sequence count 4");
+  EXPECT_HAS(error(with(bounds_at + 32, int64_t(3))),
+             "end at sequence 3, not at the sequence count 4");
   EXPECT_HAS(error(with(bounds_at + 16, int64_t(9))), "document boundary 2 is 9");
   EXPECT_HAS(error(with(lengths_at + 4, int32_t(-1))), "sequence 1 has length -1");
   EXPECT_HAS(error(with(pointers_at + 16, int64_t(8))), "sequence 2 starts at byte 8");
-  EXPECT_HAS(error(with(lengths_at, int32_t(INT32_MAX))), "c.bin' has 20 bytes but 'c.idx' sequence 0");
+  EXPECT_HAS(error(with(lengths_at, int32_t(INT32_MAX))),
+             "c.bin' has 20 bytes but 'c.idx' sequence 0");
   EXPECT_HAS(error(good, 22), "c.bin' has 22 bytes but 'c.idx' describes 20");
   EXPECT_EQ(error(good), "(no UsageError)");
 }
@@ -218,8 +219,7 @@ TEST(BlendWeights, NonFiniteOrNonPositiveWeightsNameTheFlag) {
   using V = std::vector<std::string>;
   for (const V& blend : {V{"inf", "a"}, V{"nan", "a", "1", "b"}, V{"1e999", "a"},
                          V{"-1", "a", "1", "b"}, V{"0", "a"}, V{"1e308", "a", "1e308", "b"}})
-    EXPECT_HAS(usage_error([&] { parse_blend(blend, "--train-data-path"); }),
-               "--train-data-path");
+    EXPECT_HAS(usage_error([&] { parse_blend(blend, "--train-data-path"); }), "--train-data-path");
   EXPECT_DOUBLE_EQ(parse_blend({"1e300", "a", "3e300", "b"}, "--data-path").weights[1], 0.75);
   EXPECT_HAS(usage_error([] { split_ranges("inf,1,1", 10); }), "--split 'inf,1,1'");
 }
