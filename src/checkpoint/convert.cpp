@@ -82,7 +82,7 @@ void convert_files(const ConvertConfig& cfg) {
         hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
     const SafetensorsReader hf(cfg.load + "/model.safetensors");
     Holder h(mc);
-    const std::vector<float> p = params_from_hf(hf, mc);
+    const std::vector<float> p = params_from_hf(hf, mc, cfg.allow_unused_tensors);
     std::copy(p.begin(), p.end(), h.model->params());
     h.ckpt.save = cfg.save;
     h.ckpt.no_save_optim = true;

@@ -15,6 +15,7 @@ struct ConvertConfig {
   std::string save;       // --save: checkpoint directory, or HF directory
   int64_t make_vocab_size_divisible_by = 128;  // vocabulary padding of the checkpoint
   bool overwrite = false;  // --overwrite: --save may be non-empty or a training checkpoint
+  bool allow_unused_tensors = false;  // hf-to-megatron: skip file tensors the config does not use
   void validate() const;
 };
 

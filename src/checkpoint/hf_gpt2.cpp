@@ -3,10 +3,12 @@
 #include <climits>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint/files.h"
 #include "checkpoint/json_fields.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/param_layout.h"
 
 namespace mg {
@@ -121,21 +123,56 @@ void write_hf_gpt2_config(const std::string& path, const GPTConfig& c) {
   ckpt::write_file_atomic(path, j.dump(2) + "\n");
 }
 
-std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg) {
+std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg,
+                                  bool allow_unused) {
   const ParamLayout layout = gpt_param_layout(cfg);
   std::vector<float> out(size_t(layout.total_numel()), 0.f);
+  std::set<std::string> used;
+  // Files saved from GPT2Model have no "transformer." prefix.
+  auto name_in_file = [&](const std::string& hf_name) {
+    const std::string bare = hf_name.substr(std::string("transformer.").size());
+    return hf.has(hf_name) || !hf.has(bare) ? hf_name : bare;
+  };
   for (const Mapping& m : mappings(cfg)) {
-    // Files saved from GPT2Model have no "transformer." prefix.
-    const std::string bare = m.hf.substr(std::string("transformer.").size());
-    const SafeTensor& t = hf.get(hf.has(m.hf) ? m.hf : bare);
-    MG_USER_CHECK(t.shape == m.hf_shape, "HF tensor ", m.hf, " has shape ", shape_str(t.shape),
-                  ", the config says ", shape_str(m.hf_shape));
+    const std::string name = name_in_file(m.hf);
+    const SafeTensor& t = hf.get(name);
+    used.insert(name);
+    MG_USER_CHECK(t.shape == m.hf_shape, "'", hf.path(), "': tensor ", name, " has shape ",
+                  shape_str(t.shape), ", the config says ", shape_str(m.hf_shape));
     const std::vector<float> v = t.to_f32();
     const ParamSpec& p = layout.get(m.ours);
     for (int64_t k = 0; k < p.numel(); ++k) {
       const int64_t i = hf_index(m, p.shape, k, cfg);
       out[size_t(p.offset + k)] = i >= 0 ? v[size_t(i)] : 0.f;  // padding rows: zero
     }
+  }
+  for (int64_t i = 0; i < cfg.num_layers; ++i)  // HF's causal-mask buffers: not weights
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) {
+      const std::string name = name_in_file("transformer.h." + std::to_string(i) + "." + buffer);
+      if (hf.has(name)) used.insert(name);
+    }
+  if (hf.has("lm_head.weight")) {  // tied to wte: a copy is fine, other values would be lost
+    const std::string wte = name_in_file("transformer.wte.weight");
+    const SafeTensor& head = hf.get("lm_head.weight");
+    MG_USER_CHECK(head.shape == hf.get(wte).shape && head.to_f32() == hf.get(wte).to_f32(), "'",
+                  hf.path(), "': lm_head.weight differs from ", wte,
+                  "; GPT-2 ties the output layer to the embedding, so it cannot be converted");
+    used.insert("lm_head.weight");
+  }
+  std::vector<std::string> unused;
+  for (const auto& [name, t] : hf.tensors())
+    if (!used.count(name)) unused.push_back(name);
+  if (!unused.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];
+    if (unused.size() > 8) list += str_cat(", ... (", unused.size() - 8, " more)");
+    const std::string what =
+        str_cat("'", hf.path(), "' holds ", unused.size(), " tensors the config (n_layer ",
+                cfg.num_layers, ") does not use: ", list);
+    MG_USER_CHECK(allow_unused, what,
+                  "; check config.json against the file, or pass --allow-unused-tensors to "
+                  "drop them");
+    log_line(" > warning: " + what + "; skipped (--allow-unused-tensors)");
   }
   return out;
 }

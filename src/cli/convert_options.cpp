@@ -22,6 +22,10 @@ const std::vector<Option<ConvertConfig>>& convert_options() {
       valued<C>("--make-vocab-size-divisible-by", "K",
                 "hf-to-megatron: pad the vocabulary (zero rows) to a multiple of K",
                 MG_FIELD(make_vocab_size_divisible_by)),
+      on_off<C>("--allow-unused-tensors",
+                "hf-to-megatron: skip tensors of model.safetensors that the config does not use "
+                "(default: an error naming them)",
+                MG_FIELD(allow_unused_tensors)),
   };
   return table;
 }

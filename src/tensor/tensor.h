@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,10 @@ using Shape = std::vector<int64_t>;
 int64_t tensor_bytes_live();
 int64_t tensor_bytes_peak();
 
+// The element count; a negative dimension or a count past int64 is a bug here (MG_CHECK).
 int64_t shape_numel(const Shape& shape);
+// The same for shapes read from files: nullopt for a negative dimension or int64 overflow.
+std::optional<int64_t> checked_shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
 
 enum class Device : uint8_t { CPU, CUDA };
