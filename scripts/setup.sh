@@ -15,6 +15,8 @@ PACKAGES=(
   libopenblas0-pthread
   # Real text for the demo and the tokenizer tests (~2.5 MB of English).
   fortunes
+  # SIGKILL injected at each file-system call of a checkpoint save (tests/checkpoint/kill_test.cpp).
+  strace
 )
 
 missing=()

@@ -6,25 +6,22 @@
 #include <map>
 #include <memory>
 
-#include <nlohmann/json.hpp>
-
 #include "backend/cpu/half.h"
 #include "backend/dispatch.h"
 #include "backend/ops.h"
+#include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/files.h"
+#include "checkpoint/metadata.h"
+#include "checkpoint/model_record.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "model/fields.h"
 
 namespace mg {
 
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
-constexpr const char* kFormat = "megatron-cpp-checkpoint";
-constexpr const char* kLatest = "latest_checkpointed_iteration.txt";
 constexpr const char* kEmbedding = "embedding.word_embeddings.weight";
 
 // One range of one local parameter, as stored or as wanted: elements [begin, begin + n) of the
@@ -58,13 +55,6 @@ void store_piece(const LocalPiece& pc, const float* values, std::vector<char>& s
 
 // The last stage's tied output layer is the word embedding.
 std::string param_name(const ParamSpec& p) { return p.sharding.tied_copy ? kEmbedding : p.name; }
-
-DType dtype_from_name(const std::string& s, const std::string& where) {
-  for (DType t : {DType::F32, DType::BF16, DType::F16})
-    if (s == dtype_name(t)) return t;
-  MG_USER_CHECK(false, where, ": unknown dtype '", s, "'");
-  return DType::F32;
-}
 
 // The pieces this rank writes (for_save) or needs. Saving writes each element once: model
 // params from DP rank 0 for the copy counted_once() picks; optimizer state likewise, except
@@ -102,44 +92,76 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   return out;
 }
 
-// The model record: every field of model/fields.h with its resolved value (GPTConfig::
-// resolved(): F, HD, query groups, the position table as the run used them), plus the padded
-// vocabulary.
-json model_json(const GPTConfig& model) {
-  const GPTConfig c = model.resolved();
-  json j;
-  for (const ModelField& f : model_fields())
-    std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
-  j["padded_vocab_size"] = c.padded_vocab_size();
-  return j;
+}  // namespace
+
+namespace {
+
+// Writes a whole file under tmp and fsyncs it.
+void write_synced(const std::string& path, const std::string& text) {
+  ckpt::SyncedWriter w(path);
+  w.write(text.data(), text.size());
+  w.close();
 }
 
-std::string rank_name(int r) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "rank_%05d", r);
-  return buf;
-}
-
-// Complete checkpoints in dir (iter_%07d directories), oldest first.
-std::vector<std::pair<int64_t, fs::path>> complete_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, fs::path>> out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (n.size() != 12 || n.rfind("iter_", 0) != 0 || !e.is_directory()) continue;
-    if (n.find_first_not_of("0123456789", 5) != std::string::npos) continue;
-    out.emplace_back(std::stoll(n.substr(5)), e.path());
+// This rank's shard under tmp: one .bin of raw pieces and its .json index (with the .bin's
+// CRC). Returns the .bin's size.
+uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
+  const ProcessGroups& g = io.groups;
+  const std::vector<LocalPiece> pieces = local_pieces(io, true, !io.cfg.no_save_optim);
+  ShardIndex index;
+  index.rank = g.world_rank;
+  index.bin = rank_name(g.world_rank) + ".bin";
+  ckpt::SyncedWriter bin(tmp + "/" + index.bin);
+  const int64_t tp = g.grid.tp;
+  std::vector<char> staging;
+  for (const LocalPiece& pc : pieces) {
+    index.pieces.push_back({pc.key, pc.dtype, pc.p->global_shape, pc.p->shape,
+                            tp > 1 ? pc.p->sharding.split_dim : -1, pc.p->sharding.stride, tp,
+                            g.coord.tp, pc.begin, pc.n, bin.bytes()});
+    bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
   }
-  std::sort(out.begin(), out.end());
-  return out;
+  bin.close();
+  index.bin_bytes = bin.bytes();
+  index.bin_crc32 = bin.crc();
+  write_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
+  return index.bin_bytes;
+}
+
+// Rank 0, once every shard is on disk: metadata.json (with every shard's checksums), then the
+// publishing rename, the latest file, and --ckpt-keep-last.
+void finish_save(const CheckpointIO& io, const TrainProgress& progress, const std::string& tmp) {
+  const CheckpointConfig& c = io.cfg;
+  const ProcessGroups& g = io.groups;
+  CheckpointMetadata meta;
+  meta.iteration = progress.iteration;
+  meta.consumed_train_samples = progress.consumed_train_samples;
+  meta.consumed_valid_samples = progress.consumed_valid_samples;
+  meta.scheduler_samples = progress.scheduler_samples;
+  meta.skipped_iterations = progress.skipped_iterations;
+  meta.optimizer = c.optimizer;
+  meta.optimizer_saved = !c.no_save_optim;
+  meta.optimizer_steps = io.optimizer.steps_taken();
+  meta.seed = c.seed;
+  meta.model = c.model;
+  meta.precision = io.model.dtype();
+  meta.tp = g.grid.tp, meta.pp = g.grid.pp, meta.dp = g.grid.dp;
+  meta.distributed_optimizer = io.distributed_optimizer;
+  meta.args = c.argv;
+  if (progress.has_scaler) meta.loss_scaler = progress.scaler;
+  for (int r = 0; r < g.grid.world(); ++r) {
+    const std::string index = rank_name(r) + ".json";
+    const std::string text = ckpt::read_text_file(tmp + "/" + index);
+    const ShardIndex si = parse_shard_index(text, tmp + "/" + index);
+    meta.ranks.push_back({index, ckpt::crc32_of(text.data(), text.size()), si.bin, si.bin_bytes,
+                          si.bin_crc32});
+  }
+  write_synced(tmp + "/metadata.json", checkpoint_metadata_text(meta));
+  ckpt::fsync_dir(tmp);
+  ckpt::publish_checkpoint(c.save, tmp, progress.iteration);
+  ckpt::keep_last_checkpoints(c.save, progress.iteration, c.ckpt_keep_last);
 }
 
 }  // namespace
-
-std::string checkpoint_dir_name(int64_t iteration) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "iter_%07lld", (long long)iteration);
-  return buf;
-}
 
 void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   Timer timer;
@@ -147,105 +169,26 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   const std::string dir = io.cfg.save;
   const std::string final_dir = dir + "/" + checkpoint_dir_name(progress.iteration);
   const std::string tmp = final_dir + ".tmp";
-  if (g.world_rank == 0) {
+  double bytes = 0;
+  try {
+    if (g.world_rank == 0) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      MG_USER_CHECK(fs::is_directory(dir, ec), "--save: cannot create directory '", dir, "'");
+      ckpt::remove_leftovers(dir);
+      fs::create_directories(tmp, ec);
+      MG_USER_CHECK(!ec, "--save: cannot create '", tmp, "': ", ec.message());
+    }
+    g.world->barrier();
+    bytes = all_reduce_sum(*g.world, double(write_shard(io, tmp)));
+    g.world->barrier();  // every shard is on disk
+    if (g.world_rank == 0) finish_save(io, progress, tmp);
+  } catch (...) {
+    // Rank 0 removes what it can of a failed save (another rank's failure ends the job, and
+    // the next save removes the rest: ckpt::remove_leftovers).
     std::error_code ec;
-    fs::create_directories(dir, ec);
-    MG_USER_CHECK(fs::is_directory(dir), "--save: cannot create directory '", dir, "'");
-    fs::remove_all(tmp);  // a crashed earlier save of this iteration
-    fs::create_directories(tmp);
-  }
-  g.world->barrier();
-
-  // This rank's shard: one .bin of raw pieces and its .json index (with the .bin's CRC).
-  const std::vector<LocalPiece> pieces = local_pieces(io, true, !io.cfg.no_save_optim);
-  const std::string name = rank_name(g.world_rank);
-  ckpt::SyncedWriter bin(tmp + "/" + name + ".bin");
-  json index = {{"format", kFormat}, {"version", kCheckpointVersion}, {"rank", g.world_rank}};
-  json& list = index["pieces"] = json::array();
-  const int64_t tp = g.grid.tp;
-  std::vector<char> staging;
-  for (const LocalPiece& pc : pieces) {
-    list.push_back({{"key", pc.key},
-                    {"dtype", dtype_name(pc.dtype)},
-                    {"global_shape", pc.p->global_shape},
-                    {"local_shape", pc.p->shape},
-                    {"tp_split_dim", tp > 1 ? pc.p->sharding.split_dim : -1},
-                    {"tp_stride", pc.p->sharding.stride},
-                    {"tp_size", tp},
-                    {"tp_rank", g.coord.tp},
-                    {"local_begin", pc.begin},
-                    {"numel", pc.n},
-                    {"offset", bin.bytes()}});
-    bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
-  }
-  bin.close();
-  index["bin"] = name + ".bin";
-  index["bin_bytes"] = bin.bytes();
-  index["bin_crc32"] = bin.crc();
-  {
-    const std::string text = index.dump(1);
-    ckpt::SyncedWriter w(tmp + "/" + name + ".json");
-    w.write(text.data(), text.size());
-    w.close();
-  }
-  const double bytes = all_reduce_sum(*g.world, double(bin.bytes()));
-  g.world->barrier();  // every shard is on disk
-
-  if (g.world_rank == 0) {
-    const CheckpointConfig& c = io.cfg;
-    json meta = {{"format", kFormat},
-                 {"version", kCheckpointVersion},
-                 {"iteration", progress.iteration},
-                 {"consumed_train_samples", progress.consumed_train_samples},
-                 {"consumed_valid_samples", progress.consumed_valid_samples},
-                 {"scheduler_samples", progress.scheduler_samples},
-                 {"skipped_iterations", progress.skipped_iterations},
-                 {"optimizer",
-                  {{"kind", c.optimizer},
-                   {"saved", !c.no_save_optim},
-                   {"steps", io.optimizer.steps_taken()}}},
-                 {"rng", {{"seed", c.seed}}},
-                 {"model", model_json(c.model)},
-                 {"precision", dtype_name(io.model.dtype())},
-                 {"layout",
-                  {{"tensor_model_parallel_size", g.grid.tp},
-                   {"pipeline_model_parallel_size", g.grid.pp},
-                   {"data_parallel_size", g.grid.dp},
-                   {"use_distributed_optimizer", io.distributed_optimizer}}},
-                 {"args", c.argv}};
-    if (progress.has_scaler)
-      meta["loss_scaler"] = {{"scale", progress.scaler.scale},
-                             {"growth_tracker", progress.scaler.growth_tracker},
-                             {"hysteresis_tracker", progress.scaler.hysteresis_tracker}};
-    json& ranks = meta["ranks"] = json::array();
-    for (int r = 0; r < g.grid.world(); ++r) {
-      const std::string rn = rank_name(r);
-      const std::string text = ckpt::read_text_file(tmp + "/" + rn + ".json");
-      const json ri = json::parse(text);
-      ranks.push_back({{"index", rn + ".json"},
-                       {"index_crc32", ckpt::crc32_of(text.data(), text.size())},
-                       {"bin", ri["bin"]},
-                       {"bin_bytes", ri["bin_bytes"]},
-                       {"bin_crc32", ri["bin_crc32"]}});
-    }
-    const std::string text = meta.dump(1);
-    ckpt::SyncedWriter w(tmp + "/metadata.json");
-    w.write(text.data(), text.size());
-    w.close();
-    ckpt::fsync_dir(tmp);
-    // Publish: the directory first, then the pointer to it.
-    const std::string old = final_dir + ".old";
-    fs::remove_all(old);
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    ckpt::fsync_dir(dir);
-    ckpt::write_file_atomic(dir + "/" + kLatest, std::to_string(progress.iteration) + "\n");
-    fs::remove_all(old);
-    if (c.ckpt_keep_last > 0) {
-      auto all = complete_checkpoints(dir);
-      for (size_t i = 0; i + size_t(c.ckpt_keep_last) < all.size(); ++i)
-        if (all[i].first != progress.iteration) fs::remove_all(all[i].second);
-    }
+    if (g.world_rank == 0) fs::remove_all(tmp, ec);
+    throw;
   }
   g.world->barrier();  // nobody goes on (or exits) before the checkpoint is published
   const double secs = timer.seconds();
@@ -258,16 +201,20 @@ namespace {
 // The pieces of one checkpoint, by key, with lazily mapped and verified shard files.
 class CheckpointReader {
  public:
-  CheckpointReader(const std::string& dir, const json& meta) : dir_(dir) {
-    for (const json& r : meta.at("ranks")) {
-      const std::string ipath = dir + "/" + r.at("index").get<std::string>();
+  CheckpointReader(const std::string& dir, const CheckpointMetadata& meta) : dir_(dir) {
+    for (size_t r = 0; r < meta.ranks.size(); ++r) {
+      const ShardFiles& sf = meta.ranks[r];
+      const std::string ipath = dir + "/" + sf.index;
       const std::string text = ckpt::read_text_file(ipath);
-      MG_USER_CHECK(ckpt::crc32_of(text.data(), text.size()) == r.at("index_crc32").get<uint32_t>(),
+      MG_USER_CHECK(ckpt::crc32_of(text.data(), text.size()) == sf.index_crc32,
                     "checkpoint index '", ipath, "' is corrupt (checksum mismatch)");
-      const json index = json::parse(text);
-      files_.push_back({dir + "/" + r.at("bin").get<std::string>(),
-                        r.at("bin_bytes").get<uint64_t>(), r.at("bin_crc32").get<uint32_t>(), nullptr});
-      for (const json& p : index.at("pieces")) by_key_[p.at("key")].push_back({files_.size() - 1, p});
+      ShardIndex index = parse_shard_index(text, ipath);
+      MG_USER_CHECK(index.rank == int64_t(r) && index.bin == sf.bin && index.bin_bytes == sf.bin_bytes &&
+                        index.bin_crc32 == sf.bin_crc32,
+                    "checkpoint index '", ipath, "' is not the one its metadata.json lists (rank ",
+                    index.rank, ", ", index.bin, ")");
+      files_.push_back({dir + "/" + sf.bin, sf.bin_bytes, sf.bin_crc32, nullptr});
+      for (PieceInfo& p : index.pieces) by_key_[p.key].push_back({files_.size() - 1, std::move(p)});
     }
   }
   bool has(const std::string& key) const { return by_key_.count(key) > 0; }
@@ -275,44 +222,26 @@ class CheckpointReader {
   // The whole tensor `key` in f32 (row-major, global shape), assembled from its pieces.
   std::vector<float> global(const std::string& key, Shape& shape) {
     const auto& pieces = by_key_.at(key);
-    shape = pieces.front().meta.at("global_shape").get<Shape>();
+    shape = pieces.front().piece.global_shape;
     std::vector<float> out(size_t(shape_numel(shape)), 0.f);
     std::vector<char> covered(out.size(), 0);
     for (const Src& s : pieces) {
-      const json& m = s.meta;
-      MG_USER_CHECK(m.at("global_shape").get<Shape>() == shape, "checkpoint '", dir_, "': pieces of ",
-                    key, " disagree on its global shape");
+      const PieceInfo& m = s.piece;  // a slice of a shard of its global shape (parse_shard_index)
+      MG_USER_CHECK(m.global_shape == shape, "checkpoint '", dir_, "': pieces of ", key,
+                    " disagree on its global shape");
       ParamSpec spec;
-      spec.shape = m.at("local_shape").get<Shape>();
+      spec.shape = m.local_shape;
       spec.global_shape = shape;
-      spec.sharding.split_dim = m.at("tp_split_dim").get<int>();
-      spec.sharding.stride = m.value("tp_stride", int64_t(1));  // version 1: no strides
-      const int64_t tp_size = m.at("tp_size");
-      // The shard must be a 1/tp_size slice of the global tensor along its split dim, in
-      // `stride` equal parts, or the index arithmetic would leave the tensor.
-      Shape expect = shape;
-      const int dim = spec.sharding.split_dim;
-      bool ok = tp_size >= 1 && spec.sharding.stride >= 1 && dim < int(shape.size());
-      if (ok && dim >= 0) {
-        ok = shape[size_t(dim)] % (tp_size * spec.sharding.stride) == 0;
-        expect[size_t(dim)] /= tp_size;
-      }
-      MG_USER_CHECK(ok && spec.shape == expect, "checkpoint '", dir_, "': piece of ", key,
-                    " has local shape ", shape_str(spec.shape), " split along dim ", dim,
-                    " with stride ", spec.sharding.stride, " over ", tp_size,
-                    " ranks, which is not a shard of ", shape_str(shape));
-      const int64_t tp = m.at("tp_size"), r = m.at("tp_rank"), b = m.at("local_begin"),
-                    n = m.at("numel"), off = m.at("offset");
-      const DType t = dtype_from_name(m.at("dtype"), files_[s.file].path);
-      const char* src = file(s.file) + off;
-      MG_USER_CHECK(off >= 0 && uint64_t(off) + uint64_t(n) * dtype_size(t) <= files_[s.file].bytes,
+      spec.sharding.split_dim = m.tp_split_dim;
+      spec.sharding.stride = m.tp_stride;
+      MG_USER_CHECK(m.offset + uint64_t(m.numel) * dtype_size(m.dtype) <= files_[s.file].bytes,
                     "checkpoint file '", files_[s.file].path, "': piece of ", key,
                     " lies outside the file");
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t gi = global_index(spec, b + j, tp, r);
-        MG_USER_CHECK(gi >= 0 && gi < int64_t(out.size()), "checkpoint '", dir_, "': piece of ",
-                      key, " outside its global shape");
-        out[size_t(gi)] = cpu::load_f32(src, t, j);
+      const char* src = file(s.file) + m.offset;
+      for (int64_t j = 0; j < m.numel; ++j) {
+        const int64_t gi = global_index(spec, m.local_begin + j, m.tp_size, m.tp_rank);
+        MG_CHECK(gi >= 0 && gi < int64_t(out.size()), "piece of ", key, " outside its global shape");
+        out[size_t(gi)] = cpu::load_f32(src, m.dtype, j);
         covered[size_t(gi)] = 1;
       }
     }
@@ -331,7 +260,7 @@ class CheckpointReader {
   };
   struct Src {
     size_t file;
-    json meta;
+    PieceInfo piece;
   };
   // Maps a shard file on first use and verifies its size and checksum.
   const char* file(size_t i) {
@@ -353,111 +282,70 @@ class CheckpointReader {
   uint64_t bytes_read_ = 0;
 };
 
-// A model record back into a config; a field missing from the record (an older checkpoint)
-// keeps the value that checkpoint was trained with: the GPT-2 default.
-GPTConfig config_from_json(const json& m, const std::string& path) {
-  GPTConfig c;
-  for (const ModelField& f : model_fields()) {
-    if (!m.contains(f.key)) continue;
-    const json& v = m.at(f.key);
-    try {
-      set_field(c, f, v.is_string() ? v.get<std::string>() : v.dump());
-    } catch (const UsageError&) {
-      MG_USER_CHECK(false, "checkpoint metadata '", path, "': model field ", f.key, " = ",
-                    v.dump(), " is not a valid value");
-    }
-  }
-  return c;
-}
-
-// A field's value as the flags that give it: "--num-layers 4", "--swiglu", "no --swiglu".
-std::string as_flags(const ModelField& f, const json& v) {
-  if (f.metavar[0] != '\0')
-    return std::string(f.flag) + " " + (v.is_string() ? v.get<std::string>() : v.dump());
-  const bool on = v.get<bool>() != f.negated;
-  return (on ? "" : "no ") + std::string(f.flag);
-}
-
-}  // namespace
-
-json model_record(const GPTConfig& c) { return model_json(c); }
-
-void check_model_record(const json& saved, const GPTConfig& c, const std::string& path) {
-  const json now = model_json(c), was = model_json(config_from_json(saved, path));
-  std::string diff;
-  for (const ModelField& f : model_fields()) {
-    if (!f.structural || was.at(f.key) == now.at(f.key)) continue;
-    diff += str_cat(diff.empty() ? "" : "; ", f.key, ": checkpoint ", as_flags(f, was.at(f.key)),
-                    ", this run ", as_flags(f, now.at(f.key)));
-  }
-  MG_USER_CHECK(diff.empty(), path, " holds another model (", diff,
-                "); pass the model flags it was trained with");
-}
-
-namespace {
-
-// A checkpoint directory's metadata.json, checked for format and version.
-json read_metadata(const std::string& dir) {
-  const std::string path = dir + "/metadata.json";
-  json meta;
-  try {
-    meta = json::parse(ckpt::read_text_file(path));
-  } catch (const json::exception& e) {
-    MG_USER_CHECK(false, "checkpoint metadata '", path, "' is unreadable: ", e.what());
-  }
-  MG_USER_CHECK(meta.value("format", "") == kFormat, "'", path, "' is not a ", kFormat,
-                " metadata file");
-  const int version = meta.value("version", 0);
-  MG_USER_CHECK(version >= 1 && version <= kCheckpointVersion, "'", path,
-                "' has format version ", meta.value("version", 0),
-                "; this build reads versions 1 to ", kCheckpointVersion);
+// The metadata of checkpoint directory ckdir (iter_%07d under a --load directory), validated,
+// and recording the iteration its directory name says.
+CheckpointMetadata read_metadata(const std::string& ckdir) {
+  const std::string path = ckdir + "/metadata.json";
+  std::error_code ec;
+  MG_USER_CHECK(fs::is_regular_file(path, ec), "checkpoint '", ckdir, "' has no metadata.json: ",
+                fs::is_directory(ckdir, ec) ? "it is incomplete" : "it does not exist",
+                "; point ", fs::path(ckdir).parent_path().string(), "/", kLatestFile,
+                " at another complete iter_ directory");
+  const CheckpointMetadata meta = parse_checkpoint_metadata(ckpt::read_text_file(path), path);
+  const int64_t named = iteration_of_dir_name(fs::path(ckdir).filename().string());
+  MG_USER_CHECK(meta.iteration == named, "checkpoint metadata '", path, "' records iteration ",
+                meta.iteration, " but its directory is named for iteration ", named,
+                " (a checkpoint copied or renamed by hand?); restore the original directory");
   return meta;
 }
 
-}  // namespace
-
-std::string latest_checkpoint_dir(const std::string& dir) {
-  const std::string latest = dir + "/" + kLatest;
-  if (!fs::exists(latest)) return "";
-  const std::string text = ckpt::read_text_file(latest);
-  size_t used = 0;
-  int64_t iteration = -1;
-  try {
-    iteration = std::stoll(text, &used);
-  } catch (const std::exception&) {
-  }
-  MG_USER_CHECK(iteration >= 0 && text.find_first_not_of(" \n", used) == std::string::npos,
-                "'", latest, "' should hold an iteration number, not '", text, "'");
-  return dir + "/" + checkpoint_dir_name(iteration);
+// The directory of dir's latest checkpoint ("" when dir has no latest_checkpointed_iteration.txt).
+std::string latest_dir(const std::string& dir) {
+  const int64_t it = read_latest_iteration(dir);
+  return it < 0 ? "" : dir + "/" + checkpoint_dir_name(it);
 }
 
+}  // namespace
+
+std::string latest_checkpoint_dir(const std::string& dir) { return latest_dir(dir); }
+
 GPTConfig checkpoint_model_config(const std::string& dir) {
-  const std::string ckdir = latest_checkpoint_dir(dir);
-  MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatest, ")");
-  GPTConfig c = config_from_json(read_metadata(ckdir).at("model"), ckdir);  // model_json()'s fields
-  c.validate();
-  return c;
+  const std::string ckdir = latest_dir(dir);
+  MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatestFile, ")");
+  return read_metadata(ckdir).model;
+}
+
+void verify_checkpoint(const std::string& ckdir) {
+  const CheckpointMetadata meta = read_metadata(ckdir);
+  CheckpointReader reader(ckdir, meta);
+  for (size_t r = 0; r < meta.ranks.size(); ++r) {
+    // Mapping a file verifies its size and CRC; reading every tensor would only add time.
+    const std::string bin = ckdir + "/" + meta.ranks[r].bin;
+    const ckpt::MappedFile f(bin);
+    MG_USER_CHECK(f.size() == meta.ranks[r].bin_bytes &&
+                      ckpt::crc32_of(f.data(), f.size()) == meta.ranks[r].bin_crc32,
+                  "checkpoint file '", bin, "' is corrupt or truncated");
+  }
 }
 
 bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   Timer timer;
   const CheckpointConfig& c = io.cfg;
-  const std::string dir = latest_checkpoint_dir(c.load);
+  const std::string dir = latest_dir(c.load);
   if (dir.empty()) {
     MG_USER_CHECK(!c.exit_on_missing_checkpoint, "--load ", c.load, ": no checkpoint there (",
-                  c.load, "/", kLatest, " is missing) and --exit-on-missing-checkpoint is set");
-    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatest, "): starting from scratch"));
+                  c.load, "/", kLatestFile, " is missing) and --exit-on-missing-checkpoint is set");
+    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatestFile, "): starting from scratch"));
     return false;
   }
-  const json meta = read_metadata(dir);
-  check_model_record(meta.at("model"), c.model, "checkpoint '" + dir + "'");
+  const CheckpointMetadata meta = read_metadata(dir);
+  check_model_record(meta.model, c.model, "checkpoint '" + dir + "'");
   CheckpointReader reader(dir, meta);
 
-  const bool load_optim =
-      !c.no_load_optim && !c.finetune && meta.at("optimizer").at("saved").get<bool>();
-  MG_USER_CHECK(!load_optim || meta.at("optimizer").at("kind") == c.optimizer, "checkpoint '", dir,
-                "' holds ", meta.at("optimizer").at("kind").dump(), " state but this run uses --optimizer ",
-                c.optimizer, " (pass --no-load-optim to start the optimizer afresh)");
+  const bool load_optim = !c.no_load_optim && !c.finetune && meta.optimizer_saved;
+  MG_USER_CHECK(!load_optim || meta.optimizer == c.optimizer, "checkpoint '", dir, "' holds \"",
+                meta.optimizer, "\" state but this run uses --optimizer ", c.optimizer,
+                " (pass --no-load-optim to start the optimizer afresh)");
   std::vector<LocalPiece> wanted = local_pieces(io, false, load_optim);
   // Where each wanted key comes from: f32 models prefer the fp32 main params a 16-bit run
   // saved; 16-bit runs' main params fall back to the weights of an f32 checkpoint.
@@ -505,28 +393,26 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     }
   }
   if (load_optim)
-    io.optimizer.set_steps_taken(meta.at("optimizer").at("steps").get<int64_t>());
+    io.optimizer.set_steps_taken(meta.optimizer_steps);
   else  // a 16-bit model's fp32 main params start from the loaded weights, not from init
     io.optimizer.copy_main_from(io.model.param_data());
   if (!c.finetune) {
-    progress.iteration = meta.at("iteration");
-    progress.consumed_train_samples = meta.at("consumed_train_samples");
-    progress.consumed_valid_samples = meta.at("consumed_valid_samples");
-    progress.skipped_iterations = meta.value("skipped_iterations", int64_t(0));
-    if (load_optim) progress.scheduler_samples = meta.at("scheduler_samples");
-    if (load_optim && meta.contains("loss_scaler")) {
-      const json& s = meta["loss_scaler"];
+    progress.iteration = meta.iteration;
+    progress.consumed_train_samples = meta.consumed_train_samples;
+    progress.consumed_valid_samples = meta.consumed_valid_samples;
+    progress.skipped_iterations = meta.skipped_iterations;
+    if (load_optim) progress.scheduler_samples = meta.scheduler_samples;
+    if (load_optim && meta.loss_scaler) {
       progress.has_scaler = true;
-      progress.scaler = {s.at("scale"), s.at("growth_tracker"), s.at("hysteresis_tracker")};
+      progress.scaler = *meta.loss_scaler;
     }
   }
-  if (!c.no_load_rng && meta.at("rng").at("seed").get<uint32_t>() != c.seed)
-    log_line(str_cat(" > note: the checkpoint was trained with --seed ", meta["rng"]["seed"].dump(),
+  if (!c.no_load_rng && meta.seed != c.seed)
+    log_line(str_cat(" > note: the checkpoint was trained with --seed ", meta.seed,
                      "; this run's --seed ", c.seed, " decides the data order from here"));
-  log_line(str_cat(" > loaded checkpoint '", dir, "' (iteration ", meta.at("iteration").dump(),
-                   ", saved with TP ", meta["layout"]["tensor_model_parallel_size"].dump(), " PP ",
-                   meta["layout"]["pipeline_model_parallel_size"].dump(), " DP ",
-                   meta["layout"]["data_parallel_size"].dump(), ", ", meta["precision"].dump(),
+  log_line(str_cat(" > loaded checkpoint '", dir, "' (iteration ", meta.iteration,
+                   ", saved with TP ", meta.tp, " PP ", meta.pp, " DP ", meta.dp, ", \"",
+                   dtype_name(meta.precision), "\"",
                    load_optim ? ", with optimizer state" : ", weights only", ") in ",
                    timer.seconds(), " s (rank 0 read and verified ", reader.bytes_read() / 1e6,
                    " MB, ", reader.bytes_read() / 1e6 / timer.seconds(), " MB/s)"));

@@ -5,23 +5,21 @@
 // and each piece exactly once (DP replicas and TP-replicated copies write nothing).
 // Saving is atomic: everything goes to iter_%07d.tmp, is fsynced and checksummed, and only
 // after every rank finished is the directory renamed and latest_checkpointed_iteration.txt
-// replaced (a crash at any moment leaves the previous complete checkpoint as the latest).
+// replaced (a crash at any moment leaves the previous complete checkpoint as the latest;
+// checkpoint_dir.h keeps the directory clean across crashes).
 #pragma once
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "checkpoint/checkpoint_config.h"
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/metadata.h"
+#include "checkpoint/model_record.h"
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/process_groups.h"
 
 namespace mg {
-
-// Version 2 records each piece's partition stride and the whole model description; version 1
-// checkpoints (GPT-2 only, no strides) still load.
-constexpr int kCheckpointVersion = 2;
 
 // Training progress saved beside the tensors.
 struct TrainProgress {
@@ -42,17 +40,14 @@ struct CheckpointIO {
   bool distributed_optimizer;
 };
 
-std::string checkpoint_dir_name(int64_t iteration);  // "iter_0000010"
-// The directory of dir's latest complete checkpoint ("" when dir holds none).
+// The directory of dir's latest checkpoint, as latest_checkpointed_iteration.txt names it ("" when
+// dir has no such file).
 std::string latest_checkpoint_dir(const std::string& dir);
-// Stops with one message listing every structural field (model/fields.cpp) on which the model
-// record `saved` (a checkpoint's "model", or a --dump-final-params file's) and cfg disagree, as
-// the flags that give each; `where` names the file ("checkpoint 'DIR'").
-void check_model_record(const nlohmann::json& saved, const GPTConfig& cfg, const std::string& where);
-// The model record of cfg (every field, resolved), as checkpoints store it.
-nlohmann::json model_record(const GPTConfig& cfg);
 // The model config recorded in the latest checkpoint under dir.
 GPTConfig checkpoint_model_config(const std::string& dir);
+// Checks one checkpoint directory (iter_%07d) without loading it: its metadata (fields,
+// checksum, iteration = directory name), every index and every shard file's size and CRC-32.
+void verify_checkpoint(const std::string& ckdir);
 
 // Collective over all ranks: saves under cfg.save. Logs time, bytes and bandwidth.
 void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress);

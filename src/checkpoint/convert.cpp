@@ -61,15 +61,38 @@ void load_checkpoint_weights(const std::string& dir, GPTModel& model) {
   load_checkpoint({model, opt, g, cc, false}, progress);
 }
 
-void convert(const ConvertConfig& cfg) {
-  cfg.validate();
-  namespace fs = std::filesystem;
+namespace {
+
+namespace fs = std::filesystem;
+
+// --save must be new or empty; a directory with a training checkpoint or other files only with
+// --overwrite (converting into a checkpoint directory would make iteration 0 its latest).
+void check_destination(const ConvertConfig& cfg) {
+  std::error_code ec;
+  if (!fs::exists(cfg.save, ec)) return;
+  MG_USER_CHECK(fs::is_directory(cfg.save, ec), "--save '", cfg.save, "' exists and is not a directory");
+  if (cfg.overwrite) return;
+  bool training = false, empty = true;
+  for (const auto& e : fs::directory_iterator(cfg.save, ec)) {
+    const std::string n = e.path().filename().string();
+    training |= n == kLatestFile || n.rfind("iter_", 0) == 0;
+    empty = false;
+  }
+  MG_USER_CHECK(!ec, "--save '", cfg.save, "' cannot be listed: ", ec.message());
+  MG_USER_CHECK(!training, "--save '", cfg.save, "' holds a training checkpoint "
+                "(latest_checkpointed_iteration.txt or iter_* directories); converting into it "
+                "would replace its latest checkpoint: choose a new directory, or pass --overwrite");
+  MG_USER_CHECK(empty, "--save '", cfg.save, "' is not empty: choose a new or empty directory, or "
+                "pass --overwrite");
+}
+
+void convert_files(const ConvertConfig& cfg) {
   if (cfg.direction == "hf-to-megatron") {
     const GPTConfig mc =
         hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
     const SafetensorsReader hf(cfg.load + "/model.safetensors");
     Holder h(mc);
-    const std::vector<float> p = params_from_hf(hf, mc);
+    const std::vector<float> p = params_from_hf(hf, mc, cfg.allow_unused_tensors);
     std::copy(p.begin(), p.end(), h.model->params());
     h.ckpt.save = cfg.save;
     h.ckpt.no_save_optim = true;
@@ -94,11 +117,27 @@ void convert(const ConvertConfig& cfg) {
   load_checkpoint(h.io(), progress);
   std::error_code ec;
   fs::create_directories(cfg.save, ec);
-  MG_USER_CHECK(fs::is_directory(cfg.save), "--save: cannot create directory '", cfg.save, "'");
+  MG_USER_CHECK(fs::is_directory(cfg.save, ec), "--save: cannot create directory '", cfg.save, "'");
   const std::vector<float> params(h.model->params(), h.model->params() + h.model->num_params());
   write_safetensors(cfg.save + "/model.safetensors", params_to_hf(params, mc));
   write_hf_gpt2_config(cfg.save + "/config.json", mc);
   log_line(str_cat(" > converted ", cfg.load, " to ", cfg.save, "/model.safetensors"));
+}
+
+}  // namespace
+
+void convert(const ConvertConfig& cfg) {
+  cfg.validate();
+  check_destination(cfg);
+  std::error_code ec;
+  const bool created = !fs::exists(cfg.save, ec);
+  try {
+    convert_files(cfg);
+  } catch (...) {
+    // Every file is written atomically (no .tmp survives); a directory this run created goes too.
+    if (created) fs::remove_all(cfg.save, ec);
+    throw;
+  }
 }
 
 }  // namespace mg

@@ -1,6 +1,7 @@
 // `megatron convert`: Hugging Face GPT-2 (a directory with config.json and model.safetensors)
 // to a megatron-cpp checkpoint (single-rank layout, iteration 0, weights only; training can
-// --load it under any parallel layout) and back.
+// --load it under any parallel layout) and back. The destination must be new or empty unless
+// --overwrite; a failed conversion leaves no partial output (and no .tmp) behind.
 #pragma once
 #include <string>
 
@@ -13,6 +14,8 @@ struct ConvertConfig {
   std::string load;       // --load: HF directory, or checkpoint directory (its latest checkpoint)
   std::string save;       // --save: checkpoint directory, or HF directory
   int64_t make_vocab_size_divisible_by = 128;  // vocabulary padding of the checkpoint
+  bool overwrite = false;  // --overwrite: --save may be non-empty or a training checkpoint
+  bool allow_unused_tensors = false;  // hf-to-megatron: skip file tensors the config does not use
   void validate() const;
 };
 

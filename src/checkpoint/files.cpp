@@ -53,8 +53,9 @@ void SyncedWriter::write(const void* data, size_t n) {
 
 void SyncedWriter::close() {
   MG_USER_CHECK(::fsync(fd_) == 0, "cannot fsync '", path_, "': ", std::strerror(errno));
-  MG_USER_CHECK(::close(fd_) == 0, "cannot close '", path_, "': ", std::strerror(errno));
+  const int rc = ::close(fd_);
   fd_ = -1;
+  MG_USER_CHECK(rc == 0, "cannot close '", path_, "': ", std::strerror(errno));
 }
 
 void fsync_dir(const std::string& dir) {
@@ -65,15 +66,26 @@ void fsync_dir(const std::string& dir) {
   MG_USER_CHECK(rc == 0, "cannot fsync directory '", dir, "': ", std::strerror(errno));
 }
 
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(path), w_(path + ".tmp") {}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (!committed_) ::unlink((path_ + ".tmp").c_str());
+}
+
+void AtomicFileWriter::commit() {
+  const std::string tmp = path_ + ".tmp";
+  w_.close();
+  MG_USER_CHECK(std::rename(tmp.c_str(), path_.c_str()) == 0, "cannot rename '", tmp, "' to '",
+                path_, "': ", std::strerror(errno));
+  committed_ = true;
+  const size_t slash = path_.find_last_of('/');
+  fsync_dir(slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash));
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  SyncedWriter w(tmp);
+  AtomicFileWriter w(path);
   w.write(content.data(), content.size());
-  w.close();
-  MG_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '",
-                path, "': ", std::strerror(errno));
-  const size_t slash = path.find_last_of('/');
-  fsync_dir(slash == std::string::npos ? "." : path.substr(0, slash));
+  w.commit();
 }
 
 std::string read_text_file(const std::string& path) {
@@ -86,7 +98,7 @@ std::string read_text_file(const std::string& path) {
 
 MappedFile::MappedFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
-  MG_USER_CHECK(fd >= 0, "checkpoint file '", path, "' is missing (", std::strerror(errno), ")");
+  MG_USER_CHECK(fd >= 0, "file '", path, "' is missing (", std::strerror(errno), ")");
   struct stat st {};
   ::fstat(fd, &st);
   size_ = uint64_t(st.st_size);

@@ -1,6 +1,7 @@
-// Durable file operations for checkpoints: whole-file writes that are fsynced before they
-// count, directory fsyncs (so a rename survives a crash), atomic replacement by rename, and
-// CRC-32 (zlib's polynomial, as `crc32` / Python's zlib.crc32 compute it).
+// Durable file operations for checkpoints and other outputs: whole-file writes that are fsynced
+// before they count, directory fsyncs (so a rename survives a crash), atomic replacement by
+// rename that leaves no .tmp behind on failure, and CRC-32 (zlib's polynomial, as `crc32` /
+// Python's zlib.crc32 compute it).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,8 +27,25 @@ class SyncedWriter {
   uint32_t crc_ = 0;
 };
 
-// Writes path (via path.tmp + fsync + rename + directory fsync), so readers see the old or the
-// new content, never a torn one.
+// Writes path atomically: the bytes go to path.tmp; commit() fsyncs it, renames it over path
+// and fsyncs the directory, so readers see the old or the new content, never a torn one.
+// Destroyed without commit() (an error on the way), it removes path.tmp.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();
+  void write(const void* data, size_t n) { w_.write(data, n); }
+  void commit();
+  uint64_t bytes() const { return w_.bytes(); }
+  uint32_t crc() const { return w_.crc(); }
+
+ private:
+  std::string path_;
+  SyncedWriter w_;
+  bool committed_ = false;
+};
+
+// A whole file written with AtomicFileWriter.
 void write_file_atomic(const std::string& path, const std::string& content);
 void fsync_dir(const std::string& dir);
 std::string read_text_file(const std::string& path);

@@ -1,10 +1,14 @@
 #include "checkpoint/hf_gpt2.h"
 
+#include <climits>
+
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "checkpoint/files.h"
+#include "checkpoint/json_fields.h"
 #include "core/error.h"
-#include "core/json_fields.h"
+#include "core/log.h"
 #include "model/param_layout.h"
 
 namespace mg {
@@ -75,30 +79,28 @@ int64_t hf_index(const Mapping& m, const Shape& ours, int64_t k, const GPTConfig
 }  // namespace
 
 GPTConfig hf_gpt2_config(const std::string& path, int64_t divisible_by) {
-  const json j = parse_json_text<json>(ckpt::read_text_file(path), path);
-  const JsonFields<json> f(j, path);
+  const std::string what = "HF config '" + path + "'";
+  const json j = ckpt::JsonFields::parse_object(ckpt::read_text_file(path), what);
+  const ckpt::JsonFields f(j, what);
+  for (const char* k : {"n_layer", "n_embd", "n_head", "n_positions", "vocab_size"})
+    MG_USER_CHECK(f.has(k), what, " lacks ", k, " (is it a GPT-2 config.json?)");
   GPTConfig c;
-  c.num_layers = f.integer("n_layer", 1);
-  c.hidden_size = f.integer("n_embd", 1);
-  c.num_attention_heads = f.integer("n_head", 1);
-  c.max_position_embeddings = f.integer("n_positions", 1);
+  c.num_layers = f.integer("n_layer", 1, 1 << 16);
+  c.hidden_size = f.integer("n_embd", 1, INT_MAX);
+  c.num_attention_heads = f.integer("n_head", 1, c.hidden_size);
+  c.max_position_embeddings = f.integer("n_positions", 1, INT_MAX);
   c.seq_length = c.max_position_embeddings;
-  c.vocab_size = f.integer("vocab_size", 1);
-  c.ffn_hidden_size = f.integer_or("n_inner", 0, 1);
-  constexpr double kFloatMax = 3.4e38;  // the float fields' range
-  if (f.has("layer_norm_epsilon"))
-    c.norm_epsilon = float(f.number("layer_norm_epsilon", 1e-30, kFloatMax));
-  if (f.has("initializer_range"))
-    c.init_method_std = float(f.number("initializer_range", 1e-30, kFloatMax));
+  c.vocab_size = f.integer("vocab_size", 1, INT_MAX);
+  // null (or absent) n_inner means HF's default 4 x n_embd, which is also ours (0).
+  c.ffn_hidden_size = f.has("n_inner") && !f.raw("n_inner").is_null() ? f.integer("n_inner", 1, INT_MAX) : 0;
+  if (f.has("layer_norm_epsilon")) c.norm_epsilon = float(f.number("layer_norm_epsilon", 1e-30, 1));
+  if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
   c.make_vocab_size_divisible_by = divisible_by;
-  const std::string act = f.has("activation_function") ? f.string("activation_function")
-                                                       : "gelu_new";
-  MG_USER_CHECK(act == "gelu_new", path, ": activation_function '", act,
-                "' (GPT-2 uses gelu_new)");
+  if (f.has("activation_function")) f.one_of("activation_function", {"gelu_new"});  // GPT-2's
   try {
     c.validate();
-  } catch (const UsageError& e) {  // named by the flag the field maps to
-    throw UsageError(str_cat(path, ": not a model megatron can build: ", e.what()));
+  } catch (const UsageError& e) {
+    throw UsageError(what + " describes no valid model: " + e.what());
   }
   return c;
 }
@@ -121,21 +123,56 @@ void write_hf_gpt2_config(const std::string& path, const GPTConfig& c) {
   ckpt::write_file_atomic(path, j.dump(2) + "\n");
 }
 
-std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg) {
+std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg,
+                                  bool allow_unused) {
   const ParamLayout layout = gpt_param_layout(cfg);
   std::vector<float> out(size_t(layout.total_numel()), 0.f);
+  std::set<std::string> used;
+  // Files saved from GPT2Model have no "transformer." prefix.
+  auto name_in_file = [&](const std::string& hf_name) {
+    const std::string bare = hf_name.substr(std::string("transformer.").size());
+    return hf.has(hf_name) || !hf.has(bare) ? hf_name : bare;
+  };
   for (const Mapping& m : mappings(cfg)) {
-    // Files saved from GPT2Model have no "transformer." prefix.
-    const std::string bare = m.hf.substr(std::string("transformer.").size());
-    const SafeTensor& t = hf.get(hf.has(m.hf) ? m.hf : bare);
-    MG_USER_CHECK(t.shape == m.hf_shape, "HF tensor ", m.hf, " has shape ", shape_str(t.shape),
-                  ", the config says ", shape_str(m.hf_shape));
+    const std::string name = name_in_file(m.hf);
+    const SafeTensor& t = hf.get(name);
+    used.insert(name);
+    MG_USER_CHECK(t.shape == m.hf_shape, "'", hf.path(), "': tensor ", name, " has shape ",
+                  shape_str(t.shape), ", the config says ", shape_str(m.hf_shape));
     const std::vector<float> v = t.to_f32();
     const ParamSpec& p = layout.get(m.ours);
     for (int64_t k = 0; k < p.numel(); ++k) {
       const int64_t i = hf_index(m, p.shape, k, cfg);
       out[size_t(p.offset + k)] = i >= 0 ? v[size_t(i)] : 0.f;  // padding rows: zero
     }
+  }
+  for (int64_t i = 0; i < cfg.num_layers; ++i)  // HF's causal-mask buffers: not weights
+    for (const char* buffer : {"attn.bias", "attn.masked_bias"}) {
+      const std::string name = name_in_file("transformer.h." + std::to_string(i) + "." + buffer);
+      if (hf.has(name)) used.insert(name);
+    }
+  if (hf.has("lm_head.weight")) {  // tied to wte: a copy is fine, other values would be lost
+    const std::string wte = name_in_file("transformer.wte.weight");
+    const SafeTensor& head = hf.get("lm_head.weight");
+    MG_USER_CHECK(head.shape == hf.get(wte).shape && head.to_f32() == hf.get(wte).to_f32(), "'",
+                  hf.path(), "': lm_head.weight differs from ", wte,
+                  "; GPT-2 ties the output layer to the embedding, so it cannot be converted");
+    used.insert("lm_head.weight");
+  }
+  std::vector<std::string> unused;
+  for (const auto& [name, t] : hf.tensors())
+    if (!used.count(name)) unused.push_back(name);
+  if (!unused.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];
+    if (unused.size() > 8) list += str_cat(", ... (", unused.size() - 8, " more)");
+    const std::string what =
+        str_cat("'", hf.path(), "' holds ", unused.size(), " tensors the config (n_layer ",
+                cfg.num_layers, ") does not use: ", list);
+    MG_USER_CHECK(allow_unused, what,
+                  "; check config.json against the file, or pass --allow-unused-tensors to "
+                  "drop them");
+    log_line(" > warning: " + what + "; skipped (--allow-unused-tensors)");
   }
   return out;
 }

@@ -18,8 +18,13 @@ namespace mg {
 GPTConfig hf_gpt2_config(const std::string& config_json_path, int64_t make_vocab_size_divisible_by);
 void write_hf_gpt2_config(const std::string& path, const GPTConfig& cfg);
 
-// The single-rank flat parameters (gpt_param_layout(cfg) offsets) from an HF file.
-std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg);
+// The single-rank flat parameters (gpt_param_layout(cfg) offsets) from an HF file. Every tensor
+// of the file must be used: a tensor the config does not map (a layer past n_layer, a stray
+// name) is a UsageError naming it, unless allow_unused (then it is reported and skipped).
+// HF's causal-mask buffers (h.N.attn.bias, h.N.attn.masked_bias) are not weights and are
+// skipped; an lm_head.weight must equal wte (GPT-2 ties them).
+std::vector<float> params_from_hf(const SafetensorsReader& hf, const GPTConfig& cfg,
+                                  bool allow_unused = false);
 // HF tensors from the single-rank flat parameters.
 std::vector<NamedF32> params_to_hf(const std::vector<float>& params, const GPTConfig& cfg);
 

@@ -17,6 +17,9 @@ Blend parse_blend(const std::vector<std::string>& tokens, const std::string& fla
   };
   bool weighted = tokens.size() % 2 == 0;
   for (size_t i = 0; weighted && i < tokens.size(); i += 2) weighted = is_number(tokens[i]);
+  const size_t datasets = weighted ? tokens.size() / 2 : tokens.size();
+  MG_USER_CHECK(datasets < 32768, flag, " blends ", datasets,
+                " datasets; at most 32767 are supported (Megatron's int16 blend index)");
   if (!weighted) {
     b.prefixes = tokens;
     return b;
@@ -24,14 +27,14 @@ Blend parse_blend(const std::vector<std::string>& tokens, const std::string& fla
   double sum = 0;
   for (size_t i = 0; i < tokens.size(); i += 2) {
     const double w = std::strtod(tokens[i].c_str(), nullptr);
-    MG_USER_CHECK(w > 0 && std::isfinite(w), flag, ": weight ", tokens[i], " for '",
-                  tokens[i + 1], "' must be a positive finite number");
+    // NaN fails `w > 0`; "inf" or "1e999" (strtod's HUGE_VAL) would make every weight NaN.
+    MG_USER_CHECK(w > 0 && std::isfinite(w), flag, ": weight ", tokens[i], " for '", tokens[i + 1],
+                  "' must be a finite positive number");
     b.weights.push_back(w);
     b.prefixes.push_back(tokens[i + 1]);
     sum += w;
   }
-  MG_USER_CHECK(std::isfinite(sum), flag, ": the weights sum past the largest double; scale "
-                "them down");
+  MG_USER_CHECK(std::isfinite(sum), flag, ": the weights sum past the double range; scale them");
   for (double& w : b.weights) w /= sum;
   return b;
 }

@@ -65,7 +65,7 @@ BuiltData build_datasets(const DataSpec& spec) {
       const Blend b = parse_blend(spec.data_path, "--data-path");
       weights = b.weights;
       for (const std::string& p : b.prefixes) {
-        out.sources.push_back(std::make_unique<IndexedDataset>(p));
+        out.sources.push_back(std::make_unique<IndexedDataset>(p, spec.vocab_size));
         srcs.push_back({out.sources.back().get(), p});
       }
     }
@@ -85,7 +85,7 @@ BuiltData build_datasets(const DataSpec& spec) {
     std::vector<std::pair<const TokenSource*, std::string>> srcs;
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const std::string& p : b.prefixes) {
-      out.sources.push_back(std::make_unique<IndexedDataset>(p));
+      out.sources.push_back(std::make_unique<IndexedDataset>(p, spec.vocab_size));
       srcs.push_back({out.sources.back().get(), p});
       ranges.push_back({0, out.sources.back()->num_sequences()});
     }

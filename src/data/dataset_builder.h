@@ -16,6 +16,7 @@ struct DataSpec {
   bool mock = false;
   int64_t mock_vocab_size = 0;
   int32_t mock_eod = 0;
+  int64_t vocab_size = 0;  // token ids must lie in [0, vocab_size) (0: in the int32 range)
   std::vector<std::string> data_path;                 // blend split by `split`
   std::array<std::vector<std::string>, 3> split_paths;  // per-split blends
   std::string split = "969,30,1";

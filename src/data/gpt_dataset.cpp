@@ -43,6 +43,33 @@ std::vector<int32_t> build_shuffle_index(int64_t first, int64_t total, LegacyRan
   }
   return head;
 }
+
+// Whether cached indices can drive sample() over `source` without a read outside a sequence:
+// documents inside [begin, end); (document position, offset) pairs inside the document index,
+// non-decreasing, each a valid start (offset <= length) and end (offset + X <= length) of its
+// sequence; shuffle entries inside [0, M).
+bool cached_indices_valid(const TokenSource& source, int64_t begin, int64_t end,
+                          const std::vector<int32_t>& documents,
+                          const std::vector<int32_t>& samples,
+                          const std::vector<int32_t>& shuffle) {
+  const int64_t M = int64_t(shuffle.size()), D = int64_t(documents.size());
+  if (samples.size() != size_t(2 * (M + 1))) return false;
+  for (int32_t doc : documents)
+    if (doc < begin || doc >= end) return false;
+  for (int64_t k = 0; k <= M; ++k) {
+    const int64_t d = samples[size_t(2 * k)], o = samples[size_t(2 * k + 1)];
+    if (d < 0 || d >= D) return false;
+    const int64_t len = source.sequence_length(documents[size_t(d)]);
+    if (k > 0 && (d < samples[size_t(2 * k - 2)] ||
+                  (d == samples[size_t(2 * k - 2)] && o < samples[size_t(2 * k - 1)])))
+      return false;
+    if (k < M && (o < 0 || o > len)) return false;                              // a start
+    if (k > 0 && (o + kExtraToken < 0 || o + kExtraToken > len)) return false;  // an end
+  }
+  for (int32_t j : shuffle)
+    if (j < 0 || j >= M) return false;
+  return true;
+}
 }  // namespace
 
 std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
@@ -52,16 +79,15 @@ std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split
   for (std::string field; std::getline(ss, field, ',');) {
     char* end = nullptr;
     const double v = std::strtod(field.c_str(), &end);
-    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0 && std::isfinite(v),
-                  "--split '", split, "': '", field, "' is not a non-negative finite number");
+    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0 && std::isfinite(v), "--split '",
+                  split, "': '", field, "' is not a finite non-negative number");
     w.push_back(v);
   }
   MG_USER_CHECK(!w.empty() && w.size() <= 3, "--split '", split,
                 "' must hold 1 to 3 comma-separated weights, e.g. 969,30,1");
   w.resize(3, 0.0);
   const double sum = w[0] + w[1] + w[2];
-  MG_USER_CHECK(sum > 0.0 && std::isfinite(sum), "--split '", split,
-                "' must have weights summing to a positive finite number");
+  MG_USER_CHECK(sum > 0.0, "--split '", split, "' has weights summing to 0");
   std::array<std::pair<int64_t, int64_t>, 3> out;
   double lo = 0.0;
   for (int s = 0; s < 3; ++s) {
@@ -96,13 +122,11 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
       document_index_ = read_npy(cache_prefix_ + "document_index.npy").as<int32_t>();
       sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int32_t>();
       shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int32_t>();
-      const int64_t M = int64_t(shuffle_index_.size()), D = int64_t(document_index_.size());
-      bool ok = sample_index_.size() == size_t(2 * (M + 1));
-      for (int32_t doc : document_index_) ok = ok && doc >= begin && doc < end;
-      for (int64_t k = 0; ok && k <= M; ++k) ok = sample_index_[2 * k] >= 0 && sample_index_[2 * k] < D;
-      for (int64_t j : shuffle_index_) ok = ok && j >= 0 && j < M;
-      MG_USER_CHECK(ok, "index cache '", cache_prefix_, "*.npy' does not match the dataset; "
-                    "delete it to rebuild");
+      MG_USER_CHECK(
+          cached_indices_valid(source, begin, end, document_index_, sample_index_, shuffle_index_),
+          "index cache '", cache_prefix_,
+          "*.npy' does not match the dataset; "
+          "delete it to rebuild");
       loaded_ = true;
       return;
     }
@@ -168,7 +192,9 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
   shuffle_index_ = build_shuffle_index(first, M, rng);
 
   if (!cache_prefix_.empty()) {  // Megatron's dtypes: int32 indices, uint32 shuffle
-    std::filesystem::create_directories(cfg.cache_dir);
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.cache_dir, ec);
+    MG_USER_CHECK(!ec, "--data-cache-path '", cfg.cache_dir, "': cannot create: ", ec.message());
     std::ofstream(cache_prefix_ + "description.txt") << description << "\n";
     write_npy(cache_prefix_ + "document_index.npy", "<i4", {int64_t(document_index_.size())},
               document_index_.data(), document_index_.size() * 4);

@@ -3,22 +3,31 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mg {
 
 struct NpyArray {
+  std::string path;            // the file it was read from (for messages)
   std::string descr;           // "<i4", "<i8", "<u4", "<i2"
   std::vector<int64_t> shape;
   std::vector<char> data;
+  // Element conversion to T; an element outside T's range is a UsageError naming the file,
+  // never a silently wrapped value.
   template <typename T>
-  std::vector<T> as() const {  // element conversion to T
+  std::vector<T> as() const {
     std::vector<T> out;
     const size_t n = data.size() / item();
     out.reserve(n);
-    for (size_t i = 0; i < n; ++i) out.push_back(T(at(i)));
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t v = at(i);
+      if (!std::in_range<T>(v)) out_of_range(i, v);
+      out.push_back(T(v));
+    }
     return out;
   }
+  [[noreturn]] void out_of_range(size_t i, int64_t v) const;
   size_t item() const { return size_t(descr.back() - '0'); }
   int64_t at(size_t i) const;
 };

@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/json_fields.h"
 #include "core/timer.h"
 #include "data/indexed_dataset.h"
 
@@ -52,7 +51,7 @@ Doc encode_line_unchecked(const std::string& line, int64_t line_no, const Prepro
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {
     d.bad = true;
-    d.error = str_cat("malformed JSON (", json_error_reason(e.what()), ")");
+    d.error = str_cat("malformed JSON (", e.what(), ")");
     return d;
   }
   for (const std::string& key : cfg.json_keys) {
@@ -186,19 +185,31 @@ PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
 }
 
 int run_merge_datasets(const MergeConfig& cfg) {
-  MG_USER_CHECK(std::filesystem::is_directory(cfg.input), "--input '", cfg.input,
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  MG_USER_CHECK(fs::is_directory(cfg.input, ec), "--input '", cfg.input,
                 "' is not a directory of .bin/.idx pairs");
   MG_USER_CHECK(!cfg.output_prefix.empty(), "--output-prefix is required");
   std::vector<std::string> prefixes;
-  for (const auto& e : std::filesystem::directory_iterator(cfg.input)) {
-    if (e.path().extension() != ".idx") continue;
-    std::filesystem::path bin = e.path();
+  for (fs::directory_iterator it(cfg.input, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().extension() != ".idx") continue;
+    fs::path bin = it->path();
     bin.replace_extension(".bin");
-    MG_USER_CHECK(std::filesystem::exists(bin), "'", e.path().string(), "' has no matching .bin");
-    prefixes.push_back((e.path().parent_path() / e.path().stem()).string());
+    MG_USER_CHECK(fs::exists(bin, ec), "'", it->path().string(), "' has no matching .bin");
+    prefixes.push_back((it->path().parent_path() / it->path().stem()).string());
   }
+  MG_USER_CHECK(!ec, "--input '", cfg.input, "': cannot list the directory: ", ec.message());
   std::sort(prefixes.begin(), prefixes.end());
   MG_USER_CHECK(!prefixes.empty(), "--input '", cfg.input, "' holds no .idx files");
+  // The output replaces its files by rename at the end: were one of them an input (by any path,
+  // symlink or hard link), that input would be lost.
+  for (const std::string& p : prefixes)
+    for (const char* ext : {".bin", ".idx"}) {
+      const std::string out = cfg.output_prefix + ext, in = p + ext;
+      MG_USER_CHECK(!fs::equivalent(out, in, ec), "--output-prefix '", cfg.output_prefix, "': its ",
+                    ext, " file '", out, "' is the input '", in,
+                    "'; choose an output prefix outside the inputs");
+    }
   IndexedDatasetWriter out(cfg.output_prefix, IndexedDataset(prefixes[0]).dtype());
   for (const std::string& p : prefixes) out.add_index(p);
   out.finalize();

@@ -70,26 +70,45 @@ GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::str
     v->encoder[tok] = id.get<int32_t>();
   }
   v->decoder.resize(v->encoder.size());
+  std::vector<bool> seen(v->decoder.size(), false);
   for (auto& [tok, id] : v->encoder) {
-    MG_USER_CHECK(size_t(id) < v->decoder.size(), "--vocab-file '", vocab_file,
-                  "': ids must be 0..N-1");
+    MG_USER_CHECK(size_t(id) < v->decoder.size(), "--vocab-file '", vocab_file, "': token '", tok,
+                  "' has id ", id, "; the ", v->decoder.size(), " ids must be 0..N-1");
+    MG_USER_CHECK(!seen[size_t(id)], "--vocab-file '", vocab_file, "': tokens '",
+                  v->decoder[size_t(id)], "' and '", tok, "' share id ", id);
+    seen[size_t(id)] = true;
     v->decoder[size_t(id)] = tok;
   }
   MG_USER_CHECK(v->encoder.count("<|endoftext|>"), "--vocab-file '", vocab_file,
                 "' has no <|endoftext|> token");
-  // merges: a "#version" header line, then "first second" per line, in rank order.
+  v->byte_encoder = byte_to_unicode();
+  for (int b = 0; b < 256; ++b) {
+    MG_USER_CHECK(v->encoder.count(v->byte_encoder[b]), "--vocab-file '", vocab_file,
+                  "' lacks the token of byte ", b, " ('", v->byte_encoder[b],
+                  "'): not a GPT-2 byte-level BPE vocabulary");
+    v->byte_decoder[unicode::decode_utf8(v->byte_encoder[b])[0]] = uint8_t(b);
+  }
+  // merges: a "#version" header line, then "first second" per line, in rank order (HF's
+  // tokenizer: a pair listed twice keeps its last rank; CRLF line ends read as LF).
   std::istringstream merges(read_file(merge_file, "--merge-file"));
   std::string line;
   int32_t rank = 0;
-  for (bool first = true; std::getline(merges, line); first = false) {
-    if (first && line.starts_with("#version")) continue;
+  for (int64_t line_no = 1; std::getline(merges, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line_no == 1 && line.starts_with("#version")) continue;
     if (line.empty()) continue;
-    MG_USER_CHECK(std::count(line.begin(), line.end(), ' ') == 1, "--merge-file '", merge_file,
-                  "': line '", line, "' is not a 'first second' pair");
-    v->bpe_ranks.emplace(line, rank++);
+    const size_t space = line.find(' ');
+    MG_USER_CHECK(space != std::string::npos && space > 0 && space + 1 < line.size() &&
+                      line.find(' ', space + 1) == std::string::npos,
+                  "--merge-file '", merge_file, "' line ", line_no, ": '", line,
+                  "' is not a 'first second' pair");
+    const std::string merged = line.substr(0, space) + line.substr(space + 1);
+    // Every merge result must be a token, or encode() would produce an id-less piece.
+    MG_USER_CHECK(v->encoder.count(merged), "--merge-file '", merge_file, "' line ", line_no,
+                  ": the merge gives '", merged, "', which --vocab-file '", vocab_file,
+                  "' lacks; pass the vocabulary that belongs to these merges");
+    v->bpe_ranks[line] = rank++;
   }
-  v->byte_encoder = byte_to_unicode();
-  for (int b = 0; b < 256; ++b) v->byte_decoder[unicode::decode_utf8(v->byte_encoder[b])[0]] = uint8_t(b);
   *this = GPT2BPETokenizer(std::shared_ptr<const Vocab>(std::move(v)));
 }
 

@@ -2,18 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
-#include <sstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
+#include "checkpoint/params_file.h"
 #include "core/checked_math.h"
 #include "core/error.h"
-#include "core/json_fields.h"
 #include "model/gpt.h"
 #include "tensor/device_runtime.h"
 
@@ -31,48 +27,6 @@ void GenerateConfig::validate() const {
 }
 
 namespace {
-
-std::string read_text(const std::string& path, const char* what) {
-  std::ifstream f(path);
-  MG_USER_CHECK(f.good(), "--load-params: cannot read '", path, "' (", what, ")");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-void load(GPTModel& model, const std::string& path) {
-  using json = nlohmann::json;
-  // Settings that change no shape (RoPE on or off, its base, ...) are checked against the
-  // model record written beside the parameters (dumps older than it have none).
-  const std::string record_path = path + ".model.json";
-  if (std::ifstream(record_path).good()) {
-    const json record = parse_json_text<json>(read_text(record_path, "the model record"),
-                                              record_path);
-    JsonFields<json>(record, record_path);  // an object, or a UsageError naming the file
-    check_model_record(record, model.config(), "--load-params '" + path + "'");
-  }
-  const std::string manifest_path = path + ".json";
-  const json manifest = parse_json_text<json>(
-      read_text(manifest_path, "written beside the parameters by --dump-final-params"),
-      manifest_path);
-  std::map<std::string, JsonFields<json>> entries;
-  for (const JsonFields<json>& e : JsonFields<json>::array_objects(manifest, manifest_path))
-    entries.emplace(e.string("name"), e);
-  for (const ParamSpec& p : model.layout().params()) {
-    const auto it = entries.find(p.name);
-    MG_USER_CHECK(it != entries.end(), "--load-params: the file has no parameter '", p.name, "'");
-    const Shape shape = it->second.integers("shape");
-    MG_USER_CHECK(shape == p.global_shape && it->second.integer("offset") == p.offset,
-                  "--load-params: '", p.name, "' has shape ", shape_str(shape),
-                  " in the file but ", shape_str(p.global_shape),
-                  " in this model; pass the model flags it was trained with");
-  }
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  MG_USER_CHECK(f.good() && int64_t(f.tellg()) == model.num_params() * 4, "--load-params: '",
-                path, "' should hold ", model.num_params(), " fp32 values");
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(model.params()), std::streamsize(model.num_params() * 4));
-}
 
 // What generation allocates — params and grads in f32 and one sample's activations — checked
 // against the host's available memory before the model is built.
@@ -92,16 +46,15 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
   cfg.validate();
   auto tok = make_tokenizer(cfg.tokenizer);
   GPTConfig mc = cfg.model;
-  if (!cfg.load.empty()) {
-    mc = checkpoint_model_config(cfg.load);
-    MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), "--load ", cfg.load,
-                  ": the tokenizer has ", tok->vocab_size(), " tokens but the model only ",
-                  mc.padded_vocab_size());
-  }
+  if (!cfg.load.empty()) mc = checkpoint_model_config(cfg.load);
+  const std::string source = cfg.load.empty() ? "--load-params '" + cfg.load_params + "'"
+                                              : "--load '" + cfg.load + "'";
+  MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), source, ": the tokenizer has ",
+                tok->vocab_size(), " tokens but the model only ", mc.padded_vocab_size());
   check_fits(mc);
   GPTModel model(mc, 1);
   if (cfg.load.empty())
-    load(model, cfg.load_params);
+    read_params_file(cfg.load_params, model.config(), model.params());
   else
     load_checkpoint_weights(cfg.load, model);
   const int64_t S = mc.seq_length, V = mc.padded_vocab_size();
@@ -122,6 +75,11 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
       std::copy(ids.begin() + std::ptrdiff_t(start), ids.end(), tokens.begin());
       model.forward(0, {tokens.data(), positions.data(), labels.data(), mask.data()});
       const float* logits = model.logits(0) + (len - 1) * V;  // (S, B=1, V)
+      // NaN or inf logits (diverged or corrupt parameters) have no ranking to sample from.
+      for (int64_t v = 0; v < tok->vocab_size(); ++v)
+        MG_USER_CHECK(std::isfinite(logits[v]), "the model from ", source,
+                      " gives non-finite logits (", logits[v], " for token ", v, ") on --prompt '",
+                      prompt, "': its parameters are corrupt or diverged; refusing to sample");
       std::vector<int32_t> order(size_t(tok->vocab_size()));
       std::iota(order.begin(), order.end(), 0);
       const size_t k = size_t(std::min<int64_t>(cfg.top_k, int64_t(order.size())));

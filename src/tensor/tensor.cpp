@@ -20,14 +20,18 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-int64_t shape_numel(const Shape& shape) {
+std::optional<int64_t> checked_shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) {
-    MG_USER_CHECK(d >= 0, "a tensor of shape ", shape_str(shape), " has a negative dimension; "
-                  "check the sizes that drive it");
-    n = checked_mul(n, d, "elements of a tensor (the sizes that drive its shape)");
-  }
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
   return n;
+}
+
+int64_t shape_numel(const Shape& shape) {
+  const std::optional<int64_t> n = checked_shape_numel(shape);
+  MG_CHECK(n.has_value(), "shape ", shape_str(shape),
+           " has a negative dimension or more than 2^63 elements");
+  return *n;
 }
 
 int64_t checked_bytes(int64_t n, DType t, const char* what) {

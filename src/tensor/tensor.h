@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,11 +18,13 @@ using Shape = std::vector<int64_t>;
 int64_t tensor_bytes_live();
 int64_t tensor_bytes_peak();
 
-// Elements of a shape, in checked arithmetic: a negative dimension or a product past 2^63 - 1
-// is a UsageError naming the shape (sizes come from flags and files; core/checked_math.h).
+// The element count; a negative dimension or a count past int64 is a bug here (MG_CHECK).
 int64_t shape_numel(const Shape& shape);
+// The same for shapes read from files: nullopt for a negative dimension or int64 overflow.
+std::optional<int64_t> checked_shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
-// Bytes of n elements of dtype t, checked the same way.
+// Bytes of n elements of dtype t; an overflow is a UsageError naming `what` (sizes come from
+// flags: core/checked_math.h).
 int64_t checked_bytes(int64_t n, DType t, const char* what);
 
 enum class Device : uint8_t { CPU, CUDA };

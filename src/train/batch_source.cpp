@@ -9,6 +9,7 @@ DataSpec data_spec(const TrainConfig& cfg) {
   d.mock = cfg.mock_data;
   d.mock_vocab_size = cfg.model.vocab_size;
   d.mock_eod = int32_t(cfg.model.vocab_size - 1);
+  d.vocab_size = cfg.model.padded_vocab_size();  // the embedding's rows, as the model checks
   d.data_path = cfg.data_path;
   d.split_paths = {cfg.train_data_path, cfg.valid_data_path, cfg.test_data_path};
   d.split = cfg.split;

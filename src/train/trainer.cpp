@@ -10,13 +10,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/dispatch.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/params_file.h"
 #include "comm/mpi_communicator.h"
 #include "core/log.h"
 #include "core/timers.h"
@@ -73,31 +71,6 @@ void log_timers(const ProcessGroups& g, int64_t iters) {
 double report_loss(double local_mean, const ProcessGroups& g) {
   const bool reporter = g.last_stage() && g.coord.tp == 0;
   return all_reduce_sum(*g.world, reporter ? local_mean : 0.0) / double(g.grid.dp);
-}
-
-void write_params(const std::string& path, const std::vector<float>& flat, const GPTConfig& mc) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(flat.data()), std::streamsize(flat.size() * 4));
-    f.close();
-    MG_USER_CHECK(f.good(), "--dump-final-params: cannot write '", tmp, "' (disk full?)");
-  }
-  MG_USER_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "--dump-final-params: cannot write ",
-                path);
-  nlohmann::json manifest = nlohmann::json::array();
-  const ParamLayout layout = gpt_param_layout(mc);
-  for (const ParamSpec& p : layout.params())
-    manifest.push_back({{"name", p.name}, {"shape", p.global_shape}, {"offset", p.offset}});
-  std::ofstream mf(path + ".json");
-  mf << manifest.dump(1) << "\n";
-  mf.close();
-  MG_USER_CHECK(mf.good(), "--dump-final-params: cannot write '", path, ".json'");
-  // The model record, as a checkpoint keeps it: generate --load-params checks its flags with it.
-  std::ofstream rf(path + ".model.json");
-  rf << model_record(mc).dump(1) << "\n";
-  rf.close();
-  MG_USER_CHECK(rf.good(), "--dump-final-params: cannot write '", path, ".model.json'");
 }
 
 // What one iteration's step produced.
@@ -483,7 +456,7 @@ void Trainer::finish() {
            /*all_ranks=*/true);
   if (!cfg_.dump_final_params.empty()) {
     const std::vector<float> full = gather_full_params(*model_, g_);
-    if (g_.world_rank == 0) write_params(cfg_.dump_final_params, full, cfg_.model);
+    if (g_.world_rank == 0) write_params_file(cfg_.dump_final_params, full, cfg_.model);
   }
 }
 

@@ -15,36 +15,20 @@
 #include "data/npy.h"
 #include "data/preprocess.h"
 #include "testing/subprocess.h"
+#include "testing/temp_dir.h"
 
 namespace mg {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing::slurp;
+using testing::TempDir;
 
 testing::RunResult reference(const std::string& args) {
   return testing::run_command(std::string(MG_PYTHON) + " " + MG_SOURCE_DIR +
                               "/tests/reference/megatron_data_reference.py " + args);
 }
-
-class TempDir {
- public:
-  TempDir() {
-    char t[] = "/tmp/mg_data_XXXXXX";
-    path_ = mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  fs::path operator/(const std::string& s) const { return path_ / s; }
-
- private:
-  fs::path path_;
-};
 
 // Documents of space-separated ids (NullTokenizer), including multi-sentence documents, an
 // empty document and empty sentences.
