@@ -4,24 +4,15 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
 #include <limits>
 
 #include "core/error.h"
+#include "testing/usage_error.h"
 
 namespace mg {
 namespace {
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-
-std::string overflow_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(CheckedMath, ExactWhereItFits) {
   EXPECT_EQ(checked_mul(int64_t(1) << 31, int64_t(1) << 31, "x"), int64_t(1) << 62);
@@ -36,20 +27,20 @@ TEST(CheckedMath, ExactWhereItFits) {
 
 TEST(CheckedMath, OverflowNamesWhatAndTheOperands) {
   // The issue's --max-position-embeddings 9223372036854775807 times --hidden-size 16.
-  const std::string m = overflow_message(
+  const std::string m = testing::usage_error_of(
       [] { checked_mul(kMax, 16, "elements of the position table (--max-position-embeddings x "
                                  "--hidden-size)"); });
   EXPECT_EQ(m, "elements of the position table (--max-position-embeddings x --hidden-size): "
                "9223372036854775807 x 16 overflows a 64-bit integer; lower the sizes that drive it");
-  EXPECT_NE(overflow_message([] { checked_add(kMax, 1, "bytes"); }).find("9223372036854775807 + 1"),
+  EXPECT_NE(testing::usage_error_of([] { checked_add(kMax, 1, "bytes"); }).find("9223372036854775807 + 1"),
             std::string::npos);
   // The product stops at the step that overflows: 2^31 * 2^31 fits, * 4 does not.
-  EXPECT_NE(overflow_message([] {
+  EXPECT_NE(testing::usage_error_of([] {
               checked_product({int64_t(1) << 31, int64_t(1) << 31, 4}, "p");
             }).find("4611686018427387904 x 4"),
             std::string::npos);
-  EXPECT_NE(overflow_message([] { checked_mul(std::numeric_limits<int64_t>::min(), -1, "m"); }),
-            "(no error)");
+  EXPECT_NE(testing::usage_error_of([] { checked_mul(std::numeric_limits<int64_t>::min(), -1, "m"); }),
+            "(no UsageError)");
 }
 
 }  // namespace

@@ -4,19 +4,11 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
+#include "testing/usage_error.h"
+
 
 namespace mg {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(ParseNumber, AcceptsValuesOfTheirType) {
   EXPECT_EQ(parse_number<int64_t>("--n", "9223372036854775807"), INT64_MAX);
@@ -29,28 +21,28 @@ TEST(ParseNumber, AcceptsValuesOfTheirType) {
 }
 
 TEST(ParseNumber, RefusesOutOfRangeIntegers) {
-  EXPECT_EQ(error_of([] { parse_number<int64_t>("--num-layers", "9223372036854775808"); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<int64_t>("--num-layers", "9223372036854775808"); }),
             "--num-layers 9223372036854775808 is out of range: it must be in "
             "[-9223372036854775808, 9223372036854775807]");
-  EXPECT_EQ(error_of([] { parse_number<int>("--tensor-model-parallel-size", "2147483648"); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<int>("--tensor-model-parallel-size", "2147483648"); }),
             "--tensor-model-parallel-size 2147483648 is out of range: it must be in "
             "[-2147483648, 2147483647]");
-  EXPECT_EQ(error_of([] { parse_number<uint32_t>("--seed", "-1"); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<uint32_t>("--seed", "-1"); }),
             "--seed expects a non-negative integer, got '-1'");
-  EXPECT_EQ(error_of([] { parse_number<int64_t>("--hidden-size", "1e3"); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<int64_t>("--hidden-size", "1e3"); }),
             "--hidden-size expects an integer, got '1e3'");
-  EXPECT_EQ(error_of([] { parse_number<int64_t>("--hidden-size", ""); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<int64_t>("--hidden-size", ""); }),
             "--hidden-size expects an integer, got ''");
 }
 
 TEST(ParseNumber, RefusesNonFiniteFloats) {
   for (const char* text : {"inf", "-inf", "nan", "NaN", "infinity", "1e400"})
-    EXPECT_EQ(error_of([&] { parse_number<double>("--lr", text); }),
+    EXPECT_EQ(testing::usage_error_of([&] { parse_number<double>("--lr", text); }),
               std::string("--lr expects a finite number, got '") + text + "'");
   // Finite as a double, infinite as the float the field holds.
-  EXPECT_EQ(error_of([] { parse_number<float>("--norm-epsilon", "1e39"); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<float>("--norm-epsilon", "1e39"); }),
             "--norm-epsilon 1e39 is out of range: it must be within ±3.40282e+38");
-  EXPECT_EQ(error_of([] { parse_number<float>("--adam-eps", "x"); }),
+  EXPECT_EQ(testing::usage_error_of([] { parse_number<float>("--adam-eps", "x"); }),
             "--adam-eps expects a number, got 'x'");
 }
 

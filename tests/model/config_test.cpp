@@ -3,11 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 #include <set>
 
 #include "model/fields.h"
 #include "model/param_layout.h"
+#include "testing/usage_error.h"
 
 namespace mg {
 namespace {
@@ -127,26 +127,20 @@ TEST(ModelFields, TextRoundTripAndUniqueFlags) {
 
 // ---- issue 23: sizes counted in checked arithmetic ----
 
-std::string usage_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("NOT A USAGE ERROR: ") + e.what();
-  }
-  return "(no error)";
+GPTConfig gpt2_shape(int64_t L, int64_t H, int64_t NH, int64_t S, int64_t V) {
+  GPTConfig c;
+  c.num_layers = L;
+  c.hidden_size = H;
+  c.num_attention_heads = NH;
+  c.seq_length = S;
+  c.vocab_size = V;
+  return c;
 }
 
 // The counting shortcut (one layer's declarations times the layers) against the layout built
 // parameter by parameter, on whole models and on TP / pipeline shards.
 TEST(ParamCount, EqualsTheLayoutOnEveryShard) {
-  GPTConfig gpt2;
-  gpt2.num_layers = 4;
-  gpt2.hidden_size = 64;
-  gpt2.num_attention_heads = 4;
-  gpt2.seq_length = 32;
-  gpt2.vocab_size = 1000;
+  const GPTConfig gpt2 = gpt2_shape(4, 64, 4, 32, 1000);
   GPTConfig qk = llama(64, 4, 8, 2, 96, 500);
   qk.qk_layernorm = true;
   for (const GPTConfig& c : {gpt2, llama(64, 4, 8, 2, 96, 500), qk}) {
@@ -168,12 +162,7 @@ TEST(ParamCount, EqualsTheLayoutOnEveryShard) {
 // The issue's --num-layers 2147483648: counted exactly (formulas.md's GPT-2 count in 128-bit
 // arithmetic) without a 2^31-layer list.
 TEST(ParamCount, HugeLayerCountsAreCountedNotBuilt) {
-  GPTConfig c;
-  c.num_layers = 2147483648;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.seq_length = 8;
-  c.vocab_size = 64;
+  const GPTConfig c = gpt2_shape(2147483648, 16, 2, 8, 64);
   c.validate();
   const __int128 l = c.num_layers, h = 16, V = c.padded_vocab_size(), s = 8;
   EXPECT_EQ(__int128(c.num_parameters()), 12 * l * h * h + 13 * l * h + V * h + s * h + 2 * h);
@@ -181,44 +170,39 @@ TEST(ParamCount, HugeLayerCountsAreCountedNotBuilt) {
 
 // The issue's inputs at the config level: refused by validate(), naming the flags.
 TEST(ParamCount, OverflowingSizesAreRefusedNamingTheFlags) {
-  GPTConfig c;
-  c.num_layers = 1;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.seq_length = 8;
-  c.vocab_size = 64;
+  GPTConfig c = gpt2_shape(1, 16, 2, 8, 64);
   c.max_position_embeddings = INT64_MAX;
-  EXPECT_EQ(usage_error_of([&] { c.validate(); }),
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
             "elements of embedding.position_embeddings.weight (--max-position-embeddings "
             "(default: --seq-length) x --hidden-size): 9223372036854775807 x 16 overflows a "
             "64-bit integer; lower the sizes that drive it");
   c.max_position_embeddings = -1;
-  EXPECT_EQ(usage_error_of([&] { c.validate(); }),
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
             "--max-position-embeddings must be positive (got -1)");
   c.max_position_embeddings = 0;
   c.num_layers = INT64_MAX;
-  EXPECT_NE(usage_error_of([&] { c.validate(); }).find("--num-layers x the elements of one layer"),
+  EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("--num-layers x the elements of one layer"),
             std::string::npos);
   c.num_layers = 1;
   c.hidden_size = int64_t(1) << 62;
   c.num_attention_heads = 1;
-  EXPECT_NE(usage_error_of([&] { c.validate(); }).find("overflows a 64-bit integer"),
+  EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("overflows a 64-bit integer"),
             std::string::npos);
   c.hidden_size = 16;
   c.ffn_hidden_size = INT64_MAX;
   c.swiglu = true;
-  EXPECT_EQ(usage_error_of([&] { c.validate(); }),
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
             "rows of linear_fc1 (2 x --ffn-hidden-size): 2 x 9223372036854775807 overflows a "
             "64-bit integer; lower the sizes that drive it");
   c.ffn_hidden_size = 0;
   c.swiglu = false;
   c.vocab_size = int64_t(1) << 31;
-  EXPECT_EQ(usage_error_of([&] { c.validate(); }),
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
             "--vocab-size must be in [1, 2147483647] (token ids are int32; got 2147483648)");
   c.vocab_size = 64;
   c.make_vocab_size_divisible_by = INT64_MAX;
   c.vocab_pad_tp = 2;
-  EXPECT_NE(usage_error_of([&] { c.padded_vocab_size(); }).find("the padded vocabulary"),
+  EXPECT_NE(testing::usage_error_of([&] { c.padded_vocab_size(); }).find("the padded vocabulary"),
             std::string::npos);
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "testing/fd_check.h"
+#include "testing/usage_error.h"
 
 namespace mg {
 namespace {
@@ -263,16 +264,11 @@ TEST(GPTMemory, ActivationBytesAreWhatTheModelAllocates) {
 TEST(GPTMemory, ActivationOverflowNamesTheFlags) {
   GPTConfig c = tiny();
   c.seq_length = int64_t(1) << 40;
-  try {
-    GPTModel::activation_bytes(c, int64_t(1) << 20, StageSpec{});
-    FAIL() << "no error";
-  } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "elements of one layer's activations (--seq-length x --micro-batch-size x "
-              "--hidden-size): 1152921504606846976 x 8 overflows a 64-bit integer; lower the "
-              "sizes that drive it")
-        << e.what();
-  }
+  EXPECT_EQ(testing::usage_error_of(
+                [&] { GPTModel::activation_bytes(c, int64_t(1) << 20, StageSpec{}); }),
+            "elements of one layer's activations (--seq-length x --micro-batch-size x "
+            "--hidden-size): 1152921504606846976 x 8 overflows a 64-bit integer; lower the "
+            "sizes that drive it");
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include <functional>
+#include "testing/usage_error.h"
+
 
 namespace mg {
 namespace {
@@ -83,20 +84,15 @@ TEST(RankMemory, PipelineStagesHoldTheirLayersAndInFlightMicroBatches) {
 }
 
 std::string refusal(const TrainConfig& c, int64_t available) {
-  try {
-    check_rank_memory(c, 0, available, "host MemAvailable");
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "(fits)";
+  return testing::usage_error_of([&] { check_rank_memory(c, 0, available, "host MemAvailable"); });
 }
 
 TEST(RankMemory, RefusesWhatCannotFitWithTheBytesAndTheFlags) {
   TrainConfig c = tiny_run();
   c.finalize_and_validate(1);
   const int64_t need = rank_memory(c, 0).total(true);
-  EXPECT_EQ(refusal(c, need), "(fits)");
-  EXPECT_EQ(refusal(c, -1), "(fits)");  // unknown: nothing to check against
+  EXPECT_EQ(refusal(c, need), "(no UsageError)");
+  EXPECT_EQ(refusal(c, -1), "(no UsageError)");  // unknown: nothing to check against
   const std::string m = refusal(c, need - 1);
   EXPECT_EQ(m.substr(0, 6), "needs ") << m;
   for (const char* part : {" on rank 0 (params ", "driven by --num-layers 4, --hidden-size 32",
