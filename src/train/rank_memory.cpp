@@ -68,10 +68,11 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   // The ranks that read batches build their splits' indices (train/batch_source.cpp):
   // sample_index, 2 int32 a sample, and shuffle_index, 1 int32 (the document index aside).
   if (spec.shard.first_stage || spec.shard.last_stage || cfg.reset_attention_mask) {
-    const std::array<int64_t, 3> n = cfg.split_samples();
+    const std::array<int64_t, 3> samples = cfg.split_samples();
     const char* what = "bytes of the dataset indices (--train-iters, --eval-iters x "
                        "--global-batch-size samples)";
-    m.data = checked_mul(checked_add(n[0], checked_add(n[1], n[2], what), what), 12, what);
+    m.data = checked_mul(
+        checked_add(samples[0], checked_add(samples[1], samples[2], what), what), 12, what);
   }
   if (!cfg.dump_final_params.empty())
     m.final_params = checked_bytes(cfg.model.num_parameters(), DType::F32, kWhat);
