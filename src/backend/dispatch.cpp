@@ -1,5 +1,6 @@
 #include "backend/dispatch.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -58,6 +59,23 @@ int64_t device_bytes_peak() {
   if (on_cuda()) return cuda::bytes_peak();
 #endif
   return 0;
+}
+
+int64_t memory_available_to_rank(int local_rank, int ranks_on_node, std::string* source) {
+  std::string what;
+  const int64_t avail = runtime::available_bytes(g_device, &what);
+  int sharing = std::max(1, ranks_on_node);
+#ifdef MG_HAS_CUDA
+  if (on_cuda()) {  // ranks pick GPU local_rank % n (cuda::select_local_gpu)
+    const int n = std::max(1, cuda::device_count()), gpu = local_rank % n;
+    sharing = 0;
+    for (int r = 0; r < std::max(1, ranks_on_node); ++r) sharing += r % n == gpu;
+  }
+#endif
+  (void)local_rank;
+  if (source)
+    *source = sharing > 1 ? str_cat(what, " / ", sharing, " ranks sharing it") : what;
+  return avail < 0 ? avail : avail / sharing;
 }
 
 void synchronize() {

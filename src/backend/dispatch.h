@@ -35,6 +35,12 @@ bool cuda_available(std::string* why = nullptr);
 std::string device_description();
 // The most device memory ever live at once (the CUDA caching allocator's count; 0 on the CPU).
 int64_t device_bytes_peak();
+// Bytes this rank may allocate on its compute device before anything is allocated: the host's
+// available memory or this GPU's free memory (tensor/device_runtime.h), split evenly among
+// the ranks that share it: the ranks_on_node ranks of this node on the host; on GPUs those of
+// them that picked the same GPU. -1 when unknown. *source says what the figure is, for
+// messages ("host MemAvailable / 4 ranks on this node").
+int64_t memory_available_to_rank(int local_rank, int ranks_on_node, std::string* source);
 // Waits for the compute stream (no-op on the CPU). The trainer calls it before it reads an
 // iteration's time, so the step time contains the step's GPU work, and the phase timers of
 // --timing-log-level call it where each timed phase starts and stops (timers::set_sync).

@@ -5,7 +5,9 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/files.h"
 #include "checkpoint/hf_gpt2.h"
+#include "core/checked_math.h"
 #include "core/log.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -23,6 +25,14 @@ struct Holder {
     GPTConfig small = cfg;
     small.max_position_embeddings = cfg.max_positions();
     small.seq_length = 8;
+    // Params, grads and Adam state in f32, the f32 copy the conversion makes and one sample's
+    // activations, refused up front when the host cannot hold them.
+    const char* what = "bytes to convert the model";
+    runtime::check_host_fits(
+        checked_add(checked_mul(shard_param_count(small).elements, 20, what),
+                    GPTModel::activation_bytes(small, 1, StageSpec{}), what),
+        str_cat("converting a model of ", cfg.num_parameters(), " parameters (", cfg.num_layers,
+                " layers, hidden size ", cfg.hidden_size, ")"));
     model = std::make_unique<GPTModel>(small, 1);
     optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
   }

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/process_groups.h"
+#include "train/rank_memory.h"
 #include "train/trainer.h"
 
 namespace {
@@ -59,6 +60,13 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   try {
     // A GPU run selects its GPU before any NCCL group exists.
     if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA, mg::local_rank());
+    // Before anything is allocated, each rank measures what it will need against what is
+    // free: a run that cannot fit is refused here, not by the allocator or the OOM killer.
+    // (Every rank measures before any allocates: creating the groups below needs all ranks.)
+    std::string where;
+    const int64_t available =
+        mg::ops::memory_available_to_rank(mg::local_rank(), mg::local_size(), &where);
+    mg::check_rank_memory(cfg, mpi.world_rank(), available, where);
     groups.emplace(!mpi.active()          ? mg::make_single_process_groups()
                    : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
                                           : mg::make_mpi_process_groups(grid));

@@ -2,8 +2,7 @@
 // generated from it, so they cannot drift. Semantic validation lives next to each config.
 // A metavar ending in "..." takes every following argument up to the next --flag.
 #pragma once
-#include <charconv>
-#include <cstdlib>
+#include <cmath>
 #include <functional>
 #include <sstream>
 #include <string>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 
 namespace mg {
 
@@ -27,21 +27,11 @@ namespace cli_detail {
 
 template <typename T>
 T parse_value(const std::string& flag, const std::string& text) {
-  T v{};
   if constexpr (std::is_same_v<T, std::string>) {
     return text;
-  } else if constexpr (std::is_floating_point_v<T>) {
-    char* end = nullptr;
-    const double d = std::strtod(text.c_str(), &end);
-    MG_USER_CHECK(!text.empty() && end && *end == '\0', flag, " expects a number, got '", text,
-                  "'");
-    v = T(d);
   } else {
-    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    MG_USER_CHECK(ec == std::errc() && p == text.data() + text.size(), flag,
-                  " expects an integer, got '", text, "'");
+    return parse_number<T>(flag, text);
   }
-  return v;
 }
 
 template <typename T>
@@ -52,6 +42,11 @@ std::string show_value(const T& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : " ") + x;
     return s;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) return "";  // unset: a value no flag can give (parse_number refuses nan)
+    std::ostringstream os;
+    os << v;
+    return os.str();
   } else {
     std::ostringstream os;
     os << v;

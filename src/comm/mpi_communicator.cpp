@@ -189,24 +189,43 @@ void MpiSession::abort(int code) {
   std::exit(code);
 }
 
-int local_rank() {
-  static const int cached = [] {
+namespace {
+// This rank's place on its node: from MPI's shared-memory split when MPI runs (collective),
+// else the launcher's variables.
+struct NodePlace {
+  int rank = 0, size = 1;
+};
+const NodePlace& node_place() {
+  static const NodePlace cached = [] {
+    NodePlace p;
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) {
       MPI_Comm node;
       MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-      int rank = 0;
-      MPI_Comm_rank(node, &rank);
+      MPI_Comm_rank(node, &p.rank);
+      MPI_Comm_size(node, &p.size);
       MPI_Comm_free(&node);
-      return rank;
+      return p;
     }
     for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-      if (const char* v = std::getenv(var)) return std::atoi(v);
-    return 0;
+      if (const char* v = std::getenv(var)) {
+        p.rank = std::atoi(v);
+        break;
+      }
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+      if (const char* v = std::getenv(var)) {
+        p.size = std::max(1, std::atoi(v));
+        break;
+      }
+    return p;
   }();
   return cached;
 }
+}  // namespace
+
+int local_rank() { return node_place().rank; }
+int local_size() { return node_place().size; }
 
 std::unique_ptr<Communicator> mpi_world() {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);

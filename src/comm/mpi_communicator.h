@@ -29,6 +29,8 @@ class MpiSession {
 // (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID), else 0. A GPU run picks its
 // GPU by it (ops::set_device).
 int local_rank();
+// How many ranks run on this node (the same sources; 1 when none says).
+int local_size();
 
 // The whole job.
 std::unique_ptr<Communicator> mpi_world();

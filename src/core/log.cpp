@@ -24,4 +24,19 @@ void log_error(const std::string& line) {
   std::fflush(stderr);
 }
 
+std::string format_bytes(int64_t bytes) {
+  static const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0) std::snprintf(buf, sizeof buf, "%lld bytes", (long long)bytes);
+  else std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v,
+                     units[u]);
+  return buf;
+}
+
 }  // namespace mg

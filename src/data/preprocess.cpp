@@ -102,7 +102,9 @@ void PreprocessConfig::validate() const {
   MG_USER_CHECK(!input.empty(), "--input is required (a JSON-lines file)");
   MG_USER_CHECK(!output_prefix.empty(), "--output-prefix is required");
   MG_USER_CHECK(!json_keys.empty(), "--json-keys needs at least one key");
-  MG_USER_CHECK(workers >= 1, "--workers must be >= 1 (got ", workers, ")");
+  // Each worker holds a tokenizer copy and a share of each batch: more than 1024 is a typo.
+  MG_USER_CHECK(workers >= 1 && workers <= 1024, "--workers must be in [1, 1024] (got ", workers,
+                ")");
   MG_USER_CHECK(std::filesystem::is_regular_file(input), "--input '", input,
                 "' does not exist or is not a file");
 }

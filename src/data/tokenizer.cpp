@@ -262,7 +262,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
     return std::make_unique<GPT2BPETokenizer>(cfg.vocab_file, cfg.merge_file);
   }
   if (cfg.tokenizer_type == "NullTokenizer") {
-    MG_USER_CHECK(cfg.vocab_size > 0, "--tokenizer-type NullTokenizer needs --vocab-size");
+    MG_USER_CHECK(cfg.vocab_size != 0, "--tokenizer-type NullTokenizer needs --vocab-size");
+    // Token ids are int32 in batches and in the .bin files.
+    MG_USER_CHECK(cfg.vocab_size > 0 && cfg.vocab_size <= INT32_MAX,
+                  "--vocab-size must be in [1, 2147483647] (token ids are int32; got ",
+                  cfg.vocab_size, ")");
     return std::make_unique<NullTokenizer>(cfg.vocab_size);
   }
   throw UsageError(str_cat("--tokenizer-type '", cfg.tokenizer_type,

@@ -8,8 +8,10 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/params_file.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "model/gpt.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -24,6 +26,22 @@ void GenerateConfig::validate() const {
   MG_USER_CHECK(temperature > 0, "--temperature must be positive");
 }
 
+namespace {
+
+// What generation allocates — params and grads in f32 and one sample's activations — checked
+// against the host's available memory before the model is built.
+void check_fits(const GPTConfig& mc) {
+  const char* what = "bytes of the model for generation";
+  const int64_t need = checked_add(checked_mul(shard_param_count(mc).elements, 8, what),
+                                   GPTModel::activation_bytes(mc, 1, StageSpec{}), what);
+  runtime::check_host_fits(need, str_cat("generation with a model of ", mc.num_parameters(),
+                                         " parameters (--num-layers ", mc.num_layers,
+                                         ", --hidden-size ", mc.hidden_size, ", --seq-length ",
+                                         mc.seq_length, ", --vocab-size ", mc.vocab_size, ")"));
+}
+
+}  // namespace
+
 std::vector<std::string> generate(const GenerateConfig& cfg) {
   cfg.validate();
   auto tok = make_tokenizer(cfg.tokenizer);
@@ -33,6 +51,7 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
                                               : "--load '" + cfg.load + "'";
   MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), source, ": the tokenizer has ",
                 tok->vocab_size(), " tokens but the model only ", mc.padded_vocab_size());
+  check_fits(mc);
   GPTModel model(mc, 1);
   if (cfg.load.empty())
     read_params_file(cfg.load_params, model.config(), model.params());

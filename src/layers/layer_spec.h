@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/checked_math.h"
+
 namespace mg {
 
 enum class NormKind { LayerNorm, RMSNorm };
@@ -16,8 +18,16 @@ struct LayerSpec {
   MlpKind mlp = MlpKind::Gelu;
   int64_t ffn = 4;           // F: the MLP's intermediate width (SwiGLU: each of gate and up)
   bool linear_bias = true;   // biases on linear_proj, linear_fc1, linear_fc2
-  int64_t qkv_rows() const { return (heads + 2 * query_groups) * kv_channels; }
-  int64_t fc1_rows() const { return mlp == MlpKind::SwiGLU ? 2 * ffn : ffn; }
+  int64_t qkv_rows() const {
+    const char* what = "rows of linear_qkv ((--num-attention-heads + 2 x --num-query-groups) x "
+                       "--kv-channels)";
+    return checked_mul(checked_add(heads, checked_mul(2, query_groups, what), what), kv_channels,
+                       what);
+  }
+  int64_t fc1_rows() const {
+    return mlp == MlpKind::SwiGLU ? checked_mul(2, ffn, "rows of linear_fc1 (2 x --ffn-hidden-size)")
+                                  : ffn;
+  }
 };
 
 }  // namespace mg

@@ -94,31 +94,29 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
           {&C::act, "act", {N, d.F_local()}, t}};
 }
 
-size_t layer_cache_bytes(const LayerDims& d) {
-  size_t b = 0;
-  for (const ActivationDecl& a : layer_cache_decls(d))
-    b += size_t(shape_numel(a.shape)) * dtype_size(a.dtype);
-  return b;
+int64_t layer_cache_bytes(const LayerDims& d) { return decl_bytes(layer_cache_decls(d)); }
+
+LayerCache::LayerCache(const LayerDims& d) { allocate_decls(*this, layer_cache_decls(d), d.device); }
+
+std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d) {
+  const int64_t N = d.rows(), qk_rows = d.spec.qk_layernorm ? N * d.NH_local() : 0;
+  const DType f = DType::F32;
+  using S = LayerScratch;
+  return {{&S::full, "full", {N, d.H}, f},
+          {&S::d_ln, "d_ln", {d.local_rows(), d.H}, f},
+          {&S::d_qkv, "d_qkv", {N, d.qkv_local()}, f},
+          {&S::d_attn, "d_attn", {N, d.attn_local()}, f},
+          {&S::d_fc1, "d_fc1", {N, d.fc1_local()}, f},
+          {&S::d_act, "d_act", {N, d.F_local()}, f},
+          {&S::qk_out, "qk_out", {qk_rows, d.HD()}, d.dtype},
+          {&S::d_qk_in, "d_qk_in", {qk_rows, d.HD()}, f},
+          {&S::d_qk, "d_qk", {qk_rows, d.HD()}, f}};
 }
 
-LayerCache::LayerCache(const LayerDims& d) {
-  for (const ActivationDecl& a : layer_cache_decls(d)) this->*a.member = Tensor(a.shape, a.dtype, d.device);
-}
+int64_t layer_scratch_bytes(const LayerDims& d) { return decl_bytes(layer_scratch_decls(d)); }
 
-LayerScratch::LayerScratch(const LayerDims& d)
-    : full({d.rows(), d.H}, DType::F32, d.device),
-      d_ln({d.local_rows(), d.H}, DType::F32, d.device),
-      d_qkv({d.rows(), d.qkv_local()}, DType::F32, d.device),
-      d_attn({d.rows(), d.attn_local()}, DType::F32, d.device),
-      d_fc1({d.rows(), d.fc1_local()}, DType::F32, d.device),
-      d_act({d.rows(), d.F_local()}, DType::F32, d.device),
-      qk_out({d.spec.qk_layernorm ? d.rows() * d.NH_local() : 0, d.HD()}, d.dtype, d.device),
-      d_qk_in({qk_out.shape()[0], d.HD()}, DType::F32, d.device),
-      d_qk({qk_out.shape()[0], d.HD()}, DType::F32, d.device) {}
-
-size_t LayerScratch::bytes() const {
-  return full.nbytes() + d_ln.nbytes() + d_qkv.nbytes() + d_attn.nbytes() + d_fc1.nbytes() +
-         d_act.nbytes() + qk_out.nbytes() + d_qk_in.nbytes() + d_qk.nbytes();
+LayerScratch::LayerScratch(const LayerDims& d) {
+  allocate_decls(*this, layer_scratch_decls(d), d.device);
 }
 
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,

@@ -90,16 +90,11 @@ struct LayerCache {
 };
 
 // The saved activations' shapes and dtypes, as a pure function of the dims: the allocator
-// (LayerCache), the memory report and a planner read this one list.
-struct ActivationDecl {
-  Tensor LayerCache::*member;
-  const char* name;
-  Shape shape;
-  DType dtype;
-};
+// (LayerCache), the memory report and the memory check before allocation read this one list.
+using ActivationDecl = TensorDecl<LayerCache>;
 std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d);
-// Bytes of one layer's cache.
-size_t layer_cache_bytes(const LayerDims& d);
+// Bytes of one layer's cache (checked arithmetic).
+int64_t layer_cache_bytes(const LayerDims& d);
 
 // Scratch reused by every layer's forward and backward.
 struct LayerScratch {
@@ -112,8 +107,10 @@ struct LayerScratch {
   Tensor qk_out;          // --qk-layernorm: (S*B*NH/TP, HD) [dtype] normalized heads
   Tensor d_qk_in, d_qk;   // (S*B*NH/TP, HD) their gradients before and after the norm
   explicit LayerScratch(const LayerDims& d);
-  size_t bytes() const;
 };
+// The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.
+std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d);
+int64_t layer_scratch_bytes(const LayerDims& d);
 
 // y (R, H) from x (R, H).
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,

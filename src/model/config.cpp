@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "model/param_layout.h"
@@ -99,9 +100,7 @@ ModelDims GPTConfig::layout_dims(int64_t tp_size) const {
   return d;
 }
 
-int64_t GPTConfig::num_parameters() const {
-  return gpt_param_layout(*this).total_numel();
-}
+int64_t GPTConfig::num_parameters() const { return shard_param_count(*this).elements; }
 
 // The convention the benchmarks report (full attention, as in issue 7 / formulas.md):
 // 6 FLOPs per parameter per token (2 forward, 4 backward) plus 12 * L * NH * HD * S for the
@@ -122,28 +121,27 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(kv_channels > 0 || hidden_size % num_attention_heads == 0,
                 "--num-attention-heads ", num_attention_heads, " must divide --hidden-size ",
                 hidden_size, " (or give the head size with --kv-channels)");
-  if (group_query_attention) {
-    MG_USER_CHECK(num_query_groups > 0, "--num-query-groups must be positive (got ",
-                  num_query_groups, ")");
+  MG_USER_CHECK(num_query_groups > 0, "--num-query-groups must be positive (got ",
+                num_query_groups, ")");
+  if (group_query_attention)
     MG_USER_CHECK(num_attention_heads % num_query_groups == 0, "--num-query-groups ",
                   num_query_groups, " must divide --num-attention-heads ", num_attention_heads);
-  }
   MG_USER_CHECK(normalization == "LayerNorm" || normalization == "RMSNorm", "--normalization '",
                 normalization, "' is not known; use LayerNorm or RMSNorm");
   MG_USER_CHECK(position_embedding_type == "learned_absolute" || position_embedding_type == "rope" ||
                     position_embedding_type == "none",
                 "--position-embedding-type '", position_embedding_type,
                 "' is not known; use learned_absolute, rope or none");
-  if (rope()) {
-    MG_USER_CHECK(rotary_percent > 0.f && rotary_percent <= 1.f,
-                  "--rotary-percent must be in (0, 1] (got ", rotary_percent, ")");
+  // RoPE's values are checked even when RoPE is off: a typo should not wait for the day it is on.
+  MG_USER_CHECK(rotary_percent > 0.f && rotary_percent <= 1.f,
+                "--rotary-percent must be in (0, 1] (got ", rotary_percent, ")");
+  MG_USER_CHECK(rotary_base > 0.f, "--rotary-base must be positive (got ", rotary_base, ")");
+  MG_USER_CHECK(rope_scaling_factor > 0.f, "--rope-scaling-factor must be positive (got ",
+                rope_scaling_factor, ")");
+  if (rope())
     MG_USER_CHECK(rotary_dim() >= 2 && rotary_dim() % 2 == 0, "--rotary-percent ",
                   rotary_percent, " of ", head_dim(), " head channels gives ", rotary_dim(),
                   " rotated channels; it must be a positive even number");
-    MG_USER_CHECK(rotary_base > 0.f, "--rotary-base must be positive (got ", rotary_base, ")");
-    MG_USER_CHECK(!use_rope_scaling || rope_scaling_factor > 0.f,
-                  "--rope-scaling-factor must be positive (got ", rope_scaling_factor, ")");
-  }
   MG_USER_CHECK(ffn_hidden_size >= 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size,
                 ")");
   MG_USER_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
@@ -152,13 +150,19 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(!learned_positions() || max_positions() >= seq_length,
                 "--max-position-embeddings ", max_positions(), " must be >= --seq-length ",
                 seq_length);
-  MG_USER_CHECK(vocab_size > 0, "--vocab-size must be positive (got ", vocab_size, ")");
+  // Token ids are int32 in batches and datasets (Megatron's .bin files too).
+  MG_USER_CHECK(vocab_size > 0 && vocab_size <= INT32_MAX,
+                "--vocab-size must be in [1, 2147483647] (token ids are int32; got ", vocab_size,
+                ")");
   MG_USER_CHECK(make_vocab_size_divisible_by > 0,
                 "--make-vocab-size-divisible-by must be positive (got ",
                 make_vocab_size_divisible_by, ")");
   MG_USER_CHECK(init_method_std > 0.f, "--init-method-std must be positive (got ",
                 init_method_std, ")");
   MG_USER_CHECK(norm_epsilon > 0.f, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
+  // Every derived size and the parameter count in checked arithmetic: an overflow is refused
+  // here, naming the flags, before anything is sized from them.
+  num_parameters();
 }
 
 }  // namespace mg

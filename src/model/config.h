@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "layers/layer_spec.h"
 
 namespace mg {
@@ -50,7 +51,8 @@ struct GPTConfig {
 
   int64_t ffn() const {
     if (ffn_hidden_size > 0) return ffn_hidden_size;
-    return swiglu ? int64_t(double(4 * hidden_size) * 2.0 / 3.0 / 64.0) * 64 : 4 * hidden_size;
+    const int64_t f4 = checked_mul(4, hidden_size, "the default --ffn-hidden-size (4 x --hidden-size)");
+    return swiglu ? int64_t(double(f4) * 2.0 / 3.0 / 64.0) * 64 : f4;
   }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
@@ -81,13 +83,17 @@ struct GPTConfig {
   GPTConfig resolved() const;
   // Megatron's padding: the smallest multiple of make_vocab_size_divisible_by (x TP) >= V.
   int64_t padded_vocab_size(int64_t tp_size = 0) const {
-    const int64_t m = make_vocab_size_divisible_by * (tp_size > 0 ? tp_size : vocab_pad_tp);
-    return (vocab_size + m - 1) / m * m;
+    const char* what = "the padded vocabulary (--vocab-size rounded up to a multiple of "
+                       "--make-vocab-size-divisible-by x --tensor-model-parallel-size)";
+    const int64_t m =
+        checked_mul(make_vocab_size_divisible_by, tp_size > 0 ? tp_size : vocab_pad_tp, what);
+    return checked_mul(ceil_div(vocab_size, m), m, what);
   }
   // The sizes a parallel layout of tp_size TP ranks is checked against
   // (ParallelConfig::validate; parallel/parallel_config.h).
   ModelDims layout_dims(int64_t tp_size) const;
-  // Parameter count, exactly: the sum over the single-rank parameter layout.
+  // Parameter count, exactly: the sum over the single-rank parameter layout (counted in checked
+  // arithmetic without building it: model/param_layout.h's shard_param_count).
   int64_t num_parameters() const;
   // Model FLOPs per token for training: 6 * (params - the input embedding of an untied model,
   // which is a lookup, not a GEMM) + 12 * L * NH * HD * S (full-attention convention).

@@ -1,10 +1,9 @@
 #include "model/fields.h"
 
-#include <charconv>
-#include <cstdlib>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/parse_number.h"
 
 namespace mg {
 
@@ -94,16 +93,8 @@ void set_field(GPTConfig& c, const ModelField& f, const std::string& text) {
           MG_USER_CHECK(text == "true" || text == "false", f.key, ": expected true or false, got '",
                         text, "'");
           v = text == "true";
-        } else if constexpr (std::is_same_v<T, float>) {
-          char* end = nullptr;
-          const double d = std::strtod(text.c_str(), &end);
-          MG_USER_CHECK(!text.empty() && end && *end == '\0', f.flag, " expects a number, got '",
-                        text, "'");
-          v = float(d);
         } else {
-          auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-          MG_USER_CHECK(ec == std::errc() && p == text.data() + text.size(), f.flag,
-                        " expects an integer, got '", text, "'");
+          v = parse_number<T>(f.flag, text);
         }
       },
       f.member);

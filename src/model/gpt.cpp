@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/dispatch.h"
+#include "core/checked_math.h"
 #include "tensor_parallel/parallel_linear.h"
 #include "tensor_parallel/vocab_parallel.h"
 
@@ -23,6 +24,35 @@ LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   d.dtype = s.dtype;
   d.device = ops::device();
   return d;
+}
+// Layer caches a stage keeps per slot (layers not recomputed) and in the shared recompute pool
+// (uniform: one chunk's layers; block: the one recomputed layer being replayed).
+struct CacheCounts {
+  int64_t stored, pool;
+};
+CacheCounts cache_counts(const StageSpec& spec, int64_t layers) {
+  if (spec.recompute_method == "uniform") return {0, std::min(spec.recompute_num_layers, layers)};
+  if (spec.recompute_method == "block")
+    return {layers - std::min(spec.recompute_num_layers, layers),
+            spec.recompute_num_layers > 0 ? 1 : 0};
+  return {layers, 0};
+}
+// The products of one micro-batch's rows (S x B) with each width an activation has, checked
+// before any shape is formed from them.
+void check_activation_sizes(const GPTConfig& cfg, int64_t B, int64_t tp) {
+  const int64_t N = checked_mul(cfg.seq_length, B, "rows of a micro-batch (--seq-length x "
+                                "--micro-batch-size)");
+  const LayerSpec s = cfg.layer_spec(0);
+  checked_mul(N, cfg.hidden_size, "elements of one layer's activations (--seq-length x "
+              "--micro-batch-size x --hidden-size)");
+  checked_mul(N, s.qkv_rows() / tp, "elements of the QKV activations (--seq-length x "
+              "--micro-batch-size x (--num-attention-heads + 2 x --num-query-groups) x --kv-channels)");
+  checked_mul(N, s.fc1_rows() / tp, "elements of the MLP activations (--seq-length x "
+              "--micro-batch-size x --ffn-hidden-size)");
+  checked_mul(N, cfg.padded_vocab_size(tp) / tp, "elements of the logits (--seq-length x "
+              "--micro-batch-size x --vocab-size)");
+  checked_mul(N, s.heads / tp * s.kv_channels, "elements of the attention output (--seq-length x "
+              "--micro-batch-size x --num-attention-heads x --kv-channels)");
 }
 ParamLayout bucketed_layout(const GPTConfig& cfg, const StageSpec& spec) {
   ParamLayout l = gpt_param_layout(cfg, spec.shard);
@@ -48,7 +78,6 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   const int64_t end = sh.layer_end < 0 ? cfg.num_layers : sh.layer_end;
   num_layers_ = end - sh.layer_begin;
   const int64_t N = dims_.rows(), R = dims_.local_rows(), H = dims_.H;
-  const int64_t V_local = cfg.padded_vocab_size() / dims_.tp;
   int64_t small = 0;
   for (const ParamSpec& p : layout_.params()) {
     const bool is_small = dims_.low_precision() && p.shape.size() == 1;
@@ -75,55 +104,26 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   MG_CHECK(spec.recompute_method.empty() || spec.recompute_method == "uniform" ||
                spec.recompute_method == "block",
            "recompute method ", spec.recompute_method);
-  if (!spec.recompute_method.empty()) {
-    const int64_t pool = spec.recompute_method == "uniform"
-                             ? std::min(spec.recompute_num_layers, num_layers_)
-                             : (spec.recompute_num_layers > 0 ? 1 : 0);
-    for (int64_t i = 0; i < pool; ++i) recompute_pool_.push_back(std::make_unique<LayerCache>(dims_));
-  }
+  for (int64_t i = 0; i < cache_counts(spec, num_layers_).pool; ++i)
+    recompute_pool_.push_back(std::make_unique<LayerCache>(dims_));
   slots_.resize(size_t(spec.num_slots));
+  const std::vector<TensorDecl<Slot>> slot_tensors = slot_decls(cfg, dims_, spec);
   for (Slot& s : slots_) {
     for (int64_t l = 0; l <= num_layers_; ++l) s.resid.emplace_back(Shape{R, H}, DType::F32, dev_);
     for (int64_t l = 0; l < num_layers_; ++l)
       s.caches.push_back(recomputed(l) ? nullptr : std::make_unique<LayerCache>(dims_));
-    s.tokens = Tensor({N}, DType::I32, dev_);
-    s.positions = Tensor({N}, DType::I32, dev_);
-    s.labels = Tensor({N}, DType::I32, dev_);
-    s.tokens_h = Tensor({N}, DType::I32);
-    s.positions_h = Tensor({N}, DType::I32);
-    s.labels_h = Tensor({N}, DType::I32);
-    s.mask = Tensor({N});
-    if (dev_ != Device::CPU) s.mask_d = Tensor({N}, DType::F32, dev_);
-    s.attention_start = Tensor({N}, DType::I32, dev_);
-    if (sh.last_stage) {
-      s.lnf = Tensor({R, H}, spec.dtype, dev_);
-      s.lnf_mean = Tensor({cfg.norm_bias() ? R : 0}, DType::F32, dev_);
-      s.lnf_rstd = Tensor({R}, DType::F32, dev_);
-      s.lnf_full = Tensor({dims_.sp ? N : 0, H}, spec.dtype, dev_);
-      s.logits = Tensor({N, V_local}, DType::F32, dev_);
-      s.losses = Tensor({N}, DType::F32, dev_);
-      s.lse = Tensor({N}, DType::F32, dev_);
-    }
+    allocate_decls(s, slot_tensors, dev_);
   }
-  if (sh.first_stage) emb_full_ = Tensor({N, H}, DType::F32, dev_);
-  d_resid_ = Tensor({R, H}, DType::F32, dev_);
-  d_lnf_ = Tensor({R, H}, DType::F32, dev_);
-  d_full_ = Tensor({N, H}, DType::F32, dev_);
-  dlosses_ = Tensor({N}, DType::F32, dev_);
-  dlosses_h_ = Tensor({N});
-  loss_sum_ = Tensor({1}, DType::I64, dev_);  // 8 bytes, used as a double
+  allocate_decls(*this, buffer_decls(cfg, dims_, spec), dev_);
   if (cfg.rope()) {
     // Megatron's RoPE positions are the sequence index 0..S-1 of each row (row = t*B + b),
     // whatever the position ids: the same table for every micro-batch.
     const std::vector<float> inv_freq = cfg.rope_inv_freq();
-    rope_inv_freq_ = Tensor({int64_t(inv_freq.size())}, DType::F32, dev_);
     ops::copy(rope_inv_freq_.raw(), dev_, inv_freq.data(), Device::CPU, rope_inv_freq_.nbytes());
     std::vector<int32_t> pos(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) pos[size_t(n)] = int32_t(n / dims_.B);
-    rope_positions_ = Tensor({N}, DType::I32, dev_);
     ops::copy(rope_positions_.raw(), dev_, pos.data(), Device::CPU, rope_positions_.nbytes());
   }
-  ce_scratch_ = Tensor({N}, DType::F32, dev_);
 }
 
 // Parameters are initialized on the host in f32 (the same values on every device), then stored
@@ -406,17 +406,96 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   }
 }
 
-size_t GPTModel::activation_bytes() const {
-  const size_t cache = layer_cache_bytes(dims_);
-  size_t b = 0;
-  for (const Slot& s : slots_) {
-    for (const Tensor& t : s.resid) b += t.nbytes();
-    for (const auto& c : s.caches)
-      if (c) b += cache;
-    for (const Tensor* t : {&s.lnf, &s.lnf_full, &s.logits, &s.losses, &s.lse}) b += t->nbytes();
+std::vector<TensorDecl<GPTModel::Slot>> GPTModel::slot_decls(const GPTConfig& cfg,
+                                                              const LayerDims& d,
+                                                              const StageSpec& spec) {
+  const int64_t N = d.rows(), R = d.local_rows(), H = d.H;
+  const DType i32 = DType::I32, f32 = DType::F32;
+  std::vector<TensorDecl<Slot>> t = {
+      {&Slot::tokens, "tokens", {N}, i32},
+      {&Slot::positions, "positions", {N}, i32},
+      {&Slot::labels, "labels", {N}, i32},
+      {&Slot::tokens_h, "tokens_h", {N}, i32, true},
+      {&Slot::positions_h, "positions_h", {N}, i32, true},
+      {&Slot::labels_h, "labels_h", {N}, i32, true},
+      {&Slot::mask, "mask", {N}, f32, true},
+      {&Slot::attention_start, "attention_start", {N}, i32}};
+  if (d.device != Device::CPU) t.push_back({&Slot::mask_d, "mask_d", {N}, f32});
+  if (spec.shard.last_stage) {
+    const std::vector<TensorDecl<Slot>> head = {
+        {&Slot::lnf, "lnf", {R, H}, spec.dtype},
+        {&Slot::lnf_mean, "lnf_mean", {cfg.norm_bias() ? R : 0}, f32},
+        {&Slot::lnf_rstd, "lnf_rstd", {R}, f32},
+        {&Slot::lnf_full, "lnf_full", {d.sp ? N : 0, H}, spec.dtype},
+        {&Slot::logits, "logits", {N, cfg.padded_vocab_size() / d.tp}, f32},
+        {&Slot::losses, "losses", {N}, f32},
+        {&Slot::lse, "lse", {N}, f32}};
+    t.insert(t.end(), head.begin(), head.end());
   }
-  b += recompute_pool_.size() * cache + scratch_.bytes();
-  for (const Tensor* t : {&emb_full_, &d_resid_, &d_lnf_, &d_full_}) b += t->nbytes();
+  return t;
+}
+
+std::vector<TensorDecl<GPTModel>> GPTModel::buffer_decls(const GPTConfig& cfg, const LayerDims& d,
+                                                         const StageSpec& spec) {
+  const int64_t N = d.rows(), R = d.local_rows(), H = d.H;
+  const DType f32 = DType::F32;
+  using M = GPTModel;
+  std::vector<TensorDecl<M>> t = {{&M::d_resid_, "d_resid", {R, H}, f32},
+                                  {&M::d_lnf_, "d_lnf", {R, H}, f32},
+                                  {&M::d_full_, "d_full", {N, H}, f32},
+                                  {&M::dlosses_, "dlosses", {N}, f32},
+                                  {&M::dlosses_h_, "dlosses_h", {N}, f32, true},
+                                  {&M::loss_sum_, "loss_sum", {1}, DType::I64},
+                                  {&M::ce_scratch_, "ce_scratch", {N}, f32}};
+  if (spec.shard.first_stage) t.push_back({&M::emb_full_, "emb_full", {N, H}, f32});
+  if (cfg.rope()) {
+    t.push_back({&M::rope_inv_freq_, "rope_inv_freq", {cfg.rotary_dim() / 2}, f32});
+    t.push_back({&M::rope_positions_, "rope_positions", {N}, DType::I32});
+  }
+  return t;
+}
+
+int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_size,
+                                   const StageSpec& spec) {
+  check_activation_sizes(cfg, micro_batch_size, spec.shard.tp_size);
+  const LayerDims d = make_dims(cfg, micro_batch_size, spec);
+  const int64_t end = spec.shard.layer_end < 0 ? cfg.num_layers : spec.shard.layer_end;
+  const int64_t layers = end - spec.shard.layer_begin;
+  const CacheCounts caches = cache_counts(spec, layers);
+  const char* what = "bytes of activations (--num-layers x --seq-length x --micro-batch-size x "
+                     "--hidden-size ...)";
+  const int64_t resid = checked_bytes(checked_mul(layers + 1, d.local_rows() * d.H, what),
+                                      DType::F32, what);
+  const int64_t per_slot =
+      checked_add(checked_add(resid, checked_mul(caches.stored, layer_cache_bytes(d), what), what),
+                  decl_bytes(slot_decls(cfg, d, spec)), what);
+  int64_t b = checked_mul(spec.num_slots, per_slot, what);
+  b = checked_add(b, checked_mul(caches.pool, layer_cache_bytes(d), what), what);
+  b = checked_add(b, layer_scratch_bytes(d), what);
+  return checked_add(b, decl_bytes(buffer_decls(cfg, d, spec)), what);
+}
+
+size_t GPTModel::allocated_activation_bytes() const {
+  size_t b = 0;
+  auto add = [&b](const Tensor& t) { b += t.empty() ? 0 : t.nbytes(); };  // never allocated: 0
+  auto add_cache = [&](const LayerCache& c) {
+    for (const ActivationDecl& a : layer_cache_decls(dims_)) add(c.*a.member);
+  };
+  for (const Slot& s : slots_) {
+    for (const Tensor& t : s.resid) add(t);
+    for (const auto& c : s.caches)
+      if (c) add_cache(*c);
+    for (const Tensor* t : {&s.tokens, &s.positions, &s.labels, &s.tokens_h, &s.positions_h,
+                            &s.labels_h, &s.mask, &s.mask_d, &s.attention_start, &s.lnf,
+                            &s.lnf_mean, &s.lnf_rstd, &s.lnf_full, &s.logits, &s.losses, &s.lse})
+      add(*t);
+  }
+  for (const auto& c : recompute_pool_) add_cache(*c);
+  for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
+                          &scratch_.d_fc1, &scratch_.d_act, &scratch_.qk_out, &scratch_.d_qk_in,
+                          &scratch_.d_qk, &emb_full_, &d_resid_, &d_lnf_, &d_full_, &dlosses_,
+                          &dlosses_h_, &loss_sum_, &rope_inv_freq_, &rope_positions_, &ce_scratch_})
+    add(*t);
   return b;
 }
 

@@ -91,7 +91,15 @@ class GPTModel {
   // Logits (S, B, V/TP) of the last forward in slot; overwritten by backward.
   const float* logits(int64_t slot) const { return slots_[slot].logits.data<float>(); }
 
-  size_t activation_bytes() const;
+  // Bytes of the activations and scratch a stage of cfg allocates for micro-batches of
+  // micro_batch_size under spec (its slots' residual streams, layer caches and head buffers,
+  // the recompute pool, the layer scratch and the stage's own buffers), in checked arithmetic
+  // and without building anything: the memory check before allocation and the memory report
+  // read it, and the constructor allocates from the same declarations.
+  static int64_t activation_bytes(const GPTConfig& cfg, int64_t micro_batch_size,
+                                  const StageSpec& spec);
+  // The same, summed over the tensors this model did allocate.
+  size_t allocated_activation_bytes() const;
 
   // Called during backward with the indices (into layout().params()) of parameters whose
   // gradients this backward has just finished: the final LayerNorm (and the tied output-layer
@@ -115,6 +123,12 @@ class GPTModel {
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
     double mask_sum = 0;
   };
+  // A slot's tensors (the residual stream and layer caches aside) and the stage's own buffers,
+  // by shape and dtype: what the constructor allocates and activation_bytes() counts.
+  static std::vector<TensorDecl<Slot>> slot_decls(const GPTConfig& cfg, const LayerDims& d,
+                                                  const StageSpec& spec);
+  static std::vector<TensorDecl<GPTModel>> buffer_decls(const GPTConfig& cfg, const LayerDims& d,
+                                                        const StageSpec& spec);
   LayerWeights layer_view(bool grads, int64_t layer);
   // Recompute: whether layer l (stage-local) is recomputed, the first layer of its chunk, and
   // where its activations live.

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <cmath>
 
+#include "core/checked_math.h"
 #include "core/rng.h"
 
 namespace mg {
@@ -85,6 +86,58 @@ ParamLayout gpt_param_layout(const GPTConfig& cfg, const ShardSpec& shard) {
   ParamLayout l;
   for (const ParamDecl& d : model_param_decls(cfg, shard)) l.add(d, shard);
   return l;
+}
+
+namespace {
+// The flags that size a parameter, for an overflow message.
+const char* size_flags(const std::string& name) {
+  if (name.ends_with("word_embeddings.weight") || name.starts_with("output_layer"))
+    return "--vocab-size x --hidden-size";
+  if (name.ends_with("position_embeddings.weight"))
+    return "--max-position-embeddings (default: --seq-length) x --hidden-size";
+  if (name.find("linear_qkv") != std::string::npos)
+    return "(--num-attention-heads + 2 x --num-query-groups) x --kv-channels x --hidden-size";
+  if (name.find("linear_proj") != std::string::npos)
+    return "--hidden-size x --num-attention-heads x --kv-channels";
+  if (name.find("linear_fc") != std::string::npos) return "--ffn-hidden-size x --hidden-size";
+  return "--hidden-size";
+}
+
+void add_count(ParamCount& c, const std::vector<ParamDecl>& decls, int64_t tp_size) {
+  for (const ParamDecl& d : decls) {
+    const std::string what = "elements of " + d.name + " (" + size_flags(d.name) + ")";
+    int64_t n = 1;
+    for (int64_t x : local_shape(d.global_shape, d.sharding, tp_size)) {
+      MG_USER_CHECK(x >= 0, what, ": a dimension is negative (", x, ")");
+      n = checked_mul(n, x, what);
+    }
+    c.elements = checked_add(c.elements, n, "parameter elements");
+    if (d.global_shape.size() == 1) c.vector_elements += n;
+    ++c.tensors;
+  }
+}
+}  // namespace
+
+ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
+  ShardSpec outer = shard;  // the embedding and the head: no layers
+  outer.layer_begin = outer.layer_end = 0;
+  ParamCount c;
+  add_count(c, model_param_decls(cfg, outer), shard.tp_size);
+  const int64_t end = shard.layer_end < 0 ? cfg.num_layers : shard.layer_end;
+  const int64_t layers = end - shard.layer_begin;
+  if (layers <= 0) return c;
+  std::vector<ParamDecl> one;
+  const float unused_std = 0.f;  // init scales do not change sizes
+  transformer_layer_params(one, shard.layer_begin, cfg.layer_spec(shard.layer_begin),
+                           cfg.hidden_size, {unused_std, unused_std});
+  ParamCount layer;
+  add_count(layer, one, shard.tp_size);
+  const char* what = "parameter elements (--num-layers x the elements of one layer)";
+  c.elements = checked_add(c.elements, checked_mul(layers, layer.elements, what), what);
+  c.vector_elements = checked_add(c.vector_elements, checked_mul(layers, layer.vector_elements,
+                                                                 what), what);
+  c.tensors = checked_add(c.tensors, checked_mul(layers, layer.tensors, what), what);
+  return c;
 }
 
 void init_params(const ParamLayout& layout, float* params, uint64_t seed, const ShardSpec& shard) {

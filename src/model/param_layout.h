@@ -69,6 +69,17 @@ std::vector<ParamDecl> model_param_decls(const GPTConfig& cfg, const ShardSpec& 
 // Their layout on that shard.
 ParamLayout gpt_param_layout(const GPTConfig& cfg, const ShardSpec& shard = {});
 
+// What a shard's parameters hold before any DP-bucket padding, in checked arithmetic (an
+// overflow names the flags that size the parameter): the embedding and head declarations plus
+// one layer's times the shard's layers (every layer has the same spec), so a huge --num-layers
+// is counted without building the list. Equals gpt_param_layout(cfg, shard).total_numel().
+struct ParamCount {
+  int64_t elements = 0;         // all parameter elements
+  int64_t vector_elements = 0;  // those of 1-D parameters (norms, biases)
+  int64_t tensors = 0;          // parameter tensors
+};
+ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard = {});
+
 // Global flat offset of element `local_index` of p's TP shard tp_rank of tp_size.
 inline int64_t global_index(const ParamSpec& p, int64_t local_index, int64_t tp_size,
                             int64_t tp_rank) {

@@ -54,9 +54,11 @@ void LRSchedule::validate() const {
   MG_USER_CHECK(lr >= 0.0, "--lr must be >= 0 (got ", lr, ")");
   MG_USER_CHECK(min_lr >= 0.0 && min_lr <= lr, "--min-lr ", min_lr, " must be in [0, --lr ", lr,
                 "]");
-  MG_USER_CHECK(warmup_steps >= 0, "--lr-warmup-iters must be >= 0");
-  MG_USER_CHECK(style == "constant" || decay_steps > warmup_steps,
-                "--lr-decay-iters must be larger than --lr-warmup-iters");
+  MG_USER_CHECK(warmup_steps >= 0, "the warmup (--lr-warmup-iters / -samples / -fraction) must "
+                "be >= 0 samples (got ", warmup_steps, ")");
+  MG_USER_CHECK(style == "constant" || decay_steps > warmup_steps, "the decay horizon (",
+                decay_steps, " samples) must be longer than the warmup (", warmup_steps,
+                " samples)");
   MG_USER_CHECK(style != "WSD" || (wsd_decay_steps > 0 && wsd_decay_steps <= decay_steps),
                 "--lr-decay-style WSD needs --lr-wsd-decay-iters (or -samples) in (0, decay]");
   MG_USER_CHECK(wd_style == "constant" || wd_style == "linear" || wd_style == "cosine",
@@ -65,7 +67,8 @@ void LRSchedule::validate() const {
   MG_USER_CHECK(wd_style != "constant" || start_wd == end_wd,
                 "--weight-decay-incr-style constant needs --start-weight-decay == "
                 "--end-weight-decay");
-  MG_USER_CHECK(start_wd >= 0 && end_wd >= 0, "weight decay must be >= 0");
+  MG_USER_CHECK(start_wd >= 0 && end_wd >= 0, "weight decay (--weight-decay, "
+                "--start-weight-decay, --end-weight-decay) must be >= 0");
 }
 
 }  // namespace mg

@@ -1,5 +1,6 @@
 #include "parallel/parallel_config.h"
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace mg {
@@ -25,7 +26,7 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
   const int T = tp(), P = pp();
   MG_USER_CHECK(T >= 1, "--tensor-model-parallel-size must be >= 1 (got ", T, ")");
   MG_USER_CHECK(P >= 1, "--pipeline-model-parallel-size must be >= 1 (got ", P, ")");
-  MG_USER_CHECK(world % (T * P) == 0, "world size ", world,
+  MG_USER_CHECK(int64_t(T) * P <= world && world % (T * P) == 0, "world size ", world,
                 " is not divisible by --tensor-model-parallel-size ", T,
                 " x --pipeline-model-parallel-size ", P, " (launch a multiple of ", T * P,
                 " ranks)");
@@ -44,6 +45,8 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                 "--decoder-first/last-pipeline-num-layers must be >= 0");
   const int64_t L = m.num_layers, first = decoder_first_pipeline_num_layers,
                 last = decoder_last_pipeline_num_layers;
+  MG_USER_CHECK(first <= L && last <= L, "--decoder-first/last-pipeline-num-layers (", first,
+                ", ", last, ") must not exceed --num-layers ", L);
   if (first == 0 && last == 0) {
     MG_USER_CHECK(L % P == 0, "--num-layers ", L, " is not divisible by --pipeline-model-parallel-size ",
                   P, "; use --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
@@ -59,7 +62,8 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                   " equal middle stage(s) of --pipeline-model-parallel-size ", P);
   }
   MG_USER_CHECK(L >= P, "--num-layers ", L, " is smaller than --pipeline-model-parallel-size ", P);
-  MG_USER_CHECK(gbs % (mbs * DP) == 0, "--global-batch-size ", gbs,
+  MG_USER_CHECK(gbs % checked_mul(mbs, DP, "--micro-batch-size x data-parallel size") == 0,
+                "--global-batch-size ", gbs,
                 " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
                 " (world ", world, " / (TP ", T, " x PP ", P, "))");
   MG_USER_CHECK(ddp_bucket_size > 0, "--ddp-bucket-size must be positive (got ", ddp_bucket_size,

@@ -5,6 +5,8 @@
 // none. Until a device runtime is registered every pointer is host memory.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -21,6 +23,8 @@ struct DeviceRuntime {
   bool (*is_device_pointer)(const void* p);
   void (*synchronize)();  // waits for everything queued on the stream
   void* (*stream)();      // the stream device work is queued on (a cudaStream_t)
+  int64_t (*available_bytes)() = nullptr;  // device memory this process can still allocate
+                                           // (null: unknown)
 };
 
 // Installs the device runtime (the same one again is a no-op). It stays installed for the
@@ -43,6 +47,14 @@ Device where(const void* p);
 void synchronize();
 // The device's stream, for a library that queues its own work there (NCCL). Needs a runtime.
 void* stream();
+// Memory a process can still allocate on device d, -1 when unknown. CPU: the kernel's estimate
+// of available memory (/proc/meminfo MemAvailable) within the cgroup's limit, if one is set;
+// *source (if given) says which ("host MemAvailable", "host cgroup limit").
+int64_t available_bytes(Device d, std::string* source = nullptr);
+// Refuses (UsageError "WHAT needs 9.10 TiB, only 21.7 GiB available (host MemAvailable)")
+// host allocations of `bytes` in all that the host cannot hold, before they are made; does
+// nothing when the available memory is unknown.
+void check_host_fits(int64_t bytes, const std::string& what);
 
 }  // namespace runtime
 }  // namespace mg

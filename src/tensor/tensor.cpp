@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "tensor/device_runtime.h"
 
 namespace mg {
@@ -33,6 +34,10 @@ int64_t shape_numel(const Shape& shape) {
   return *n;
 }
 
+int64_t checked_bytes(int64_t n, DType t, const char* what) {
+  return checked_mul(n, int64_t(dtype_size(t)), what);
+}
+
 std::string shape_str(const Shape& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -53,10 +58,14 @@ void TensorFree::operator()(void* p) const {
 
 Tensor::Tensor(Shape shape, DType dtype, Device device)
     : shape_(std::move(shape)), dtype_(dtype), device_(device) {
-  for (int64_t d : shape_) MG_CHECK(d >= 0, "negative dimension in ", shape_str(shape_));
-  size_t bytes = (nbytes() + 63) / 64 * 64;
+  const int64_t exact = checked_bytes(numel(), dtype, "bytes of a tensor");
+  const size_t bytes = size_t(ceil_div(exact, 64)) * 64;
   void* p = runtime::alloc(bytes ? bytes : 64, device);
-  MG_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for ", shape_str(shape_));
+  // The up-front memory check (train/rank_memory.h) refuses what cannot fit; this is what is
+  // left: memory taken by someone else meanwhile.
+  MG_USER_CHECK(p != nullptr, "out of ", device == Device::CPU ? "host" : "GPU",
+                " memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape_),
+                "; free memory, or lower the sizes that drive it");
   buf_ = std::unique_ptr<void, TensorFree>(p, TensorFree{bytes, device});
   if (device == Device::CPU) {  // device memory is counted by the device allocator
     const int64_t live = g_live += int64_t(bytes);

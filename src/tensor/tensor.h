@@ -23,6 +23,9 @@ int64_t shape_numel(const Shape& shape);
 // The same for shapes read from files: nullopt for a negative dimension or int64 overflow.
 std::optional<int64_t> checked_shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);
+// Bytes of n elements of dtype t; an overflow is a UsageError naming `what` (sizes come from
+// flags: core/checked_math.h).
+int64_t checked_bytes(int64_t n, DType t, const char* what);
 
 enum class Device : uint8_t { CPU, CUDA };
 
@@ -61,6 +64,12 @@ struct TensorFree {
   void operator()(void* p) const;
 };
 
+// A tensor member of Owner given by its shape and dtype. An owner that allocates its tensors
+// from a list of these (allocate_decls) holds exactly the bytes decl_bytes() counts, so a
+// memory estimate made before anything is allocated and the allocation read one list.
+template <typename Owner>
+struct TensorDecl;
+
 class Tensor {
  public:
   Tensor() = default;
@@ -89,5 +98,32 @@ class Tensor {
   DType dtype_ = DType::F32;
   Device device_ = Device::CPU;
 };
+
+template <typename Owner>
+struct TensorDecl {
+  Tensor Owner::*member;
+  const char* name;
+  Shape shape;
+  DType dtype;
+  bool host = false;  // host memory whatever the owner's device (staging buffers)
+};
+
+// Bytes of the declared tensors (checked; the Tensor allocator's 64-byte rounding aside).
+template <typename Owner>
+int64_t decl_bytes(const std::vector<TensorDecl<Owner>>& decls) {
+  int64_t b = 0;
+  for (const TensorDecl<Owner>& d : decls)
+    if (__builtin_add_overflow(b, checked_bytes(shape_numel(d.shape), d.dtype, d.name), &b))
+      MG_USER_CHECK(false, "the bytes of ", d.name, " and the tensors before it overflow a "
+                    "64-bit integer; lower the sizes that drive them");
+  return b;
+}
+
+// Allocates (zero-filled) every declared tensor of owner, on device or, if declared so, the host.
+template <typename Owner>
+void allocate_decls(Owner& owner, const std::vector<TensorDecl<Owner>>& decls, Device device) {
+  for (const TensorDecl<Owner>& d : decls)
+    owner.*d.member = Tensor(d.shape, d.dtype, d.host ? Device::CPU : device);
+}
 
 }  // namespace mg

@@ -4,7 +4,6 @@ namespace mg {
 
 namespace {
 
-// Megatron's split sizes: train = iters x G; valid = (iters / eval_interval + 1) x eval_iters x G.
 DataSpec data_spec(const TrainConfig& cfg) {
   DataSpec d;
   d.mock = cfg.mock_data;
@@ -16,10 +15,7 @@ DataSpec data_spec(const TrainConfig& cfg) {
   d.split = cfg.split;
   d.seq_length = cfg.model.seq_length;
   d.seed = cfg.seed;
-  d.num_samples[0] = cfg.train_iters * cfg.global_batch_size;
-  if (cfg.eval_interval > 0 && cfg.eval_iters > 0)
-    d.num_samples[1] =
-        (cfg.train_iters / cfg.eval_interval + 1) * cfg.eval_iters * cfg.global_batch_size;
+  d.num_samples = cfg.split_samples();
   d.cache_dir = cfg.data_cache_path;
   return d;
 }

@@ -1,7 +1,9 @@
 #include "train/train_config.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace mg {
@@ -10,25 +12,40 @@ namespace mg {
 // the whole run; warmup = --lr-warmup-fraction x decay, or --lr-warmup-iters x G, or
 // --lr-warmup-samples.
 LRSchedule TrainConfig::lr_schedule() const {
+  const char* what = "learning-rate schedule samples (iterations x --global-batch-size)";
   LRSchedule s;
   s.lr = lr;
   s.min_lr = min_lr;
   s.lr_warmup_init = lr_warmup_init;
-  s.decay_steps = lr_decay_iters > 0     ? lr_decay_iters * global_batch_size
+  s.decay_steps = lr_decay_iters > 0     ? checked_mul(lr_decay_iters, global_batch_size, what)
                   : lr_decay_samples > 0 ? lr_decay_samples
-                                         : train_iters * global_batch_size;
-  s.warmup_steps = lr_warmup_fraction >= 0 ? int64_t(lr_warmup_fraction * double(s.decay_steps))
-                   : lr_warmup_iters > 0   ? lr_warmup_iters * global_batch_size
-                                           : lr_warmup_samples;
+                                         : checked_mul(train_iters, global_batch_size, what);
+  s.warmup_steps = !std::isnan(lr_warmup_fraction)
+                       ? int64_t(lr_warmup_fraction * double(s.decay_steps))
+                   : lr_warmup_iters > 0 ? checked_mul(lr_warmup_iters, global_batch_size, what)
+                                         : lr_warmup_samples;
   s.style = lr_decay_style;
   s.wsd_style = lr_wsd_decay_style;
-  s.wsd_decay_steps = lr_wsd_decay_iters > 0 ? lr_wsd_decay_iters * global_batch_size
-                                             : lr_wsd_decay_samples;
-  s.start_wd = start_weight_decay >= 0 ? start_weight_decay : adam.weight_decay;
-  s.end_wd = end_weight_decay >= 0 ? end_weight_decay : adam.weight_decay;
+  s.wsd_decay_steps = lr_wsd_decay_iters > 0
+                          ? checked_mul(lr_wsd_decay_iters, global_batch_size, what)
+                          : lr_wsd_decay_samples;
+  s.start_wd = std::isnan(start_weight_decay) ? adam.weight_decay : start_weight_decay;
+  s.end_wd = std::isnan(end_weight_decay) ? adam.weight_decay : end_weight_decay;
   s.wd_style = weight_decay_incr_style;
-  s.wd_incr_steps = train_iters * global_batch_size;
+  s.wd_incr_steps = checked_mul(train_iters, global_batch_size, what);
   return s;
+}
+
+std::array<int64_t, 3> TrainConfig::split_samples() const {
+  std::array<int64_t, 3> n = {0, 0, 0};
+  n[0] = checked_mul(train_iters, global_batch_size,
+                     "training samples (--train-iters x --global-batch-size)");
+  if (eval_interval > 0 && eval_iters > 0) {
+    const char* what = "validation samples ((--train-iters / --eval-interval + 1) x "
+                       "--eval-iters x --global-batch-size)";
+    n[1] = checked_product({train_iters / eval_interval + 1, eval_iters, global_batch_size}, what);
+  }
+  return n;
 }
 
 CheckpointConfig TrainConfig::checkpoint_config() const {
@@ -55,15 +72,21 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   adam.validate();
   MG_USER_CHECK(micro_batch_size > 0, "--micro-batch-size must be positive (got ",
                 micro_batch_size, ")");
-  const int model_parallel = std::max(1, parallel.tp() * parallel.pp());
+  MG_USER_CHECK(parallel.tp() >= 1, "--tensor-model-parallel-size must be >= 1 (got ",
+                parallel.tp(), ")");
+  MG_USER_CHECK(parallel.pp() >= 1, "--pipeline-model-parallel-size must be >= 1 (got ",
+                parallel.pp(), ")");
+  const int64_t model_parallel = int64_t(parallel.tp()) * parallel.pp();
   if (global_batch_size == 0)  // Megatron's default: one micro-batch per DP rank
-    global_batch_size = micro_batch_size * std::max(1, world_size / model_parallel);
+    global_batch_size =
+        checked_mul(micro_batch_size, std::max<int64_t>(1, world_size / model_parallel),
+                    "the default --global-batch-size (--micro-batch-size x data-parallel size)");
   MG_USER_CHECK(global_batch_size > 0, "--global-batch-size must be positive (got ",
                 global_batch_size, ")");
   const std::string warning =
       parallel.validate(world_size, model.layout_dims(parallel.tp()), micro_batch_size,
                         global_batch_size);
-  data_parallel_size = world_size / (parallel.tp() * parallel.pp());
+  data_parallel_size = int(world_size / model_parallel);
   model.vocab_pad_tp = parallel.tp();
   MG_USER_CHECK(train_iters > 0, "--train-iters must be positive (got ", train_iters, ")");
   MG_USER_CHECK(device == "cpu" || device == "cuda", "--device '", device,
@@ -81,27 +104,38 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "or --hidden-size ", model.hidden_size, " / --num-attention-heads ",
                   model.num_attention_heads, ") is ", head_dim,
                   "; change one of them, or train with --device cpu");
-    const int64_t heads_local = model.num_attention_heads / std::max(1, parallel.tp());
-    MG_USER_CHECK(micro_batch_size * heads_local <= 65535, "--device cuda: the attention kernels "
+    const int64_t heads_local = model.num_attention_heads / parallel.tp();
+    MG_USER_CHECK(micro_batch_size <= 65535 / heads_local, "--device cuda: the attention kernels "
                   "launch one grid row per (sample, head) and take at most 65535, but "
                   "--micro-batch-size ", micro_batch_size, " x ", heads_local,
-                  " heads per TP rank is ", micro_batch_size * heads_local,
-                  "; lower --micro-batch-size or train with --device cpu");
+                  " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
   }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
   MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
   MG_USER_CHECK(eval_iters >= 0, "--eval-iters must be >= 0 (got ", eval_iters, ")");
-  MG_USER_CHECK(lr_warmup_iters >= 0, "--lr-warmup-iters must be >= 0 (got ", lr_warmup_iters,
-                ")");
-  MG_USER_CHECK(lr_decay_iters >= 0, "--lr-decay-iters must be >= 0 (got ", lr_decay_iters, ")");
+  // Each schedule length, named as the user gave it.
+  for (const auto& [flag, v] : {std::pair{"--lr-warmup-iters", lr_warmup_iters},
+                                std::pair{"--lr-warmup-samples", lr_warmup_samples},
+                                std::pair{"--lr-decay-iters", lr_decay_iters},
+                                std::pair{"--lr-decay-samples", lr_decay_samples},
+                                std::pair{"--lr-wsd-decay-iters", lr_wsd_decay_iters},
+                                std::pair{"--lr-wsd-decay-samples", lr_wsd_decay_samples}})
+    MG_USER_CHECK(v >= 0, flag, " must be >= 0 (got ", v, ")");
   MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
                 "' is not available; use adam or sgd");
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +
-                        int(lr_warmup_fraction >= 0) <= 1,
+                        int(!std::isnan(lr_warmup_fraction)) <= 1,
                 "use only one of --lr-warmup-iters, --lr-warmup-samples, --lr-warmup-fraction");
-  MG_USER_CHECK(lr_warmup_fraction <= 1.0, "--lr-warmup-fraction must be in [0, 1]");
+  MG_USER_CHECK(std::isnan(lr_warmup_fraction) ||
+                    (lr_warmup_fraction >= 0.0 && lr_warmup_fraction <= 1.0),
+                "--lr-warmup-fraction must be in [0, 1] (got ", lr_warmup_fraction, ")");
+  MG_USER_CHECK(lr_warmup_init >= 0.0, "--lr-warmup-init must be >= 0 (got ", lr_warmup_init,
+                ")");
+  for (const auto& [flag, v] : {std::pair{"--start-weight-decay", start_weight_decay},
+                                std::pair{"--end-weight-decay", end_weight_decay}})
+    MG_USER_CHECK(std::isnan(v) || v >= 0.0, flag, " must be >= 0 (got ", v, ")");
   const int sources = int(mock_data) + int(!data_path.empty()) + int(!train_data_path.empty());
   MG_USER_CHECK(sources > 0, "no training data: pass --data-path PREFIX (a preprocessed "
                 "dataset), --train-data-path, or --mock-data");
@@ -119,6 +153,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(recompute_granularity.empty() || recompute_granularity == "full" ||
                     recompute_granularity == "selective",
                 "--recompute-granularity '", recompute_granularity, "': use full or selective");
+  MG_USER_CHECK(recompute_num_layers >= 0, "--recompute-num-layers must be >= 0 (got ",
+                recompute_num_layers, ")");
   if (recompute_granularity == "full") {
     MG_USER_CHECK(recompute_method == "uniform" || recompute_method == "block",
                   "--recompute-granularity full needs --recompute-method uniform or block (got '",
@@ -149,7 +185,20 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   s, "': give step numbers in [1, --train-iters]");
     overflow_iters.push_back(it);
   }
-  lr_schedule().validate();
+  split_samples();  // throws if a split's sample count overflows
+  const LRSchedule sched = lr_schedule();
+  // Megatron's rule, named by the flags that set each length.
+  const char* decay_flag = lr_decay_iters > 0     ? "--lr-decay-iters"
+                           : lr_decay_samples > 0 ? "--lr-decay-samples"
+                                                  : "--train-iters";
+  const char* warmup_flag = !std::isnan(lr_warmup_fraction) ? "--lr-warmup-fraction"
+                            : lr_warmup_samples > 0          ? "--lr-warmup-samples"
+                                                             : "--lr-warmup-iters";
+  MG_USER_CHECK(sched.style == "constant" || sched.decay_steps > sched.warmup_steps,
+                "the decay horizon (", decay_flag, ": ", sched.decay_steps,
+                " samples) must be longer than the warmup (", warmup_flag, ": ",
+                sched.warmup_steps, " samples)");
+  sched.validate();
   return warning;
 }
 

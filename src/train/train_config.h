@@ -1,6 +1,8 @@
 // Everything `megatron train` is configured with, grouped by concern. Field names follow
 // Megatron's flags (field foo_bar <-> flag --foo-bar); see cli/options.cpp for the table.
 #pragma once
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -28,15 +30,16 @@ struct TrainConfig {
   std::string lr_decay_style = "linear";  // --lr-decay-style
   int64_t lr_warmup_iters = 0;       // --lr-warmup-iters
   int64_t lr_warmup_samples = 0;     // --lr-warmup-samples
-  double lr_warmup_fraction = -1.0;  // --lr-warmup-fraction of the decay horizon (< 0: unset)
+  double lr_warmup_fraction = NAN;   // --lr-warmup-fraction of the decay horizon (NaN: unset,
+                                     // a value no flag can give)
   int64_t lr_decay_iters = 0;        // --lr-decay-iters; 0 means --train-iters
   int64_t lr_decay_samples = 0;      // --lr-decay-samples
   double lr_warmup_init = 0.0;       // --lr-warmup-init
   std::string lr_wsd_decay_style = "exponential";  // --lr-wsd-decay-style
   int64_t lr_wsd_decay_iters = 0;    // --lr-wsd-decay-iters
   int64_t lr_wsd_decay_samples = 0;  // --lr-wsd-decay-samples
-  double start_weight_decay = -1.0;  // --start-weight-decay (< 0: --weight-decay)
-  double end_weight_decay = -1.0;    // --end-weight-decay (< 0: --weight-decay)
+  double start_weight_decay = NAN;   // --start-weight-decay (NaN, unset: --weight-decay)
+  double end_weight_decay = NAN;     // --end-weight-decay (NaN, unset: --weight-decay)
   std::string weight_decay_incr_style = "constant";  // --weight-decay-incr-style
   std::string optimizer = "adam";    // --optimizer: adam (AdamW) | sgd
   float sgd_momentum = 0.9f;         // --sgd-momentum
@@ -92,6 +95,9 @@ struct TrainConfig {
 
   int data_parallel_size = 1;     // derived: world / (TP x PP)
 
+  // Samples the run draws from each split (train, valid, test) — Megatron's: train = iters x G;
+  // valid = (iters / eval_interval + 1) x eval_iters x G — in checked arithmetic.
+  std::array<int64_t, 3> split_samples() const;
   // Micro-batches per iteration on each data-parallel rank.
   int64_t num_micro_batches() const {
     return global_batch_size / (micro_batch_size * data_parallel_size);

@@ -26,6 +26,7 @@
 #include "pipeline/schedule.h"
 #include "train/batch_source.h"
 #include "train/log_format.h"
+#include "train/rank_memory.h"
 
 namespace mg {
 
@@ -183,23 +184,7 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
 
 void Trainer::build_model_and_optimizer() {
   const TrainConfig& cfg = cfg_;
-  const int stage = g_.coord.pp;
-  const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(cfg.model.num_layers, stage);
-  StageSpec spec;
-  spec.shard = {g_.grid.tp, g_.coord.tp, layer_begin, layer_end, g_.first_stage(), g_.last_stage()};
-  spec.sequence_parallel = cfg.parallel.sequence_parallel;
-  spec.num_slots = pipeline_slots(stage, g_.grid.pp, M_);
-  spec.dtype = cfg.model_dtype();
-  if (cfg.recompute_granularity == "full") {
-    spec.recompute_method = cfg.recompute_method;
-    spec.recompute_num_layers = cfg.recompute_num_layers;
-  }
-  // DP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of the
-  // distributed optimizer).
-  if (g_.grid.dp > 1 || cfg.use_distributed_optimizer) {
-    spec.bucket_dp = cfg.use_distributed_optimizer ? g_.grid.dp : 0;
-    spec.bucket_size = cfg.parallel.ddp_bucket_size;
-  }
+  const StageSpec spec = train_stage_spec(cfg, g_.world_rank);
   model_ = std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size, spec, g_.tp.get());
   model_->init(cfg.seed);
   sync_tied_embedding_params(*model_, g_);
@@ -245,14 +230,6 @@ void Trainer::log_setup() const {
   log_line(str_cat(" > model FLOPs per token: ", int64_t(cfg_.model.train_flops_per_token()),
                    " (6 x parameters, an untied model's input embedding lookup excluded, + 12 x "
                    "layers x heads x head dim x seq length; the throughput field's numerator)"));
-  // formulas.md: Adam state is 8 bytes per parameter for fp32 models (the model params are the
-  // main params) and 12 for 16-bit models (fp32 main params too), over d ranks with the
-  // distributed optimizer (SGD: 4 less).
-  int64_t local_params = 0;
-  for (const ParamSpec& p : model.layout().params()) local_params += p.numel();
-  const double per_param_state = ((cfg_.optimizer == "adam" ? 8.0 : 4.0) +
-                                  (model.dtype() == DType::F32 ? 0.0 : 4.0)) /
-                                 (cfg_.use_distributed_optimizer ? double(g_.grid.dp) : 1.0);
   log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
                    model.dtype() == DType::F32 ? ""
                    : ops::on_cuda() ? " (GEMMs: cuBLASLt, fp32 accumulation)"
@@ -260,9 +237,11 @@ void Trainer::log_setup() const {
                        ? " (GEMMs: native 16-bit kernels, fp32 accumulation)"
                        : " (GEMMs: no native 16-bit kernel on this CPU, operands widened to fp32)",
                    "; main grads fp32", scaler_ ? "; dynamic loss scaling" : ""));
+  // The estimate the start-up check made (train/rank_memory.h) beside what was allocated.
+  const RankMemory estimate = rank_memory(cfg_, g_.world_rank);
   log_line(memory_report(model.num_params() * int64_t(dtype_size(model.dtype())),
-                         model.num_params() * 4, state_bytes_, model.activation_bytes(),
-                         per_param_state * double(local_params)));
+                         model.num_params() * 4, state_bytes_, size_t(estimate.activations),
+                         double(estimate.optimizer)));
 }
 
 TrainResult Trainer::run() {

@@ -167,6 +167,17 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) {
   *p = q;
   return cudaSuccess;
 }
+// The emulated device's size less what is allocated on it.
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  std::lock_guard<std::mutex> lock(g_mem_mu);
+  size_t used = 0;
+  for (const auto& [base, r] : g_regions)
+    if (r.device) used += r.bytes;
+  *total = kDeviceBytes;
+  *free = used < kDeviceBytes ? kDeviceBytes - used : 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   std::lock_guard<std::mutex> lock(g_mem_mu);

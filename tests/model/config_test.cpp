@@ -7,6 +7,7 @@
 
 #include "model/fields.h"
 #include "model/param_layout.h"
+#include "testing/usage_error.h"
 
 namespace mg {
 namespace {
@@ -122,6 +123,87 @@ TEST(ModelFields, TextRoundTripAndUniqueFlags) {
     set_field(d, f, field_text(c, f));
     EXPECT_EQ(field_text(d, f), field_text(c, f)) << f.key;
   }
+}
+
+// ---- issue 23: sizes counted in checked arithmetic ----
+
+GPTConfig gpt2_shape(int64_t L, int64_t H, int64_t NH, int64_t S, int64_t V) {
+  GPTConfig c;
+  c.num_layers = L;
+  c.hidden_size = H;
+  c.num_attention_heads = NH;
+  c.seq_length = S;
+  c.vocab_size = V;
+  return c;
+}
+
+// The counting shortcut (one layer's declarations times the layers) against the layout built
+// parameter by parameter, on whole models and on TP / pipeline shards.
+TEST(ParamCount, EqualsTheLayoutOnEveryShard) {
+  const GPTConfig gpt2 = gpt2_shape(4, 64, 4, 32, 1000);
+  GPTConfig qk = llama(64, 4, 8, 2, 96, 500);
+  qk.qk_layernorm = true;
+  for (const GPTConfig& c : {gpt2, llama(64, 4, 8, 2, 96, 500), qk}) {
+    for (const ShardSpec& shard :
+         {ShardSpec{}, ShardSpec{2, 1, 0, -1, true, true}, ShardSpec{1, 0, 0, 2, true, false},
+          ShardSpec{2, 0, 2, 4, false, true}, ShardSpec{1, 0, 1, 3, false, false}}) {
+      const ParamLayout l = gpt_param_layout(c, shard);
+      const ParamCount n = shard_param_count(c, shard);
+      int64_t vectors = 0;
+      for (const ParamSpec& p : l.params())
+        if (p.shape.size() == 1) vectors += p.numel();
+      EXPECT_EQ(n.elements, l.total_numel());
+      EXPECT_EQ(n.vector_elements, vectors);
+      EXPECT_EQ(n.tensors, int64_t(l.params().size()));
+    }
+  }
+}
+
+// The issue's --num-layers 2147483648: counted exactly (formulas.md's GPT-2 count in 128-bit
+// arithmetic) without a 2^31-layer list.
+TEST(ParamCount, HugeLayerCountsAreCountedNotBuilt) {
+  const GPTConfig c = gpt2_shape(2147483648, 16, 2, 8, 64);
+  c.validate();
+  const __int128 l = c.num_layers, h = 16, V = c.padded_vocab_size(), s = 8;
+  EXPECT_EQ(__int128(c.num_parameters()), 12 * l * h * h + 13 * l * h + V * h + s * h + 2 * h);
+}
+
+// The issue's inputs at the config level: refused by validate(), naming the flags.
+TEST(ParamCount, OverflowingSizesAreRefusedNamingTheFlags) {
+  GPTConfig c = gpt2_shape(1, 16, 2, 8, 64);
+  c.max_position_embeddings = INT64_MAX;
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
+            "elements of embedding.position_embeddings.weight (--max-position-embeddings "
+            "(default: --seq-length) x --hidden-size): 9223372036854775807 x 16 overflows a "
+            "64-bit integer; lower the sizes that drive it");
+  c.max_position_embeddings = -1;
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
+            "--max-position-embeddings must be positive (got -1)");
+  c.max_position_embeddings = 0;
+  c.num_layers = INT64_MAX;
+  EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("--num-layers x the elements of one layer"),
+            std::string::npos);
+  c.num_layers = 1;
+  c.hidden_size = int64_t(1) << 62;
+  c.num_attention_heads = 1;
+  EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("overflows a 64-bit integer"),
+            std::string::npos);
+  c.hidden_size = 16;
+  c.ffn_hidden_size = INT64_MAX;
+  c.swiglu = true;
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
+            "rows of linear_fc1 (2 x --ffn-hidden-size): 2 x 9223372036854775807 overflows a "
+            "64-bit integer; lower the sizes that drive it");
+  c.ffn_hidden_size = 0;
+  c.swiglu = false;
+  c.vocab_size = int64_t(1) << 31;
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
+            "--vocab-size must be in [1, 2147483647] (token ids are int32; got 2147483648)");
+  c.vocab_size = 64;
+  c.make_vocab_size_divisible_by = INT64_MAX;
+  c.vocab_pad_tp = 2;
+  EXPECT_NE(testing::usage_error_of([&] { c.padded_vocab_size(); }).find("the padded vocabulary"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "testing/fd_check.h"
+#include "testing/usage_error.h"
 
 namespace mg {
 namespace {
@@ -205,6 +206,69 @@ TEST(GPTModel, SixteenBitModelTracksTheF32ModelOnTheSameParams) {
           << dtype_name(t) << " " << p.name;
     }
   }
+}
+
+// The memory check before allocation (train/rank_memory.h) counts activations with
+// GPTModel::activation_bytes; here that count is compared with what models of many shapes
+// really allocate: precisions, norms, RoPE, QK-norm, SwiGLU, pipeline stages and slots, and
+// both recompute methods.
+TEST(GPTMemory, ActivationBytesAreWhatTheModelAllocates) {
+  GPTConfig llama = tiny();
+  llama.normalization = "RMSNorm";
+  llama.position_embedding_type = "rope";
+  llama.swiglu = true;
+  llama.qk_layernorm = true;
+  llama.add_bias_linear = false;
+  llama.untie_embeddings_and_output_weights = true;
+  llama.group_query_attention = true;
+  llama.num_query_groups = 1;
+  struct Case {
+    GPTConfig cfg;
+    int64_t B;
+    StageSpec spec;
+  };
+  std::vector<Case> cases;
+  for (const GPTConfig& c : {tiny(), llama}) {
+    StageSpec plain;
+    cases.push_back({c, 3, plain});
+    StageSpec bf16 = plain;
+    bf16.dtype = DType::BF16;
+    cases.push_back({c, 2, bf16});
+    StageSpec first = plain;  // pipeline stage 0 of 2 with 2 in-flight micro-batches
+    first.shard = {1, 0, 0, 1, true, false};
+    first.num_slots = 2;
+    cases.push_back({c, 2, first});
+    StageSpec last = plain;
+    last.shard = {1, 0, 1, 2, false, true};
+    cases.push_back({c, 1, last});
+    StageSpec uniform = plain;
+    uniform.recompute_method = "uniform";
+    uniform.recompute_num_layers = 1;
+    uniform.num_slots = 3;
+    cases.push_back({c, 2, uniform});
+    StageSpec block = uniform;
+    block.recompute_method = "block";
+    cases.push_back({c, 2, block});
+  }
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.cfg.normalization + " slots " + std::to_string(k.spec.num_slots) + " " +
+                 k.spec.recompute_method + " " + dtype_name(k.spec.dtype));
+    const int64_t before = tensor_bytes_live();
+    const int64_t estimate = GPTModel::activation_bytes(k.cfg, k.B, k.spec);
+    EXPECT_EQ(tensor_bytes_live(), before) << "the estimate allocates nothing";
+    const GPTModel m(k.cfg, k.B, k.spec);
+    EXPECT_EQ(estimate, int64_t(m.allocated_activation_bytes()));
+  }
+}
+
+TEST(GPTMemory, ActivationOverflowNamesTheFlags) {
+  GPTConfig c = tiny();
+  c.seq_length = int64_t(1) << 40;
+  EXPECT_EQ(testing::usage_error_of(
+                [&] { GPTModel::activation_bytes(c, int64_t(1) << 20, StageSpec{}); }),
+            "elements of one layer's activations (--seq-length x --micro-batch-size x "
+            "--hidden-size): 1152921504606846976 x 8 overflows a 64-bit integer; lower the "
+            "sizes that drive it");
 }
 
 }  // namespace

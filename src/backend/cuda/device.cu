@@ -103,6 +103,11 @@ void* alloc(size_t bytes) {
       a.free_blocks.clear();
       e = cudaMalloc(&p, n);
     }
+    // Out of memory is the user's to fix (the start-up check refuses what cannot fit; this is
+    // memory taken meanwhile); any other failure is a bug.
+    MG_USER_CHECK(e != cudaErrorMemoryAllocation, "out of GPU memory allocating ", n,
+                  " bytes (", a.live, " bytes live on the device); free GPU memory, or lower "
+                  "the sizes that drive it");
     MG_CHECK(e == cudaSuccess, "cudaMalloc of ", n, " bytes (", a.live,
              " bytes live on the device): ", cudaGetErrorString(e));
   }
@@ -130,6 +135,16 @@ int64_t bytes_live() {
 int64_t bytes_peak() {
   std::lock_guard<std::mutex> lock(allocator().mu);
   return allocator().peak;
+}
+
+int64_t available_bytes() {
+  size_t free = 0, total = 0;
+  MG_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  Allocator& a = allocator();
+  std::lock_guard<std::mutex> lock(a.mu);
+  int64_t cached = 0;
+  for (const auto& [size, block] : a.free_blocks) cached += int64_t(size);
+  return int64_t(free) + cached;
 }
 
 void empty_cache() {
@@ -163,7 +178,8 @@ bool is_device_pointer(const void* p) {
 const DeviceRuntime& device_runtime() {
   static const DeviceRuntime rt{alloc,          release,        memset_zero,
                                 copy_to_device, copy_to_host,   copy_on_device,
-                                is_device_pointer, synchronize, stream};
+                                is_device_pointer, synchronize, stream,
+                                available_bytes};
   return rt;
 }
 

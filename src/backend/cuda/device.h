@@ -33,6 +33,9 @@ void* alloc(size_t bytes);
 void release(void* p);
 int64_t bytes_live();  // bytes handed out and not yet released (rounded sizes)
 int64_t bytes_peak();  // the most ever live at once
+// Device memory this process can still get: the driver's free memory plus the blocks this
+// allocator caches.
+int64_t available_bytes();
 // Returns every cached free block to the driver.
 void empty_cache();
 

@@ -88,6 +88,7 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d);
 cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
 cudaError_t cudaMallocHost(void** p, size_t bytes);
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind k);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k,
