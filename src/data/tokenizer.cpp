@@ -90,6 +90,16 @@ GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::str
   }
   v->byte_encoder = byte_to_unicode();
   for (int b = 0; b < 256; ++b) v->byte_decoder[unicode::decode_utf8(v->byte_encoder[b])[0]] = uint8_t(b);
+  // Every symbol BPE can produce needs an id: the 256 byte symbols and each merge's result.
+  for (int b = 0; b < 256; ++b)
+    MG_USER_CHECK(v->encoder.count(v->byte_encoder[b]), "--vocab-file '", vocab_file,
+                  "' lacks the token '", v->byte_encoder[b], "' of byte ", b,
+                  " (a GPT-2 byte-level vocabulary holds all 256)");
+  for (const auto& [pair, r] : v->bpe_ranks) {
+    const std::string merged = std::string(pair).erase(pair.find(' '), 1);
+    MG_USER_CHECK(v->encoder.count(merged), "--merge-file '", merge_file, "': merge '", pair,
+                  "' makes '", merged, "', which --vocab-file '", vocab_file, "' lacks");
+  }
   *this = GPT2BPETokenizer(std::shared_ptr<const Vocab>(std::move(v)));
 }
 
