@@ -103,8 +103,9 @@ void PreprocessConfig::validate() const {
   MG_USER_CHECK(!output_prefix.empty(), "--output-prefix is required");
   MG_USER_CHECK(!json_keys.empty(), "--json-keys needs at least one key");
   MG_USER_CHECK(workers >= 1, "--workers must be >= 1 (got ", workers, ")");
-  MG_USER_CHECK(std::filesystem::is_regular_file(input), "--input '", input,
-                "' does not exist or is not a file");
+  std::error_code ec;  // an unusable name (too long, no permission) is the user's, too
+  MG_USER_CHECK(std::filesystem::is_regular_file(input, ec), "--input '", input,
+                "' does not exist or is not a file", ec ? " (" + ec.message() + ")" : "");
 }
 
 PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {

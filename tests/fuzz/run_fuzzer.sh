@@ -8,8 +8,6 @@
 set -euo pipefail
 mode=$1 binary=$2 corpus=$3 artifacts=$4
 limits=(-timeout=10 -rss_limit_mb=2048)
-# Leaks: OpenMP's and MPI's one-time allocations at exit are not findings.
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 # The targets' scratch files (in memory where possible) and new inputs, removed on exit even
 # after a crash.
