@@ -5,31 +5,10 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/files.h"
 #include "checkpoint/hf_gpt2.h"
+#include "checkpoint/single_rank.h"
 #include "core/log.h"
 
 namespace mg {
-
-namespace {
-
-// A single-rank f32 model for conversion: its activations sized for 8 tokens, whatever the
-// model's context length (shapes depend only on max_position_embeddings).
-struct Holder {
-  CheckpointConfig ckpt;
-  ProcessGroups groups = make_single_process_groups();
-  std::unique_ptr<GPTModel> model;
-  std::unique_ptr<Optimizer> optim;
-  explicit Holder(const GPTConfig& cfg) {
-    ckpt.model = cfg;
-    GPTConfig small = cfg;
-    small.max_position_embeddings = cfg.max_positions();
-    small.seq_length = 8;
-    model = std::make_unique<GPTModel>(small, 1);
-    optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
-  }
-  CheckpointIO io() { return {*model, *optim, groups, ckpt, false}; }
-};
-
-}  // namespace
 
 void ConvertConfig::validate() const {
   MG_USER_CHECK(direction == "hf-to-megatron" || direction == "megatron-to-hf", "--direction '",
@@ -58,7 +37,7 @@ void convert(const ConvertConfig& cfg) {
     const GPTConfig mc =
         hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
     const SafetensorsReader hf(cfg.load + "/model.safetensors");
-    Holder h(mc);
+    SingleRankModel h(mc);
     const std::vector<float> p = params_from_hf(hf, mc);
     std::copy(p.begin(), p.end(), h.model->params());
     h.ckpt.save = cfg.save;
@@ -76,7 +55,7 @@ void convert(const ConvertConfig& cfg) {
   MG_USER_CHECK(features.empty(), "--load ", cfg.load,
                 ": megatron convert writes Hugging Face GPT-2 only, and this checkpoint's model "
                 "has ", features, ": converting it is not supported by megatron-cpp yet");
-  Holder h(mc);
+  SingleRankModel h(mc);
   h.ckpt.load = cfg.load;
   h.ckpt.no_load_optim = true;
   h.ckpt.exit_on_missing_checkpoint = true;

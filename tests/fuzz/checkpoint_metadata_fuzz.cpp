@@ -4,34 +4,14 @@
 // (checkpoint_model_config) and, when the described model is small, the whole checkpoint loads
 // (load_checkpoint: shard list, checksums, pieces, optimizer state, counters).
 #include <filesystem>
-#include <memory>
 
-#include "checkpoint/checkpoint.h"
+#include "checkpoint/single_rank.h"
 #include "core/log.h"
 #include "fuzz_util.h"
-#include "model/gpt.h"
-#include "parallel/process_groups.h"
 
 namespace {
 
 using namespace mg;
-
-// A single-rank f32 model with its optimizer, activations sized for 8 tokens.
-struct Holder {
-  CheckpointConfig ckpt;
-  ProcessGroups groups = make_single_process_groups();
-  std::unique_ptr<GPTModel> model;
-  std::unique_ptr<Optimizer> optim;
-  explicit Holder(const GPTConfig& cfg) {
-    ckpt.model = cfg;
-    GPTConfig small = cfg;
-    small.max_position_embeddings = cfg.max_positions();
-    small.seq_length = 8;
-    model = std::make_unique<GPTModel>(small, 1);
-    optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
-  }
-  CheckpointIO io() { return {*model, *optim, groups, ckpt, false}; }
-};
 
 // Bounds on what one execution allocates; bigger models are only parsed, not loaded.
 bool small(const GPTConfig& c) {
@@ -51,7 +31,7 @@ const std::string& checkpoint_dir() {
     c.num_attention_heads = 4;
     c.seq_length = 16;
     c.vocab_size = 500;
-    Holder h(c);
+    SingleRankModel h(c);
     h.ckpt.save = d;
     TrainProgress progress;
     progress.iteration = 3;
@@ -79,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::expect_usage_errors_only([&] {
     const GPTConfig c = checkpoint_model_config(dir);
     if (!small(c)) return;
-    Holder h(c);
+    SingleRankModel h(c);
     h.ckpt.load = dir;
     h.ckpt.exit_on_missing_checkpoint = true;
     TrainProgress progress;
