@@ -10,6 +10,9 @@ PACKAGES=(
   libdnnl-dev libomp-dev zlib1g-dev
   nlohmann-json3-dev libgtest-dev googletest
   python3-torch python3-numpy
+  # The fuzz stage (tests/fuzz): clang with libFuzzer and the sanitizer runtimes, and
+  # llvm-symbolizer for readable sanitizer stacks.
+  clang libclang-rt-14-dev llvm
   # The PyTorch reference's BLAS for bench/: without it Debian's torch falls back to the
   # netlib reference BLAS (~3 GFLOP/s instead of ~150).
   libopenblas0-pthread

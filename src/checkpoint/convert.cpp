@@ -5,41 +5,10 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/files.h"
 #include "checkpoint/hf_gpt2.h"
-#include "core/checked_math.h"
+#include "checkpoint/single_rank.h"
 #include "core/log.h"
-#include "tensor/device_runtime.h"
 
 namespace mg {
-
-namespace {
-
-// A single-rank f32 model for conversion: its activations sized for 8 tokens, whatever the
-// model's context length (shapes depend only on max_position_embeddings).
-struct Holder {
-  CheckpointConfig ckpt;
-  ProcessGroups groups = make_single_process_groups();
-  std::unique_ptr<GPTModel> model;
-  std::unique_ptr<Optimizer> optim;
-  explicit Holder(const GPTConfig& cfg) {
-    ckpt.model = cfg;
-    GPTConfig small = cfg;
-    small.max_position_embeddings = cfg.max_positions();
-    small.seq_length = 8;
-    // Params, grads and Adam state in f32, the f32 copy the conversion makes and one sample's
-    // activations, refused up front when the host cannot hold them.
-    const char* what = "bytes to convert the model";
-    runtime::check_host_fits(
-        checked_add(checked_mul(shard_param_count(small).elements, 20, what),
-                    GPTModel::activation_bytes(small, 1, StageSpec{}), what),
-        str_cat("converting a model of ", cfg.num_parameters(), " parameters (", cfg.num_layers,
-                " layers, hidden size ", cfg.hidden_size, ")"));
-    model = std::make_unique<GPTModel>(small, 1);
-    optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
-  }
-  CheckpointIO io() { return {*model, *optim, groups, ckpt, false}; }
-};
-
-}  // namespace
 
 void ConvertConfig::validate() const {
   MG_USER_CHECK(direction == "hf-to-megatron" || direction == "megatron-to-hf", "--direction '",
@@ -91,7 +60,7 @@ void convert_files(const ConvertConfig& cfg) {
     const GPTConfig mc =
         hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
     const SafetensorsReader hf(cfg.load + "/model.safetensors");
-    Holder h(mc);
+    SingleRankModel h(mc);
     const std::vector<float> p = params_from_hf(hf, mc, cfg.allow_unused_tensors);
     std::copy(p.begin(), p.end(), h.model->params());
     h.ckpt.save = cfg.save;
@@ -109,7 +78,7 @@ void convert_files(const ConvertConfig& cfg) {
   MG_USER_CHECK(features.empty(), "--load ", cfg.load,
                 ": megatron convert writes Hugging Face GPT-2 only, and this checkpoint's model "
                 "has ", features, ": converting it is not supported by megatron-cpp yet");
-  Holder h(mc);
+  SingleRankModel h(mc);
   h.ckpt.load = cfg.load;
   h.ckpt.no_load_optim = true;
   h.ckpt.exit_on_missing_checkpoint = true;

@@ -105,8 +105,9 @@ void PreprocessConfig::validate() const {
   // Each worker holds a tokenizer copy and a share of each batch: more than 1024 is a typo.
   MG_USER_CHECK(workers >= 1 && workers <= 1024, "--workers must be in [1, 1024] (got ", workers,
                 ")");
-  MG_USER_CHECK(std::filesystem::is_regular_file(input), "--input '", input,
-                "' does not exist or is not a file");
+  std::error_code ec;  // an unusable name (too long, no permission) is the user's, too
+  MG_USER_CHECK(std::filesystem::is_regular_file(input, ec), "--input '", input,
+                "' does not exist or is not a file", ec ? " (" + ec.message() + ")" : "");
 }
 
 PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {

@@ -69,6 +69,13 @@ TEST(Cli, LossScalerSettings) {
   expect_usage_error(kTiny + " --fp16 --inject-grad-overflow 0", "--inject-grad-overflow");
   expect_usage_error(kTiny + " --inject-grad-overflow 1", "needs --fp16");
 }
+// Found by fuzzing (tests/fuzz/corpus/cli/regress-preprocess-input-name-too-long): a name the
+// file system refuses ended as an internal error (an uncaught filesystem_error).
+TEST(Cli, PreprocessInputNameTooLong) {
+  expect_usage_error(" preprocess --input " + std::string(300, 'x') + " --output-prefix o "
+                     "--tokenizer-type NullTokenizer --vocab-size 10",
+                     "File name too long");
+}
 TEST(Cli, UnknownCommand) { expect_usage_error(" trian", "trian"); }
 
 // The Llama flags' values are checked with Megatron's rules before any allocation.

@@ -124,5 +124,51 @@ TEST(Tokenizers, BadFilesNameTheFlag) {
   }
 }
 
+// GPT-2's 256 byte symbols (its encoder.json's ids 0-255), plus `extra`, then <|endoftext|>,
+// written as vocab.json (ids in order) beside merges.txt.
+GPT2BPETokenizer tiny_tokenizer(const fs::path& dir, std::vector<std::string> extra,
+                                const std::string& merges, const std::string& drop = "") {
+  std::ifstream f(kGpt2Dir + "/encoder.json");
+  const nlohmann::json gpt2 = nlohmann::json::parse(f);
+  std::vector<std::string> tokens(256);
+  for (auto& [tok, id] : gpt2.items())
+    if (id.get<int>() < 256) tokens[size_t(id.get<int>())] = tok;
+  tokens.insert(tokens.end(), extra.begin(), extra.end());
+  tokens.push_back("<|endoftext|>");
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const std::string& t : tokens)
+    if (t != drop) vocab[t] = vocab.size();
+  std::ofstream(dir / "vocab.json") << vocab.dump();
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n" << merges;
+  return GPT2BPETokenizer((dir / "vocab.json").string(), (dir / "merges.txt").string());
+}
+
+// Found by fuzzing (tests/fuzz/corpus/tokenizer_files/regress-merge-result-missing): a merge
+// whose result the vocabulary lacks, or a missing byte symbol, passed the checks on load and
+// then stopped encode() with an internal error. Both are refused on load, naming the file.
+TEST(Tokenizers, VocabularyHoldsEverySymbolBpeProduces) {
+  char tmpl[] = "/tmp/mg_tok_XXXXXX";
+  const fs::path dir = mkdtemp(tmpl);
+  GPT2BPETokenizer ok = tiny_tokenizer(dir, {"he"}, "h e\n");
+  EXPECT_EQ(ok.encode("hehe"), (std::vector<int32_t>{256, 256}));
+  EXPECT_EQ(ok.decode(ok.encode("hello \xf0\x9f\x98\x80")), "hello \xf0\x9f\x98\x80");
+  auto message = [&](std::vector<std::string> extra, const std::string& merges,
+                     const std::string& drop) {
+    try {
+      tiny_tokenizer(dir, std::move(extra), merges, drop);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string no_result = message({"hx"}, "h e\n", "");
+  EXPECT_NE(no_result.find("--merge-file"), std::string::npos) << no_result;
+  EXPECT_NE(no_result.find("the merge gives 'he'"), std::string::npos) << no_result;
+  const std::string no_byte = message({}, "", "x");
+  EXPECT_NE(no_byte.find("--vocab-file"), std::string::npos) << no_byte;
+  EXPECT_NE(no_byte.find("of byte 120 ('x')"), std::string::npos) << no_byte;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace mg

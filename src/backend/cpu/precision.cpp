@@ -74,7 +74,7 @@ constexpr int64_t kChunk = 1 << 14;  // elements per parallel task
 void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
   timers::Scope timer(timers::kCast);
   if (t == DType::F32) {
-    if (dst != src) std::memcpy(dst, src, size_t(n) * 4);
+    if (dst != src && n > 0) std::memcpy(dst, src, size_t(n) * 4);  // n = 0: dst may be null
     return;
   }
   MG_CHECK(t == DType::BF16 || t == DType::F16, "cast to ", dtype_name(t));
@@ -92,7 +92,7 @@ void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
 void cast_to_f32(float* dst, const void* src, DType t, int64_t n) {
   timers::Scope timer(timers::kCast);
   if (t == DType::F32) {
-    if (dst != src) std::memcpy(dst, src, size_t(n) * 4);
+    if (dst != src && n > 0) std::memcpy(dst, src, size_t(n) * 4);  // n = 0: dst may be null
     return;
   }
   MG_CHECK(t == DType::BF16 || t == DType::F16, "cast from ", dtype_name(t));

