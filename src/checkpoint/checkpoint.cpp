@@ -12,6 +12,7 @@
 #include "backend/dispatch.h"
 #include "backend/ops.h"
 #include "checkpoint/files.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/fields.h"
@@ -179,6 +180,7 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
     bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
   }
   bin.close();
+  fault::point(fault::Site::CheckpointSave);  // MG_FAULT_STOP: a rank stopped mid-save
   index["bin"] = name + ".bin";
   index["bin_bytes"] = bin.bytes();
   index["bin_crc32"] = bin.crc();
