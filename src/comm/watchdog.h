@@ -47,8 +47,8 @@ struct WaitSite {
   std::string describe() const;
 };
 
-// The poll schedule of one wait: spin, then yield, then short sleeps; while it yields or sleeps
-// it answers liveness probes. Usage: `BoundedWait w(site); while (!done()) w.pause();` where
+// The poll loop of one wait: busy, as MPI_Wait's (MPI's non-blocking collectives advance only
+// while polled); once the wait is past 1 ms it also answers liveness probes. Usage: `BoundedWait w(site); while (!done()) w.pause();` where
 // pause() calls on_timeout(site) past the deadline (the caller may first fill site.pending).
 class BoundedWait {
  public:
