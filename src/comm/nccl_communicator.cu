@@ -13,6 +13,7 @@
 
 #include "comm/mpi_split.h"
 #include "comm/nccl_communicator.h"
+#include "comm/nccl_watchdog.h"
 #include "comm/watchdog.h"
 #include "core/cuda_check.h"
 #include "tensor/device_runtime.h"
@@ -43,8 +44,10 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
-// Whether the work queued before ev is done; stops on an asynchronous NCCL error.
+// Whether the work queued before ev is done; stops on an asynchronous NCCL error, and reports
+// a timeout the watchdog thread found (it may have aborted this very communicator).
 bool finished(cudaEvent_t ev, ncclComm_t comm, const char* op) {
+  nccl_watchdog::check();
   const cudaError_t e = cudaEventQuery(ev);
   if (e == cudaSuccess) return true;
   if (e != cudaErrorNotReady) MG_CUDA_CHECK(e);
@@ -65,20 +68,24 @@ void wait_event(cudaEvent_t ev, ncclComm_t comm, const char* op, const GroupInfo
   BoundedWait w(site);
   while (!finished(ev, comm, op))
     if (w.pause()) {
-      ncclCommAbort(comm);
+      nccl_watchdog::abort(comm);
       w.timed_out();
     }
 }
 
+// A non-blocking call: the main thread polls it when it waits; until then the watchdog thread
+// watches it.
 class EventRequest : public CommRequest {
  public:
   EventRequest(ncclComm_t comm, const char* op, const GroupInfo& group)
       : comm_(comm), op_(op), group_(group) {
     MG_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
     MG_CUDA_CHECK(cudaEventRecord(ev_, stream()));
+    watch_id_ = nccl_watchdog::watch(ev_, comm_, op_, &group_);
   }
   ~EventRequest() override {
     if (!done_) wait_event(ev_, comm_, op_, group_);
+    nccl_watchdog::forget(watch_id_);
     cudaEventDestroy(ev_);
   }
   void wait() override {
@@ -92,6 +99,7 @@ class EventRequest : public CommRequest {
   ncclComm_t comm_;
   const char* op_;
   const GroupInfo& group_;
+  uint64_t watch_id_ = 0;
   bool done_ = false;
 };
 
@@ -121,26 +129,26 @@ class NcclCommunicator : public Communicator {
   void all_reduce(float* data, int64_t n, ReduceOp op) override {
     if (size_ == 1 || n == 0) return;
     MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32,
-                                op == ReduceOp::Sum ? ncclSum : ncclMax, nccl_, stream()));
+                                op == ReduceOp::Sum ? ncclSum : ncclMax, comm(), stream()));
     finish("all-reduce");
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
   }
   std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
     if (size_ > 1 && n > 0) {
-      MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, nccl_, stream()));
+      MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm(), stream()));
       stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
     }
-    return std::make_unique<EventRequest>(nccl_, "all-reduce", group_);
+    return std::make_unique<EventRequest>(comm(), "all-reduce", group_);
   }
   std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
                                                int64_t n_out) override {
     queue_reduce_scatter(in, out, n_out);
-    return std::make_unique<EventRequest>(nccl_, "reduce-scatter", group_);
+    return std::make_unique<EventRequest>(comm(), "reduce-scatter", group_);
   }
   std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
                                            DType t) override {
     queue_all_gather(in, out, n_in, t);
-    return std::make_unique<EventRequest>(nccl_, "all-gather", group_);
+    return std::make_unique<EventRequest>(comm(), "all-gather", group_);
   }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
     queue_reduce_scatter(in, out, n_out);
@@ -152,7 +160,7 @@ class NcclCommunicator : public Communicator {
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size_ == 1 || n == 0) return;
-    MG_NCCL_CHECK(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, nccl_, stream()));
+    MG_NCCL_CHECK(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm(), stream()));
     finish("broadcast");
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
@@ -161,10 +169,10 @@ class NcclCommunicator : public Communicator {
     for (const P2POp& op : ops) {
       MG_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_, "bad p2p peer ", op.peer);
       if (op.is_send) {
-        MG_NCCL_CHECK(ncclSend(op.data, size_t(op.n), ncclFloat32, op.peer, nccl_, stream()));
+        MG_NCCL_CHECK(ncclSend(op.data, size_t(op.n), ncclFloat32, op.peer, comm(), stream()));
         stats_.p2p_bytes += op.n * 4;
       } else {
-        MG_NCCL_CHECK(ncclRecv(op.data, size_t(op.n), ncclFloat32, op.peer, nccl_, stream()));
+        MG_NCCL_CHECK(ncclRecv(op.data, size_t(op.n), ncclFloat32, op.peer, comm(), stream()));
       }
     }
     MG_NCCL_CHECK(ncclGroupEnd());
@@ -181,7 +189,12 @@ class NcclCommunicator : public Communicator {
   // Waits for everything queued so far on the stream (the blocking calls' contract).
   void finish(const char* op, const std::vector<P2POp>* p2p = nullptr) {
     MG_CUDA_CHECK(cudaEventRecord(done_, stream()));
-    wait_event(done_, nccl_, op, group_, p2p);
+    wait_event(done_, comm(), op, group_, p2p);
+  }
+  // The NCCL communicator, for a new call: never one the watchdog thread aborted.
+  ncclComm_t comm() const {
+    nccl_watchdog::check();
+    return nccl_;
   }
 
   void queue_reduce_scatter(const float* in, float* out, int64_t n_out) {
@@ -189,7 +202,7 @@ class NcclCommunicator : public Communicator {
       runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_out) * sizeof(float));
       return;
     }
-    MG_NCCL_CHECK(ncclReduceScatter(in, out, size_t(n_out), ncclFloat32, ncclSum, nccl_, stream()));
+    MG_NCCL_CHECK(ncclReduceScatter(in, out, size_t(n_out), ncclFloat32, ncclSum, comm(), stream()));
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
   }
   void queue_all_gather(const void* in, void* out, int64_t n_in, DType t) {
@@ -197,7 +210,7 @@ class NcclCommunicator : public Communicator {
       runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_in) * dtype_size(t));
       return;
     }
-    MG_NCCL_CHECK(ncclAllGather(in, out, size_t(n_in), nccl_type(t), nccl_, stream()));
+    MG_NCCL_CHECK(ncclAllGather(in, out, size_t(n_in), nccl_type(t), comm(), stream()));
     stats_.all_gather_bytes += (size_ - 1) * n_in * int64_t(dtype_size(t));
   }
 

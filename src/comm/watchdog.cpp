@@ -247,11 +247,18 @@ bool BoundedWait::pause() {
   return false;
 }
 
-void BoundedWait::timed_out() {
-  const double waited = seconds();
+void BoundedWait::timed_out() { report_timeout(site_, seconds()); }
+
+void report_timeout(const WaitSite& site, double waited) {
+  struct Current {  // what the census answers say of this rank
+    const WaitSite* outer = g_current;
+    ~Current() { g_current = outer; }
+  } current;
+  g_current = &site;
   int me = 0;
-  if (g_census == MPI_COMM_NULL) end_job(str_cat("megatron: error: timed out after ",
-                                                 seconds_text(waited), " in ", site_.describe()));
+  if (g_census == MPI_COMM_NULL)
+    end_job(str_cat("megatron: error: timed out after ", seconds_text(waited), " in ",
+                    site.describe()));
   MPI_Comm_rank(g_census, &me);
   g_timed_out = true;
   const auto answers = run_census(waited);
@@ -265,15 +272,15 @@ void BoundedWait::timed_out() {
     }
   if (reporter != me) {
     log_error(str_cat("megatron: error: rank ", me, " timed out after ", seconds_text(waited),
-                      " in ", site_.describe(), "; rank ", reporter, " reports"));
+                      " in ", site.describe(), "; rank ", reporter, " reports"));
     // Its report ends the job; should it not, this rank reports in its place.
     const Clock::time_point start = Clock::now();
     while (since(start) < census_grace()) {
-      answer_probes(seconds());
+      answer_probes(waited + since(start));
       sleep_seconds(1e-3);
     }
   }
-  end_job(census_report(me, waited, site_, answers));
+  end_job(census_report(me, waited, site, answers));
 }
 
 void watchdog_start() {

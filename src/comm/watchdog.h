@@ -70,6 +70,9 @@ class BoundedWait {
   uint32_t polls_ = 0;
 };
 
+// Runs the census for a wait that lasted `waited` seconds, reports and ends the job.
+[[noreturn]] void report_timeout(const WaitSite& site, double waited);
+
 // Before anything waits (MpiSession, after MPI_Init; collective): the census communicator.
 void watchdog_start();
 // Before MPI_Finalize: a bounded barrier (a rank stopped at the very end cannot hang the

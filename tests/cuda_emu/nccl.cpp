@@ -2,7 +2,9 @@
 // (all the communicator reduces); gathers, broadcasts and point-to-point move bytes of any type.
 // Calls are queued in stream order, as a GPU runs them: each is posted to MPI (non-blocking)
 // once the one before it has finished; event queries progress the queue, and any other stream
-// work (kernels, copies, synchronizations) drains it first (emu.h).
+// work (kernels, copies, synchronizations) drains it first (emu.h). Another thread (the NCCL
+// watchdog) may query events and abort communicators: it never calls MPI, and an abort drops
+// the communicator's calls from the queue, which ends a drain the main thread is blocked in.
 #include <mpi.h>
 #include <nccl.h>
 #include <sched.h>
@@ -10,9 +12,12 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "emu.h"
@@ -20,7 +25,7 @@
 struct mg_emu_nccl_comm {
   MPI_Comm comm;
   int rank, size;
-  ncclResult_t error = ncclSuccess;  // what ncclCommGetAsyncError reports
+  std::atomic<ncclResult_t> error{ncclSuccess};  // what ncclCommGetAsyncError reports
 };
 
 namespace {
@@ -35,8 +40,10 @@ struct Queued {
   std::vector<MPI_Request> reqs;
   bool posted = false;
 };
+std::mutex g_mu;  // guards the queue (the main thread progresses it; another may abort)
 std::deque<Queued> g_queue;
-uint64_t g_enqueued = 0;
+std::atomic<uint64_t> g_enqueued{0};
+const std::thread::id g_main = std::this_thread::get_id();  // MPI's thread (FUNNELED)
 // Point-to-point calls between ncclGroupStart and ncclGroupEnd, queued as one call (on one
 // communicator, as the communicator makes them).
 bool g_in_group = false;
@@ -44,6 +51,7 @@ std::vector<std::function<int(std::vector<MPI_Request>&)>> g_group;
 ncclComm_t g_group_comm = nullptr;
 
 ncclResult_t enqueue(ncclComm_t comm, std::function<int(std::vector<MPI_Request>&)> post) {
+  std::lock_guard<std::mutex> lock(g_mu);
   g_queue.push_back({++g_enqueued, comm, std::move(post), {}, false});
   return ncclSuccess;
 }
@@ -253,6 +261,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
 // NCCL's kernels); the communicator stays allocated until ncclCommDestroy.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclSuccess;
+  std::lock_guard<std::mutex> lock(g_mu);
   for (auto it = g_queue.begin(); it != g_queue.end();)
     if (it->comm == comm) {
       it = g_queue.erase(it);
@@ -268,6 +277,9 @@ namespace mg_emu {
 uint64_t nccl_enqueued() { return g_enqueued; }
 
 bool nccl_progress(uint64_t upto) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (std::this_thread::get_id() != g_main)  // looks, posts and tests nothing
+    return g_queue.empty() || g_queue.front().seq > upto;
   while (!g_queue.empty() && g_queue.front().seq <= upto) {
     Queued& q = g_queue.front();
     int rc = MPI_SUCCESS, done = 0;
