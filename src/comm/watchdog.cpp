@@ -165,9 +165,11 @@ std::string census_report(int me, double waited, const WaitSite& site,
       out += str_cat("\n  ... and ", waiting.size() - 16, " more kinds of wait");
       break;
     }
-    const bool many = entry.first.size() > 1;
-    out += str_cat("\n  ", ranks_text(entry.first), ": ", what.first ? "timed out after " : "waiting ",
-                   many ? "up to " : "", seconds_text(entry.second), " in ", what.second);
+    const char* state = what.first                ? "timed out after "
+                        : entry.first.size() > 1 ? "waiting up to "
+                                                 : "waiting ";
+    out += str_cat("\n  ", ranks_text(entry.first), ": ", state, seconds_text(entry.second),
+                   " in ", what.second);
   }
   out += str_cat("\n  ending the job (exit code ", kCommTimeoutExitCode,
                  "); if a rank was only slow, raise --distributed-timeout-minutes");

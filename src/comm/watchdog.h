@@ -48,8 +48,9 @@ struct WaitSite {
 };
 
 // The poll loop of one wait: busy, as MPI_Wait's (MPI's non-blocking collectives advance only
-// while polled); once the wait is past 1 ms it also answers liveness probes. Usage: `BoundedWait w(site); while (!done()) w.pause();` where
-// pause() calls on_timeout(site) past the deadline (the caller may first fill site.pending).
+// while polled); once the wait is past 1 ms it also answers liveness probes. Usage:
+// `BoundedWait w(site); while (!done()) if (w.pause()) w.timed_out();` (the caller may fill
+// site.pending, or abort an NCCL communicator, before timed_out()).
 class BoundedWait {
  public:
   explicit BoundedWait(WaitSite& site);
@@ -78,8 +79,9 @@ void watchdog_start();
 // Before MPI_Finalize: a bounded barrier (a rank stopped at the very end cannot hang the
 // others inside MPI_Finalize), then the census communicator is freed.
 void watchdog_finish();
-// How a timeout ends the process: by default MPI_Abort(kCommTimeoutExitCode) after the report.
-// Tests of the watchdog itself replace it (the report text as argument) to stay alive.
+// How a timeout ends the process: by default the report on stderr, then
+// MPI_Abort(kCommTimeoutExitCode). Tests of the watchdog itself install a handler that returns
+// (it gets the report); the timed-out wait then throws std::runtime_error(report).
 using TimeoutHandler = void (*)(const std::string& report);
 void set_timeout_handler(TimeoutHandler handler);
 

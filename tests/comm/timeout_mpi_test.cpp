@@ -13,6 +13,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "comm/watchdog.h"
+#include "testing/mpi_main.h"
 
 namespace mg {
 namespace {
@@ -144,12 +145,5 @@ TEST(CommTimeout, RankListsAreShort) {
 int main(int argc, char** argv) {
   mg::MpiSession mpi(&argc, &argv);
   mg::set_timeout_handler(mg::keep_going);
-  ::testing::InitGoogleTest(&argc, argv);
-  if (mpi.world_rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return mg::testing::run_tests_on_every_rank(&argc, argv, mpi.world_rank());
 }
