@@ -13,6 +13,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/metadata.h"
 #include "checkpoint/model_record.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -121,6 +122,7 @@ uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
     bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
   }
   bin.close();
+  fault::point(fault::Site::CheckpointSave);  // MG_FAULT_STOP: a rank stopped mid-save
   index.bin_bytes = bin.bytes();
   index.bin_crc32 = bin.crc();
   write_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));

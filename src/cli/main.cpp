@@ -11,6 +11,7 @@
 #include "backend/dispatch.h"
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/process_groups.h"
@@ -54,6 +55,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
   mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  mg::set_comm_timeout(cfg.distributed_timeout_minutes * 60.0);
   // Outside the try: the handler below aborts while the communicators still exist (tearing
   // an NCCL group down while the other ranks sit in its collectives could hang).
   std::optional<mg::ProcessGroups> groups;

@@ -173,6 +173,10 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "GPU runs: nccl (default) or mpi (GPU buffers staged through host memory; "
                 "several ranks may share one GPU); CPU runs always use mpi",
                 MG_FIELD(distributed_backend)),
+      valued<C>("--distributed-timeout-minutes", "X",
+                "end the job when a collective or pipeline transfer waits longer than X minutes "
+                "(a stopped or stuck rank), naming who waits on whom; fractions allowed",
+                MG_FIELD(distributed_timeout_minutes)),
       valued<C>("--timing-log-level", "N",
                 "phase timers after each log line: 0 off, 1 step phases, 2 also communication, "
                 "optimizer parts and compute by kind of op",

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "comm/mpi_split.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 
 namespace mg {
@@ -37,17 +38,21 @@ MPI_Datatype mpi_type(DType t) {
 
 class MpiRequest : public CommRequest {
  public:
-  MpiRequest() = default;
+  MpiRequest(const char* op, const GroupInfo& group) : op_(op), group_(group) {}
   ~MpiRequest() override {
-    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    if (req_ != MPI_REQUEST_NULL) wait_mpi(&req_, 1, op_, group_);
   }
-  void wait() override { check_mpi(MPI_Wait(&req_, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  void wait() override { wait_mpi(&req_, 1, op_, group_); }
   bool test() override {
     int done = 0;
     check_mpi(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test");
     return done != 0;
   }
   MPI_Request req_ = MPI_REQUEST_NULL;
+
+ private:
+  const char* op_;
+  const GroupInfo& group_;
 };
 
 class DoneRequest : public CommRequest {
@@ -56,9 +61,11 @@ class DoneRequest : public CommRequest {
   bool test() override { return true; }
 };
 
+// Every collective is posted non-blocking and waited for within the deadline.
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
+  MpiCommunicator(MPI_Comm comm, bool owned, GroupInfo group)
+      : comm_(comm), owned_(owned), group_(std::move(group)) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
@@ -70,14 +77,16 @@ class MpiCommunicator : public Communicator {
 
   void all_reduce(float* data, int64_t n, ReduceOp op) override {
     if (size_ == 1 || n == 0) return;
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT,
-                            op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_),
-              "MPI_Allreduce");
+    MPI_Request r;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT,
+                             op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_, &r),
+              "MPI_Iallreduce");
+    wait_mpi(&r, 1, "all-reduce", group_);
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
   }
   std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
     if (size_ == 1 || n == 0) return std::make_unique<DoneRequest>();
-    auto r = std::make_unique<MpiRequest>();
+    auto r = std::make_unique<MpiRequest>("all-reduce", group_);
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
               "MPI_Iallreduce");
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
@@ -89,7 +98,7 @@ class MpiCommunicator : public Communicator {
       std::memcpy(out, in, n_out * sizeof(float));
       return std::make_unique<DoneRequest>();
     }
-    auto r = std::make_unique<MpiRequest>();
+    auto r = std::make_unique<MpiRequest>("reduce-scatter", group_);
     check_mpi(MPI_Ireduce_scatter_block(in, out, count(n_out), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
               "MPI_Ireduce_scatter_block");
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
@@ -101,7 +110,7 @@ class MpiCommunicator : public Communicator {
       std::memcpy(out, in, size_t(n_in) * dtype_size(t));
       return std::make_unique<DoneRequest>();
     }
-    auto r = std::make_unique<MpiRequest>();
+    auto r = std::make_unique<MpiRequest>("all-gather", group_);
     check_mpi(MPI_Iallgather(in, count(n_in), mpi_type(t), out, count(n_in), mpi_type(t), comm_,
                              &r->req_),
               "MPI_Iallgather");
@@ -109,26 +118,16 @@ class MpiCommunicator : public Communicator {
     return r;
   }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
-    if (size_ == 1) {
-      std::memcpy(out, in, n_out * sizeof(float));
-      return;
-    }
-    check_mpi(MPI_Reduce_scatter_block(in, out, count(n_out), MPI_FLOAT, MPI_SUM, comm_),
-              "MPI_Reduce_scatter_block");
-    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
+    ireduce_scatter(in, out, n_out)->wait();
   }
   void all_gather(const void* in, void* out, int64_t n_in, DType t) override {
-    if (size_ == 1) {
-      std::memcpy(out, in, size_t(n_in) * dtype_size(t));
-      return;
-    }
-    check_mpi(MPI_Allgather(in, count(n_in), mpi_type(t), out, count(n_in), mpi_type(t), comm_),
-              "MPI_Allgather");
-    stats_.all_gather_bytes += (size_ - 1) * n_in * int64_t(dtype_size(t));
+    iall_gather(in, out, n_in, t)->wait();
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size_ == 1) return;
-    check_mpi(MPI_Bcast(data, count(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
+    MPI_Request r;
+    check_mpi(MPI_Ibcast(data, count(n), MPI_FLOAT, root, comm_, &r), "MPI_Ibcast");
+    wait_mpi(&r, 1, "broadcast", group_);
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
@@ -145,17 +144,45 @@ class MpiCommunicator : public Communicator {
                   "MPI_Irecv");
       }
     }
-    check_mpi(MPI_Waitall(int(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    wait_mpi(reqs.data(), int(reqs.size()), "send/recv", group_, &ops);
   }
-  void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    MPI_Request r;
+    check_mpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    wait_mpi(&r, 1, "barrier", group_);
+  }
 
  private:
   MPI_Comm comm_;
   bool owned_;
+  GroupInfo group_;
   int rank_ = 0, size_ = 1;
 };
 
 }  // namespace
+
+// The wait's description is built only when the requests were not already complete.
+void wait_mpi(MPI_Request* reqs, int n, const char* op, const GroupInfo& group,
+              const std::vector<P2POp>* p2p) {
+  int done = 0;
+  check_mpi(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+  if (done) return;
+  WaitSite site{op, &group, {}, {}};
+  if (p2p)
+    for (const P2POp& o : *p2p) site.peers.push_back({o.is_send, o.peer});
+  BoundedWait w(site);
+  while (!done) {
+    check_mpi(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+    if (done || !w.pause()) continue;
+    if (p2p)  // name the transfers still pending
+      for (int i = 0; i < n; ++i) {
+        int flag = 0;
+        MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+        site.pending.push_back(flag == 0);
+      }
+    w.timed_out();
+  }
+}
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
@@ -165,6 +192,11 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // Every collective is non-blocking (bounded waits). Open MPI's libnbc runs an in-place
+    // MPI_Iallreduce as a binomial tree, 1.5x to 2.5x slower than the blocking MPI_Allreduce
+    // from 32K floats up on 2 ranks; its reduce-scatter + all-gather algorithm matches it
+    // (docs/reliability.md). A value the user set wins; other MPIs ignore the variable.
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", /*overwrite=*/0);
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     // Only the main thread calls MPI (the data loader's thread never does).
@@ -173,13 +205,16 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  watchdog_start();
 }
 
 MpiSession::~MpiSession() {
   if (!active_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  watchdog_finish();
+  MPI_Finalize();
 }
 
 void MpiSession::abort(int code) {
@@ -228,7 +263,7 @@ int local_rank() { return node_place().rank; }
 int local_size() { return node_place().size; }
 
 std::unique_ptr<Communicator> mpi_world() {
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, world_group_info());
 }
 
 MPI_Comm split_world(const std::vector<std::vector<int>>& groups) {
@@ -247,10 +282,19 @@ MPI_Comm split_world(const std::vector<std::vector<int>>& groups) {
   return comm;
 }
 
-std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups) {
+std::vector<int> my_group(const std::vector<std::vector<int>>& groups) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  for (const std::vector<int>& g : groups)
+    if (std::find(g.begin(), g.end(), me) != g.end()) return g;
+  return {};
+}
+
+std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups,
+                                        const std::string& name) {
   MPI_Comm comm = split_world(groups);
   if (comm == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<MpiCommunicator>(comm, true);
+  return std::make_unique<MpiCommunicator>(comm, true, GroupInfo{name, my_group(groups)});
 }
 
 }  // namespace mg

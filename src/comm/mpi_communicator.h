@@ -1,6 +1,9 @@
 // MPI implementation of Communicator, and the process-wide MPI session (init/finalize/abort).
+// Every blocking call is a non-blocking one waited for within --distributed-timeout-minutes
+// (comm/watchdog.h).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -35,7 +38,9 @@ int local_size();
 // The whole job.
 std::unique_ptr<Communicator> mpi_world();
 // Splits MPI_COMM_WORLD into the given disjoint groups (world ranks, in group order; every
-// rank must pass the same list). Returns this rank's group, or nullptr if it is in none.
-std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups);
+// rank must pass the same list). Returns this rank's group, or nullptr if it is in none. The
+// name ("tensor-parallel", ...) is how timeout reports call the group (comm/watchdog.h).
+std::unique_ptr<Communicator> mpi_group(const std::vector<std::vector<int>>& groups,
+                                        const std::string& name);
 
 }  // namespace mg

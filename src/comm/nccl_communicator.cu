@@ -1,6 +1,8 @@
-// Communicator over NCCL (see nccl_communicator.h). Non-blocking calls record a CUDA event after
-// the collective; wait() synchronizes on it. NCCL moves any buffer in one call, so unlike MPI
-// no count limit applies; point-to-point batches are one ncclGroupStart/End.
+// Communicator over NCCL (see nccl_communicator.h). Every call records a CUDA event after its
+// collective; a wait polls that event (and NCCL's asynchronous error) within
+// --distributed-timeout-minutes, and past it aborts the NCCL communicator (ncclCommAbort) and
+// reports (comm/watchdog.h). NCCL moves any buffer in one call, so unlike MPI no count limit
+// applies; point-to-point batches are one ncclGroupStart/End.
 #include <mpi.h>
 #include <nccl.h>
 
@@ -11,6 +13,8 @@
 
 #include "comm/mpi_split.h"
 #include "comm/nccl_communicator.h"
+#include "comm/nccl_watchdog.h"
+#include "comm/watchdog.h"
 #include "core/cuda_check.h"
 #include "tensor/device_runtime.h"
 
@@ -40,41 +44,82 @@ ncclDataType_t nccl_type(DType t) {
   return ncclFloat32;
 }
 
+// Whether the work queued before ev is done; stops on an asynchronous NCCL error, and reports
+// a timeout the watchdog thread found (it may have aborted this very communicator).
+bool finished(cudaEvent_t ev, ncclComm_t comm, const char* op) {
+  nccl_watchdog::check();
+  const cudaError_t e = cudaEventQuery(ev);
+  if (e == cudaSuccess) return true;
+  if (e != cudaErrorNotReady) MG_CUDA_CHECK(e);
+  ncclResult_t async = ncclSuccess;
+  MG_NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
+  MG_CHECK(async == ncclSuccess, "NCCL ", op, " failed: ", ncclGetErrorString(async));
+  return false;
+}
+
+// Waits for ev within the deadline; past it aborts comm (so no NCCL kernel keeps the GPU) and
+// reports. p2p: the batch's transfers, for the report.
+void wait_event(cudaEvent_t ev, ncclComm_t comm, const char* op, const GroupInfo& group,
+                const std::vector<P2POp>* p2p = nullptr) {
+  if (finished(ev, comm, op)) return;
+  WaitSite site{op, &group, {}, {}};
+  if (p2p)
+    for (const P2POp& o : *p2p) site.peers.push_back({o.is_send, o.peer});
+  BoundedWait w(site);
+  while (!finished(ev, comm, op))
+    if (w.pause()) {
+      nccl_watchdog::abort(comm);
+      w.timed_out();
+    }
+}
+
+// A non-blocking call: the main thread polls it when it waits; until then the watchdog thread
+// watches it.
 class EventRequest : public CommRequest {
  public:
-  EventRequest() {
+  EventRequest(ncclComm_t comm, const char* op, const GroupInfo& group)
+      : comm_(comm), op_(op), group_(group) {
     MG_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
     MG_CUDA_CHECK(cudaEventRecord(ev_, stream()));
+    watch_id_ = nccl_watchdog::watch(ev_, comm_, op_, &group_);
   }
   ~EventRequest() override {
-    cudaEventSynchronize(ev_);
+    if (!done_) wait_event(ev_, comm_, op_, group_);
+    nccl_watchdog::forget(watch_id_);
     cudaEventDestroy(ev_);
   }
-  void wait() override { MG_CUDA_CHECK(cudaEventSynchronize(ev_)); }
-  bool test() override {
-    const cudaError_t e = cudaEventQuery(ev_);
-    if (e == cudaErrorNotReady) return false;
-    MG_CUDA_CHECK(e);
-    return true;
+  void wait() override {
+    wait_event(ev_, comm_, op_, group_);
+    done_ = true;
   }
+  bool test() override { return done_ = done_ || finished(ev_, comm_, op_); }
 
  private:
   cudaEvent_t ev_ = nullptr;
+  ncclComm_t comm_;
+  const char* op_;
+  const GroupInfo& group_;
+  uint64_t watch_id_ = 0;
+  bool done_ = false;
 };
 
 class NcclCommunicator : public Communicator {
  public:
   // Takes ownership of comm (an MPI communicator of this group's ranks).
-  explicit NcclCommunicator(MPI_Comm comm) : mpi_(comm) {
+  NcclCommunicator(MPI_Comm comm, GroupInfo group) : mpi_(comm), group_(std::move(group)) {
     MPI_Comm_rank(mpi_, &rank_);
     MPI_Comm_size(mpi_, &size_);
     ncclUniqueId id{};
     if (rank_ == 0) MG_NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, mpi_);
+    MPI_Request r;
+    MPI_Ibcast(&id, int(sizeof(id)), MPI_BYTE, 0, mpi_, &r);
+    wait_mpi(&r, 1, "NCCL set-up", group_);
     MG_NCCL_CHECK(ncclCommInitRank(&nccl_, size_, id, rank_));
+    MG_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
   ~NcclCommunicator() override {
     cudaStreamSynchronize(stream());
+    cudaEventDestroy(done_);
     ncclCommDestroy(nccl_);
     MPI_Comm_free(&mpi_);
   }
@@ -84,39 +129,39 @@ class NcclCommunicator : public Communicator {
   void all_reduce(float* data, int64_t n, ReduceOp op) override {
     if (size_ == 1 || n == 0) return;
     MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32,
-                                op == ReduceOp::Sum ? ncclSum : ncclMax, nccl_, stream()));
-    runtime::synchronize();
+                                op == ReduceOp::Sum ? ncclSum : ncclMax, comm(), stream()));
+    finish("all-reduce");
     stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
   }
   std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
     if (size_ > 1 && n > 0) {
-      MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, nccl_, stream()));
+      MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm(), stream()));
       stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
     }
-    return std::make_unique<EventRequest>();
+    return std::make_unique<EventRequest>(comm(), "all-reduce", group_);
   }
   std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
                                                int64_t n_out) override {
     queue_reduce_scatter(in, out, n_out);
-    return std::make_unique<EventRequest>();
+    return std::make_unique<EventRequest>(comm(), "reduce-scatter", group_);
   }
   std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
                                            DType t) override {
     queue_all_gather(in, out, n_in, t);
-    return std::make_unique<EventRequest>();
+    return std::make_unique<EventRequest>(comm(), "all-gather", group_);
   }
   void reduce_scatter(const float* in, float* out, int64_t n_out) override {
     queue_reduce_scatter(in, out, n_out);
-    runtime::synchronize();
+    finish("reduce-scatter");
   }
   void all_gather(const void* in, void* out, int64_t n_in, DType t) override {
     queue_all_gather(in, out, n_in, t);
-    runtime::synchronize();
+    finish("all-gather");
   }
   void broadcast(float* data, int64_t n, int root) override {
     if (size_ == 1 || n == 0) return;
-    MG_NCCL_CHECK(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, nccl_, stream()));
-    runtime::synchronize();
+    MG_NCCL_CHECK(ncclBroadcast(data, data, size_t(n), ncclFloat32, root, comm(), stream()));
+    finish("broadcast");
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
@@ -124,27 +169,40 @@ class NcclCommunicator : public Communicator {
     for (const P2POp& op : ops) {
       MG_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_, "bad p2p peer ", op.peer);
       if (op.is_send) {
-        MG_NCCL_CHECK(ncclSend(op.data, size_t(op.n), ncclFloat32, op.peer, nccl_, stream()));
+        MG_NCCL_CHECK(ncclSend(op.data, size_t(op.n), ncclFloat32, op.peer, comm(), stream()));
         stats_.p2p_bytes += op.n * 4;
       } else {
-        MG_NCCL_CHECK(ncclRecv(op.data, size_t(op.n), ncclFloat32, op.peer, nccl_, stream()));
+        MG_NCCL_CHECK(ncclRecv(op.data, size_t(op.n), ncclFloat32, op.peer, comm(), stream()));
       }
     }
     MG_NCCL_CHECK(ncclGroupEnd());
-    runtime::synchronize();
+    finish("send/recv", &ops);
   }
   void barrier() override {
-    runtime::synchronize();
-    MPI_Barrier(mpi_);
+    finish("barrier");
+    MPI_Request r;
+    MPI_Ibarrier(mpi_, &r);
+    wait_mpi(&r, 1, "barrier", group_);
   }
 
  private:
+  // Waits for everything queued so far on the stream (the blocking calls' contract).
+  void finish(const char* op, const std::vector<P2POp>* p2p = nullptr) {
+    MG_CUDA_CHECK(cudaEventRecord(done_, stream()));
+    wait_event(done_, comm(), op, group_, p2p);
+  }
+  // The NCCL communicator, for a new call: never one the watchdog thread aborted.
+  ncclComm_t comm() const {
+    nccl_watchdog::check();
+    return nccl_;
+  }
+
   void queue_reduce_scatter(const float* in, float* out, int64_t n_out) {
     if (size_ == 1) {
       runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_out) * sizeof(float));
       return;
     }
-    MG_NCCL_CHECK(ncclReduceScatter(in, out, size_t(n_out), ncclFloat32, ncclSum, nccl_, stream()));
+    MG_NCCL_CHECK(ncclReduceScatter(in, out, size_t(n_out), ncclFloat32, ncclSum, comm(), stream()));
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
   }
   void queue_all_gather(const void* in, void* out, int64_t n_in, DType t) {
@@ -152,12 +210,14 @@ class NcclCommunicator : public Communicator {
       runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_in) * dtype_size(t));
       return;
     }
-    MG_NCCL_CHECK(ncclAllGather(in, out, size_t(n_in), nccl_type(t), nccl_, stream()));
+    MG_NCCL_CHECK(ncclAllGather(in, out, size_t(n_in), nccl_type(t), comm(), stream()));
     stats_.all_gather_bytes += (size_ - 1) * n_in * int64_t(dtype_size(t));
   }
 
   MPI_Comm mpi_;
+  GroupInfo group_;
   ncclComm_t nccl_ = nullptr;
+  cudaEvent_t done_ = nullptr;  // recorded after each blocking call's work
   int rank_ = 0, size_ = 1;
 };
 
@@ -187,13 +247,14 @@ void check_one_gpu_per_rank() {
 std::unique_ptr<Communicator> nccl_world() {
   MPI_Comm comm;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  return std::make_unique<NcclCommunicator>(comm);
+  return std::make_unique<NcclCommunicator>(comm, world_group_info());
 }
 
-std::unique_ptr<Communicator> nccl_group(const std::vector<std::vector<int>>& groups) {
+std::unique_ptr<Communicator> nccl_group(const std::vector<std::vector<int>>& groups,
+                                         const std::string& name) {
   MPI_Comm comm = split_world(groups);
   if (comm == MPI_COMM_NULL) return nullptr;
-  return std::make_unique<NcclCommunicator>(comm);
+  return std::make_unique<NcclCommunicator>(comm, GroupInfo{name, my_group(groups)});
 }
 
 }  // namespace mg

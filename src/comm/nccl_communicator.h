@@ -6,6 +6,7 @@
 // (formulas.md's ring convention), so both backends report the same figures.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -21,6 +22,7 @@ void check_one_gpu_per_rank();
 // The whole job over NCCL (every rank must call it).
 std::unique_ptr<Communicator> nccl_world();
 // As mpi_group: this rank's group of the given disjoint groups of world ranks, or nullptr.
-std::unique_ptr<Communicator> nccl_group(const std::vector<std::vector<int>>& groups);
+std::unique_ptr<Communicator> nccl_group(const std::vector<std::vector<int>>& groups,
+                                         const std::string& name);
 
 }  // namespace mg

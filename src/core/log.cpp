@@ -1,6 +1,7 @@
 #include "core/log.h"
 
 #include <cstdio>
+#include <string>
 
 namespace mg {
 
@@ -19,8 +20,10 @@ void log_line(const std::string& line, bool all_ranks) {
 }
 
 void log_error(const std::string& line) {
-  if (g_rank != 0) std::fprintf(stderr, "[rank %d] ", g_rank);
-  std::fprintf(stderr, "%s\n", line.c_str());
+  // One write, so the lines of ranks failing together do not interleave.
+  const std::string text =
+      (g_rank != 0 ? "[rank " + std::to_string(g_rank) + "] " : std::string()) + line + "\n";
+  std::fputs(text.c_str(), stderr);
   std::fflush(stderr);
 }
 

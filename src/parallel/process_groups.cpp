@@ -12,13 +12,14 @@ namespace mg {
 namespace {
 // Every group but the world, each made by `make` from its lists of world ranks. Every rank
 // creates every group in the same order (a collective per split).
+// Groups are named as timeout reports call them.
 template <typename Make>
 void make_groups(ProcessGroups& g, const RankGrid& grid, Make make) {
-  g.tp = make(grid.groups("tp"));
-  g.pp = make(grid.groups("pp"));
-  g.dp = make(grid.groups("dp"));
-  g.model_parallel = make(grid.groups("tp-pp"));
-  g.embedding = make(grid.embedding_groups());
+  g.tp = make(grid.groups("tp"), "tensor-parallel");
+  g.pp = make(grid.groups("pp"), "pipeline");
+  g.dp = make(grid.groups("dp"), "data-parallel");
+  g.model_parallel = make(grid.groups("tp-pp"), "model-parallel");
+  g.embedding = make(grid.embedding_groups(), "embedding");
 }
 }  // namespace
 
@@ -32,6 +33,9 @@ ProcessGroups mpi_world_groups(const RankGrid& grid) {
            grid.world());
   g.world_rank = g.world->rank();
   g.coord = grid.coord(g.world_rank);
+  // Every rank has arrived (within --distributed-timeout-minutes) before the splits, which
+  // MPI offers only as blocking calls.
+  g.world->barrier();
   return g;
 }
 }  // namespace
@@ -52,11 +56,12 @@ ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& b
   ProcessGroups g = mpi_world_groups(grid);
   // The world stays on MPI (host values); its GPU buffers are staged through the host.
   g.world = make_staging_communicator(std::move(g.world), Device::CPU);
-  make_groups(g, grid, [&](const std::vector<std::vector<int>>& groups) {
+  make_groups(g, grid, [&](const std::vector<std::vector<int>>& groups, const std::string& name) {
 #ifdef MG_HAS_CUDA
-    if (backend == "nccl") return make_staging_communicator(nccl_group(groups), Device::CUDA);
+    if (backend == "nccl")
+      return make_staging_communicator(nccl_group(groups, name), Device::CUDA);
 #endif
-    return make_staging_communicator(mpi_group(groups), Device::CPU);
+    return make_staging_communicator(mpi_group(groups, name), Device::CPU);
   });
   return g;
 }

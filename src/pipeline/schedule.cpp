@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/dispatch.h"
+#include "core/fault.h"
 #include "core/timers.h"
 
 namespace mg {
@@ -70,6 +71,7 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
   model.reset_loss();
   auto backward = [&](int64_t m, int64_t slot, const float* d_output) {
     if (m == M - 1 && before_last_backward) before_last_backward();
+    fault::point(fault::Site::Backward);
     timers::Scope timer(timers::kBackwardCompute);
     model.backward(slot, d_output, scale);
   };
@@ -80,6 +82,7 @@ double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const Batc
       timers::Scope timer(timers::kBatchGenerator);
       mb = batch(m);
     }
+    fault::point(fault::Site::Forward);
     timers::Scope timer(timers::kForwardCompute);
     model.forward_step(slot, mb);  // the loss adds up on the device; read once at the end
   };

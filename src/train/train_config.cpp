@@ -1,6 +1,7 @@
 #include "train/train_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "core/checked_math.h"
@@ -97,6 +98,9 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 "' is not available; use nccl or mpi");
   MG_USER_CHECK(distributed_backend == "mpi" || device == "cuda", "--distributed-backend nccl "
                 "moves GPU memory and needs --device cuda; CPU runs use mpi");
+  MG_USER_CHECK(std::isfinite(distributed_timeout_minutes) && distributed_timeout_minutes > 0,
+                "--distributed-timeout-minutes must be a positive number of minutes (got ",
+                distributed_timeout_minutes, "); fractions are allowed, e.g. 0.05 for 3 s");
   if (device == "cuda") {
     const int64_t head_dim = model.head_dim();
     MG_USER_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128, "--device cuda: the CUDA "

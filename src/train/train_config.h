@@ -59,6 +59,9 @@ struct TrainConfig {
   // --distributed-backend nccl|mpi (GPU runs; default nccl there): mpi stages GPU buffers
   // through host memory, which also lets several ranks share one GPU. CPU runs use MPI.
   std::string distributed_backend;
+  // --distributed-timeout-minutes X: the longest any collective or pipeline transfer may wait
+  // before the job ends with a report of who waits on whom (fractions allowed: 0.05 = 3 s).
+  double distributed_timeout_minutes = 10;
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
   int64_t timing_log_level = 0;   // --timing-log-level 0|1|2: phase timers in the log

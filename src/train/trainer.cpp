@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/params_file.h"
 #include "comm/mpi_communicator.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/timers.h"
 #include "core/timer.h"
@@ -176,6 +177,7 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
   build_model_and_optimizer();
   load_or_init();
   if (cfg.exit_signal_handler) install_sigterm_handler();
+  fault::arm(g.world_rank);
   timers::set_level(int(cfg.timing_log_level));
   timers::set_sync(ops::on_cuda() ? &ops::synchronize : nullptr);
   timers::reset();
@@ -262,6 +264,7 @@ TrainResult Trainer::run() {
 
 StepResult Trainer::train_step(int64_t iter) {
   Timer timer;
+  fault::set_iteration(iter);
   for (Communicator* c : comm_groups_)
     if (c) c->reset_stats();
   StepResult step;
@@ -310,6 +313,7 @@ void Trainer::inject_grad_overflow(int64_t iter) {
 void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
   // Megatron's "optimizer" timer covers all of it.
   timers::Scope optimizer_timer(timers::kOptimizer);
+  fault::point(fault::Site::Optimizer);
   // fp16: unscale the main grads and look for inf/NaN; an overflow on any rank skips the
   // step on every rank (and the LR schedule does not advance).
   if (scaler_) {

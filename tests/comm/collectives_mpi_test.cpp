@@ -8,6 +8,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "parallel/process_groups.h"
+#include "testing/mpi_main.h"
 
 namespace mg {
 namespace {
@@ -78,13 +79,5 @@ TEST(MpiCollectives, SubgroupsFollowTheGrid) {
 
 int main(int argc, char** argv) {
   mg::MpiSession mpi(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  // Only rank 0 prints the gtest report; every rank's result decides the exit code.
-  if (mpi.world_rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return mg::testing::run_tests_on_every_rank(&argc, argv, mpi.world_rank());
 }

@@ -11,6 +11,7 @@
 #include "backend/dispatch.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "testing/mpi_main.h"
 
 namespace mg {
 namespace {
@@ -98,12 +99,5 @@ TEST(NcclCollectives, BroadcastAndPointToPoint) {
 
 int main(int argc, char** argv) {
   mg::MpiSession mpi(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  if (mpi.world_rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int failed = RUN_ALL_TESTS();
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return failed;
+  return mg::testing::run_tests_on_every_rank(&argc, argv, mpi.world_rank());
 }

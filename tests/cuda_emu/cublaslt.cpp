@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "emu.h"
+
 struct mg_emu_lt_handle {};
 struct mg_emu_lt_desc {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -162,6 +164,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
                               const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
   if (!h || !algo) return CUBLAS_STATUS_INVALID_VALUE;
+  mg_emu::nccl_drain();  // the stream's NCCL calls come first
   const cublasStatus_t st = check(d, a, b, c, dl);
   if (st != CUBLAS_STATUS_SUCCESS) return st;
   const void* ptrs[4] = {A, B, C, D};

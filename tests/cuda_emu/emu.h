@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 namespace mg_emu {
@@ -13,5 +14,12 @@ constexpr int kMaxThreads = 1024;   // threads per block
 // fatal(what) is declared in cuda_runtime.h (kernels call it too).
 // Sets the error cudaGetLastError() returns next; returns e.
 cudaError_t set_last_error(cudaError_t e);
+
+// The queue of NCCL calls (nccl.cpp), in stream order: how many were ever queued; progress
+// without blocking until the first `upto` are complete (true once they are); and the blocking
+// form, which every other piece of stream work (kernel, copy, synchronization) runs first.
+uint64_t nccl_enqueued();
+bool nccl_progress(uint64_t upto);
+void nccl_drain(uint64_t upto = UINT64_MAX);
 
 }  // namespace mg_emu

@@ -306,6 +306,7 @@ int lane_id() { return linear(G().tid, G().block) % 32; }
 uint64_t* warp_slots() { return G().slots[linear(G().tid, G().block) / 32]; }
 
 void run_grid(dim3 grid, dim3 block, size_t smem, void (*body)(void*), void* ctx) {
+  nccl_drain();  // the stream's NCCL calls come first
   Grid& g = G();
   std::lock_guard<std::mutex> lock(g.mu);
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;

@@ -1,23 +1,60 @@
 // The CUDA emulator's NCCL over MPI (tests/cuda_emu/README.md). Reductions are defined for f32
 // (all the communicator reduces); gathers, broadcasts and point-to-point move bytes of any type.
+// Calls are queued in stream order, as a GPU runs them: each is posted to MPI (non-blocking)
+// once the one before it has finished; event queries progress the queue, and any other stream
+// work (kernels, copies, synchronizations) drains it first (emu.h). Another thread (the NCCL
+// watchdog) may query events and abort communicators: it never calls MPI, and an abort drops
+// the communicator's calls from the queue, which ends a drain the main thread is blocked in.
 #include <mpi.h>
 #include <nccl.h>
+#include <sched.h>
 
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
+
+#include "emu.h"
 
 struct mg_emu_nccl_comm {
   MPI_Comm comm;
   int rank, size;
+  std::atomic<ncclResult_t> error{ncclSuccess};  // what ncclCommGetAsyncError reports
 };
 
 namespace {
 
 constexpr int kTagBase = 21000, kTags = 8000;
+
+// One queued call: post() starts its MPI transfers (returns an MPI error code).
+struct Queued {
+  uint64_t seq;
+  ncclComm_t comm;
+  std::function<int(std::vector<MPI_Request>&)> post;
+  std::vector<MPI_Request> reqs;
+  bool posted = false;
+};
+std::mutex g_mu;  // guards the queue (the main thread progresses it; another may abort)
+std::deque<Queued> g_queue;
+std::atomic<uint64_t> g_enqueued{0};
+const std::thread::id g_main = std::this_thread::get_id();  // MPI's thread (FUNNELED)
+// Point-to-point calls between ncclGroupStart and ncclGroupEnd, queued as one call (on one
+// communicator, as the communicator makes them).
 bool g_in_group = false;
-std::vector<MPI_Request> g_pending;
+std::vector<std::function<int(std::vector<MPI_Request>&)>> g_group;
+ncclComm_t g_group_comm = nullptr;
+
+ncclResult_t enqueue(ncclComm_t comm, std::function<int(std::vector<MPI_Request>&)> post) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_queue.push_back({++g_enqueued, comm, std::move(post), {}, false});
+  return ncclSuccess;
+}
 
 struct IdFields {
   char magic[8];
@@ -38,8 +75,6 @@ bool reducible(ncclDataType_t t, ncclRedOp_t op) {
 }
 MPI_Op mpi_op(ncclRedOp_t op) { return op == ncclSum ? MPI_SUM : MPI_MAX; }
 
-ncclResult_t ok(int mpi_rc) { return mpi_rc == MPI_SUCCESS ? ncclSuccess : ncclInternalError; }
-
 // MPI counts are ints; NCCL's are size_t. Past INT_MAX the emulator refuses instead of wrapping.
 bool fits_int(size_t count, size_t elem_bytes) { return count * elem_bytes <= size_t(INT_MAX); }
 
@@ -50,6 +85,7 @@ const char* ncclGetErrorString(ncclResult_t r) {
     case ncclSuccess: return "no error";
     case ncclInternalError: return "internal error (emulated NCCL: an MPI call failed)";
     case ncclInvalidArgument: return "invalid argument";
+    case ncclRemoteError: return "remote process exited or there was a network error (aborted)";
   }
   return "unknown result";
 }
@@ -119,16 +155,22 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
   if (!reducible(t, op) || !fits_int(count, 1)) return ncclInvalidArgument;
-  return ok(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), MPI_FLOAT,
-                          mpi_op(op), comm->comm));
+  return enqueue(comm, [=](std::vector<MPI_Request>& r) {
+    r.resize(1);
+    return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), MPI_FLOAT,
+                          mpi_op(op), comm->comm, &r[0]);
+  });
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
                            ncclComm_t comm, cudaStream_t) {
   const size_t bytes = count * type_bytes(t);
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
-  if (comm->rank == root && send != recv) std::memmove(recv, send, bytes);
-  return ok(MPI_Bcast(recv, int(bytes), MPI_BYTE, root, comm->comm));
+  return enqueue(comm, [=](std::vector<MPI_Request>& r) {
+    if (comm->rank == root && send != recv) std::memmove(recv, send, bytes);
+    r.resize(1);
+    return MPI_Ibcast(recv, int(bytes), MPI_BYTE, root, comm->comm, &r[0]);
+  });
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t,
@@ -138,13 +180,16 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   const size_t size = size_t(comm->size), rank = size_t(comm->rank);
   const float* in = static_cast<const float*>(send);
   const float* out = static_cast<const float*>(recv);
-  std::vector<float> copy;
-  if (out < in + count * size && in < out + count) {
-    if (out != in + count * rank) return ncclInvalidArgument;
-    copy.assign(in, in + count * size);
-    in = copy.data();
-  }
-  return ok(MPI_Reduce_scatter_block(in, recv, int(count), MPI_FLOAT, mpi_op(op), comm->comm));
+  const bool overlap = out < in + count * size && in < out + count;
+  if (overlap && out != in + count * rank) return ncclInvalidArgument;
+  // The copy of an overlapping input is taken when the call starts, and lives until it ends.
+  auto copy = std::make_shared<std::vector<float>>();
+  return enqueue(comm, [=](std::vector<MPI_Request>& r) {
+    if (overlap) copy->assign(in, in + count * size);
+    r.resize(1);
+    return MPI_Ireduce_scatter_block(overlap ? copy->data() : in, recv, int(count), MPI_FLOAT,
+                                     mpi_op(op), comm->comm, &r[0]);
+  });
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t,
@@ -153,30 +198,39 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
   const int bytes = int(count * type_bytes(t));
   const bool in_place =
       static_cast<const char*>(send) == static_cast<char*>(recv) + size_t(comm->rank) * bytes;
-  return ok(MPI_Allgather(in_place ? MPI_IN_PLACE : send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
-                          comm->comm));
+  return enqueue(comm, [=](std::vector<MPI_Request>& r) {
+    r.resize(1);
+    return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE,
+                          comm->comm, &r[0]);
+  });
 }
 
-// A send or receive (its request r) joins the open group, or completes now outside one.
-static ncclResult_t post(int mpi_rc, const MPI_Request& r) {
-  if (mpi_rc != MPI_SUCCESS) return ncclInternalError;
-  g_pending.push_back(r);
-  return g_in_group ? ncclSuccess : ncclGroupEnd();
+// A send or receive joins the open group, or is queued alone outside one.
+static ncclResult_t post(ncclComm_t comm, std::function<int(std::vector<MPI_Request>&)> f) {
+  if (g_in_group) {
+    if (g_group_comm && g_group_comm != comm) return ncclInvalidArgument;
+    g_group_comm = comm;
+    g_group.push_back(std::move(f));
+    return ncclSuccess;
+  }
+  return enqueue(comm, std::move(f));
 }
 
 ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t) {
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
-  MPI_Request r;
-  const int rc = MPI_Isend(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
-  return post(rc, r);
+  return post(comm, [=](std::vector<MPI_Request>& r) {
+    r.emplace_back();
+    return MPI_Isend(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r.back());
+  });
 }
 ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t) {
   if (!fits_int(count, type_bytes(t))) return ncclInvalidArgument;
-  MPI_Request r;
-  const int rc = MPI_Irecv(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r);
-  return post(rc, r);
+  return post(comm, [=](std::vector<MPI_Request>& r) {
+    r.emplace_back();
+    return MPI_Irecv(buf, int(count * type_bytes(t)), MPI_BYTE, peer, 0, comm->comm, &r.back());
+  });
 }
 
 ncclResult_t ncclGroupStart() {
@@ -185,7 +239,64 @@ ncclResult_t ncclGroupStart() {
 }
 ncclResult_t ncclGroupEnd() {
   g_in_group = false;
-  const int rc = MPI_Waitall(int(g_pending.size()), g_pending.data(), MPI_STATUSES_IGNORE);
-  g_pending.clear();
-  return ok(rc);
+  if (g_group.empty()) return ncclSuccess;
+  auto calls = std::make_shared<decltype(g_group)>(std::move(g_group));
+  g_group.clear();
+  ncclComm_t comm = g_group_comm;
+  g_group_comm = nullptr;
+  return enqueue(comm, [calls](std::vector<MPI_Request>& r) {
+    for (auto& c : *calls)
+      if (const int rc = c(r); rc != MPI_SUCCESS) return rc;
+    return MPI_SUCCESS;
+  });
 }
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
+  if (!comm || !error) return ncclInvalidArgument;
+  *error = comm->error;
+  return ncclSuccess;
+}
+
+// Drops the communicator's queued calls (those already posted are abandoned, as a GPU abandons
+// NCCL's kernels); the communicator stays allocated until ncclCommDestroy.
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (!comm) return ncclSuccess;
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (auto it = g_queue.begin(); it != g_queue.end();)
+    if (it->comm == comm) {
+      it = g_queue.erase(it);
+    } else {
+      ++it;
+    }
+  comm->error = ncclRemoteError;
+  return ncclSuccess;
+}
+
+namespace mg_emu {
+
+uint64_t nccl_enqueued() { return g_enqueued; }
+
+bool nccl_progress(uint64_t upto) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (std::this_thread::get_id() != g_main)  // looks, posts and tests nothing
+    return g_queue.empty() || g_queue.front().seq > upto;
+  while (!g_queue.empty() && g_queue.front().seq <= upto) {
+    Queued& q = g_queue.front();
+    int rc = MPI_SUCCESS, done = 0;
+    if (!q.posted) {
+      q.posted = true;
+      rc = q.post(q.reqs);
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Testall(int(q.reqs.size()), q.reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS && q.comm) q.comm->error = ncclInternalError;
+    if (rc == MPI_SUCCESS && !done) return false;
+    g_queue.pop_front();
+  }
+  return true;
+}
+
+void nccl_drain(uint64_t upto) {
+  while (!nccl_progress(upto)) sched_yield();
+}
+
+}  // namespace mg_emu

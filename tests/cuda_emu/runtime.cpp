@@ -180,6 +180,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  mg_emu::nccl_drain();  // cudaFree synchronizes the device
   std::lock_guard<std::mutex> lock(g_mem_mu);
   auto it = g_regions.find(reinterpret_cast<uintptr_t>(p));
   if (it == g_regions.end() || !it->second.device) return fail(cudaErrorInvalidValue);
@@ -190,6 +191,7 @@ cudaError_t cudaFree(void* p) {
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t) {
+  mg_emu::nccl_drain();
   if (bytes == 0) return cudaSuccess;
   bool ok = true;
   switch (k) {
@@ -206,6 +208,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaMemcpyAsync(dst, src, bytes, k, nullptr);
 }
 cudaError_t cudaMemsetAsync(void* dst, int v, size_t bytes, cudaStream_t) {
+  mg_emu::nccl_drain();
   if (bytes == 0) return cudaSuccess;
   if (!inside(dst, bytes, true)) return fail(cudaErrorInvalidValue);
   std::memset(dst, v, bytes);
@@ -225,24 +228,35 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 }
 
 struct mg_emu_stream {};
-struct mg_emu_event {};
+// An event completes with the NCCL calls queued before it was recorded (nccl.cpp).
+struct mg_emu_event {
+  uint64_t nccl_calls = 0;
+};
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   *s = new mg_emu_stream;
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  mg_emu::nccl_drain();
+  return cudaSuccess;
+}
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
   *e = new mg_emu_event;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  return e ? cudaSuccess : fail(cudaErrorInvalidValue);
+  if (!e) return fail(cudaErrorInvalidValue);
+  e->nccl_calls = mg_emu::nccl_enqueued();
+  return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  return e ? cudaSuccess : fail(cudaErrorInvalidValue);
+  if (!e) return fail(cudaErrorInvalidValue);
+  mg_emu::nccl_drain(e->nccl_calls);
+  return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
-  return e ? cudaSuccess : fail(cudaErrorInvalidValue);
+  if (!e) return fail(cudaErrorInvalidValue);
+  return mg_emu::nccl_progress(e->nccl_calls) ? cudaSuccess : cudaErrorNotReady;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
@@ -259,6 +273,7 @@ cudaError_t cub::DeviceRadixSort::SortPairs(void* temp, size_t& temp_bytes,
                                             const int32_t* keys_in, int32_t* keys_out,
                                             const int32_t* values_in, int32_t* values_out, int n,
                                             int begin_bit, int end_bit, cudaStream_t) {
+  mg_emu::nccl_drain();
   const size_t need = size_t(n) * 8 + 256;
   if (!temp) {
     temp_bytes = need;
