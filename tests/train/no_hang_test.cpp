@@ -4,7 +4,6 @@
 // whole job within --distributed-timeout-minutes plus the census grace, exit code 3, with a
 // report naming the stopped rank; a checkpoint directory it leaves behind loads and trains on.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +12,7 @@
 
 #include "testing/bounded_run.h"
 #include "testing/mpirun.h"
+#include "testing/temp_dir.h"
 
 namespace mg {
 namespace {
@@ -43,15 +43,6 @@ struct Case {
   const char* site;
 };
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/mg_nohang_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.layout.name << ", rank " << c.rank << " stopped in " << c.site;
 }
@@ -61,7 +52,7 @@ class NoHang : public ::testing::TestWithParam<Case> {};
 TEST_P(NoHang, StoppedRankEndsTheJobNamingIt) {
   const Case c = GetParam();
   const bool in_save = std::string(c.site) == "checkpoint-save";
-  TempDir d;
+  const testing::TempDir d("mg_nohang");
   const std::string ckpt = (d.path / "ck").string();
   const std::string save = in_save ? " --save " + ckpt + " --save-interval 1" : "";
   const std::string stop = std::to_string(c.rank) + ":" + c.site + ":" +
