@@ -142,7 +142,7 @@ std::vector<float> SafeTensor::to_f32() const {
   const int64_t n = shape_numel(shape);
   std::vector<float> out(static_cast<size_t>(n));
   if (dtype == "F32") {
-    std::memcpy(out.data(), data, size_t(n) * 4);
+    if (n > 0) std::memcpy(out.data(), data, size_t(n) * 4);  // an empty vector's data() is null
     return out;
   }
   MG_USER_CHECK(dtype == "F16" || dtype == "BF16", "'", path, "': tensor '", name, "' has dtype ",
