@@ -2,8 +2,9 @@
 // join a collective or a transfer within the timeout makes the waiting ranks time out with a
 // report naming the operation, its group and the rank that does not answer (not merely the
 // neighbour that waits on it); a deadlock (every rank answers the census) is told apart from a
-// stopped rank; a rank slower than the others but within the timeout is no failure. The timeout handler is replaced so the reporting ranks stay alive (the wait throws);
-// the late rank joins afterwards, so every posted operation completes before the next test.
+// stopped rank; a rank slower than the others but within the timeout is no failure. The timeout
+// handler is replaced so the reporting ranks stay alive (the wait throws); the late rank joins
+// afterwards, so every posted operation completes before the next test.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
