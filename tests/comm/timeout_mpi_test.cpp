@@ -1,9 +1,10 @@
 // The bounded wait of comm/watchdog.h under mpirun -np 3 (label parallel): a rank that does not
 // join a collective or a transfer within the timeout makes the waiting ranks time out with a
 // report naming the operation, its group and the rank that does not answer (not merely the
-// neighbour that waits on it); a rank slower than the others but within the timeout is no
-// failure. The timeout handler is replaced so the reporting ranks stay alive (the wait throws);
-// the late rank joins afterwards, so every posted operation completes before the next test.
+// neighbour that waits on it); a deadlock (every rank answers the census) is told apart from a
+// stopped rank; a rank slower than the others but within the timeout is no failure. The timeout
+// handler is replaced so the reporting ranks stay alive (the wait throws); the late rank joins
+// afterwards, so every posted operation completes before the next test.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -109,6 +110,29 @@ TEST(CommTimeout, PipelineChainNamesTheStoppedRankNotItsNeighbour) {
         << o.report;
   }
   set_comm_timeout(30);
+  w->barrier();
+}
+
+TEST(CommTimeout, DeadlockIsToldApartFromAStoppedRank) {
+  auto w = mpi_world();
+  const int r = w->rank();
+  set_comm_timeout(kTimeout);
+  // Ranks 0 and 1 both receive from each other first; rank 2 receives from rank 0.
+  static float in = -1, out = 0;
+  out = float(r);
+  const int peer = r == 2 ? 0 : 1 - r;
+  const Outcome o = timed([&] { w->batch_isend_irecv({{false, &in, 1, peer}}); });
+  ASSERT_TRUE(o.timed_out);
+  if (r == 0) {
+    EXPECT_NE(o.report.find("every rank answered: a deadlock"), std::string::npos) << o.report;
+    EXPECT_EQ(o.report.find("not responding"), std::string::npos) << o.report;
+    // Every rank answered at once: no grace to wait out.
+    EXPECT_LT(o.seconds, kTimeout + census_grace());
+  }
+  set_comm_timeout(30);
+  // The abandoned receives complete (into `in`, which outlives them).
+  if (r == 0) w->batch_isend_irecv({{true, &out, 1, 1}, {true, &out, 1, 2}});
+  if (r == 1) w->batch_isend_irecv({{true, &out, 1, 0}});
   w->barrier();
 }
 
