@@ -2,6 +2,7 @@
 // parameters file and the sampling settings.
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/tokenizer_options.h"
 
 namespace mg {
 
@@ -12,10 +13,6 @@ const std::vector<Option<GenerateConfig>>& generate_options() {
   static const std::vector<Option<C>> table = [] {
     std::vector<Option<C>> t = model_options<C>(MG_FIELD(model));
     std::vector<Option<C>> rest = {
-      valued<C>("--tokenizer-type", "NAME", "GPT2BPETokenizer | NullTokenizer",
-                MG_FIELD(tokenizer.tokenizer_type)),
-      valued<C>("--vocab-file", "PATH", "GPT-2 vocab.json / encoder.json", MG_FIELD(tokenizer.vocab_file)),
-      valued<C>("--merge-file", "PATH", "GPT-2 merges.txt / vocab.bpe", MG_FIELD(tokenizer.merge_file)),
       valued<C>("--load", "DIR", "a checkpoint directory (train --save); the model shape comes "
                 "from it", MG_FIELD(load)),
       valued<C>("--load-params", "PATH", "parameters written by train --dump-final-params",
@@ -27,6 +24,8 @@ const std::vector<Option<GenerateConfig>>& generate_options() {
       valued<C>("--seed", "N", "sampling seed", MG_FIELD(seed)),
     };
     t.insert(t.end(), rest.begin(), rest.end());
+    const auto tok = tokenizer_options<C>(MG_FIELD(tokenizer));
+    t.insert(t.end(), tok.begin(), tok.end());
     return t;
   }();
   return table;

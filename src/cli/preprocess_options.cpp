@@ -1,24 +1,20 @@
 // `megatron preprocess` and `megatron merge-datasets` flags (Megatron's tools/preprocess_data.py
 // and tools/merge_datasets.py names).
 #include "cli/commands.h"
+#include "cli/tokenizer_options.h"
 
 namespace mg {
 
 const std::vector<Option<PreprocessConfig>>& preprocess_options() {
   using C = PreprocessConfig;
-  static const std::vector<Option<C>> table = {
+  static const std::vector<Option<C>> table = [] {
+    std::vector<Option<C>> t = {
       valued<C>("--input", "FILE", "JSON-lines input, one document per line",
                 [](C& c) -> auto& { return c.input; }),
       valued<C>("--json-keys", "KEY...", "keys to extract (one output pair per key)",
                 [](C& c) -> auto& { return c.json_keys; }),
       valued<C>("--output-prefix", "P", "writes P_<key>_document.bin/.idx",
                 [](C& c) -> auto& { return c.output_prefix; }),
-      valued<C>("--tokenizer-type", "NAME", "GPT2BPETokenizer | NullTokenizer",
-                [](C& c) -> auto& { return c.tokenizer.tokenizer_type; }),
-      valued<C>("--vocab-file", "PATH", "GPT-2 vocab.json / encoder.json",
-                [](C& c) -> auto& { return c.tokenizer.vocab_file; }),
-      valued<C>("--merge-file", "PATH", "GPT-2 merges.txt / vocab.bpe",
-                [](C& c) -> auto& { return c.tokenizer.merge_file; }),
       valued<C>("--vocab-size", "V", "NullTokenizer vocabulary size",
                 [](C& c) -> auto& { return c.tokenizer.vocab_size; }),
       on_off<C>("--append-eod", "append the end-of-document token to every document",
@@ -26,7 +22,11 @@ const std::vector<Option<PreprocessConfig>>& preprocess_options() {
       valued<C>("--workers", "N", "tokenizer threads", [](C& c) -> auto& { return c.workers; }),
       on_off<C>("--skip-bad-lines", "skip malformed JSON lines (counted) instead of stopping",
                 [](C& c) -> auto& { return c.skip_bad_lines; }),
-  };
+    };
+    const auto tok = tokenizer_options<C>([](C& c) -> auto& { return c.tokenizer; });
+    t.insert(t.end(), tok.begin(), tok.end());
+    return t;
+  }();
   return table;
 }
 

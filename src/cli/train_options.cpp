@@ -1,6 +1,7 @@
 // `megatron train` flags: Megatron-LM's names and meanings.
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/tokenizer_options.h"
 
 namespace mg {
 
@@ -92,12 +93,6 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "index cache directory (default: <dataset dir>/cache/GPTDataset_indices)",
                 MG_FIELD(data_cache_path)),
       valued<C>("--split", "A,B,C", "train/valid/test weights", MG_FIELD(split)),
-      valued<C>("--tokenizer-type", "NAME", "GPT2BPETokenizer | NullTokenizer",
-                MG_FIELD(tokenizer.tokenizer_type)),
-      valued<C>("--vocab-file", "PATH", "GPT-2 vocab.json / encoder.json",
-                MG_FIELD(tokenizer.vocab_file)),
-      valued<C>("--merge-file", "PATH", "GPT-2 merges.txt / vocab.bpe",
-                MG_FIELD(tokenizer.merge_file)),
       on_off<C>("--eod-mask-loss", "exclude positions whose input is EOD from the loss",
                 MG_FIELD(eod_mask_loss)),
       on_off<C>("--reset-position-ids", "restart position ids after each EOD",
@@ -190,6 +185,8 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(dump_final_params)),
     };
     t.insert(t.end(), rest.begin(), rest.end());
+    const auto tok = tokenizer_options<C>(MG_FIELD(tokenizer));
+    t.insert(t.end(), tok.begin(), tok.end());
     return t;
   }();
   return table;

@@ -269,8 +269,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
                   cfg.vocab_size, ")");
     return std::make_unique<NullTokenizer>(cfg.vocab_size);
   }
-  throw UsageError(str_cat("--tokenizer-type '", cfg.tokenizer_type,
-                           "' is not supported; use GPT2BPETokenizer or NullTokenizer"));
+  throw UsageError(str_cat("--tokenizer-type '", cfg.tokenizer_type, "' is not supported; use ",
+                           kTokenizerTypesHelp));
 }
 
 }  // namespace mg

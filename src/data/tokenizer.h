@@ -22,6 +22,8 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int32_t eod() const = 0;
+  // The beginning-of-sequence id, or -1 when the tokenizer has none.
+  virtual int32_t bos() const { return -1; }
   virtual std::unique_ptr<Tokenizer> clone() const = 0;
 };
 
@@ -63,11 +65,20 @@ class NullTokenizer : public Tokenizer {
   int64_t vocab_size_;
 };
 
+// The --tokenizer-type values (help text and the factory's error).
+inline constexpr const char* kTokenizerTypesHelp = "GPT2BPETokenizer | NullTokenizer";
+
+// The tokenizer flags (Megatron's names), shared by preprocess, train and generate
+// (cli/tokenizer_options.h lists them once).
 struct TokenizerConfig {
-  std::string tokenizer_type;  // --tokenizer-type: GPT2BPETokenizer | NullTokenizer
-  std::string vocab_file;      // --vocab-file
-  std::string merge_file;      // --merge-file
-  int64_t vocab_size = 0;      // --vocab-size (NullTokenizer)
+  std::string tokenizer_type;   // --tokenizer-type
+  std::string vocab_file;       // --vocab-file
+  std::string merge_file;       // --merge-file
+  std::string tokenizer_model;  // --tokenizer-model: a directory or file, by type
+  std::string tiktoken_pattern;                 // --tiktoken-pattern v1 | v2
+  int64_t tiktoken_num_special_tokens = 1000;   // --tiktoken-num-special-tokens
+  std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens
+  int64_t vocab_size = 0;       // --vocab-size (NullTokenizer; TikTokenizer's vocabulary cap)
 };
 
 // Throws UsageError naming the flag when the type or its files are missing.
