@@ -59,9 +59,31 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   const char* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // Drops the pages of [p, p + n) from this process (they are re-read if touched again): a
+  // reader that copies one tensor at a time out of a large file keeps only that tensor resident.
+  void release(const char* p, uint64_t n) const;
 
  private:
   const char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// A file read by byte ranges (pread), never mapped or loaded whole.
+class RandomAccessFile {
+ public:
+  explicit RandomAccessFile(const std::string& path);
+  ~RandomAccessFile();
+  RandomAccessFile(const RandomAccessFile&) = delete;
+  RandomAccessFile& operator=(const RandomAccessFile&) = delete;
+  uint64_t size() const { return size_; }
+  // Bytes [offset, offset + n) into dst; a short read is a UsageError naming the file.
+  void read(uint64_t offset, void* dst, size_t n) const;
+  // The whole file's CRC-32, streamed through a small buffer.
+  uint32_t crc32() const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
   uint64_t size_ = 0;
 };
 

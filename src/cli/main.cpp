@@ -29,7 +29,7 @@ const char* kUsage =
     "  preprocess       JSON lines -> Megatron .bin/.idx token datasets\n"
     "  merge-datasets   concatenate .bin/.idx datasets\n"
     "  generate         continue prompts with a trained model\n"
-    "  convert          Hugging Face GPT-2 <-> megatron-cpp checkpoints\n\n"
+    "  convert          Hugging Face GPT-2, Llama, Mistral, Qwen2 <-> megatron-cpp checkpoints\n\n"
     "Threads: set OMP_NUM_THREADS (default: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
