@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/process_groups.h"
+#include "train/checkpoint_model.h"
 #include "train/rank_memory.h"
 #include "train/trainer.h"
 
@@ -45,12 +46,16 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
                "GPT-2-style model. Flags follow Megatron-LM's names and meanings.").c_str(), stdout);
     return 0;
   }
-  mg::TrainConfig cfg = mg::parse_train_args(args);
+  std::set<std::string> given;
+  mg::TrainConfig cfg = mg::parse_train_args(args, &given);
   cfg.argv = args;
+  // --load with a checkpoint: model flags not given come from it.
+  const bool model_from_ckpt = mg::model_from_checkpoint(cfg, given);
   if (!cfg.tokenizer.tokenizer_type.empty()) {
     // The tokenizer sizes the vocabulary (Megatron pads it afterwards).
     if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
-    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
+    cfg.model.vocab_size = mg::train_vocab_size(
+        cfg, mg::make_tokenizer(cfg.tokenizer)->vocab_size(), model_from_ckpt, given);
   }
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);

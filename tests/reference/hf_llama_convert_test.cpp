@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_files.h"
 #include "testing/mpirun.h"
+#include "train/checkpoint_model.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 
@@ -235,6 +236,56 @@ TEST_F(HFLlamaConvert, BadInputsNameTheFileAndWriteNothing) {
   EXPECT_EQ(tp.exit_code, 2) << tp.output;
   EXPECT_NE(tp.output.find("--target-tensor-parallel-size"), std::string::npos) << tp.output;
   EXPECT_FALSE(fs::exists(t / "out_tp"));
+}
+
+// `train --load` of a converted checkpoint needs no model flags: one rank, TP 2 x PP 2 (with the
+// vocabulary padded to the same 128 rows) and the checkpoint written for TP 2 x PP 2 give the
+// same losses; a --bf16 run loads the bf16 weights; a model flag that disagrees is refused.
+TEST_F(HFLlamaConvert, TrainLoadTakesTheModelFromTheCheckpoint) {
+  const fs::path c = ref("llama3_bf16"), ck = c / "ck", ck22 = c / "ck22";
+  for (const auto& [dir, extra] : {std::pair{ck, std::string()},
+                                   std::pair{ck22, std::string(" --target-tensor-parallel-size 2 "
+                                                               "--target-pipeline-parallel-size 2")}}) {
+    const auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+                           dir.string() + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  const std::string train = std::string(MG_BINARY) +
+                            " train --mock-data --seq-length 16 --micro-batch-size 2 "
+                            "--global-batch-size 4 --train-iters 4 --lr 1e-4 --log-interval 1 --load ";
+  const auto one = testing::run_command(train + ck.string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::vector<double> want = testing::log_values(one.output, "lm loss");
+  ASSERT_EQ(want.size(), 4u) << one.output;
+  auto expect_losses = [&](const testing::RunResult& r) {
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::vector<double> got = testing::log_values(r.output, "lm loss");
+    ASSERT_EQ(got.size(), want.size()) << r.output;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << i;
+  };
+  expect_losses(testing::run_command(testing::mpirun_prefix(4) + train + ck.string() +
+                                     " --tensor-model-parallel-size 2 "
+                                     "--pipeline-model-parallel-size 2 "
+                                     "--make-vocab-size-divisible-by 64"));
+  expect_losses(testing::run_command(train + ck22.string()));
+  const auto bf16 = testing::run_command(train + ck.string() + " --bf16");
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_EQ(testing::log_values(bf16.output, "lm loss").size(), 4u) << bf16.output;
+  const auto other = testing::run_command(train + ck.string() + " --num-layers 3");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("--num-layers"), std::string::npos) << other.output;
+}
+
+// The vocabulary of a model taken from a checkpoint: a tokenizer no larger keeps the
+// checkpoint's rows (Qwen2: 151936 rows, 151646 tokens); a larger one is refused.
+TEST(TrainVocabSize, CheckpointRowsOrTheTokenizer) {
+  TrainConfig cfg;
+  cfg.load = "ck";
+  cfg.model.vocab_size = 151936;
+  EXPECT_EQ(train_vocab_size(cfg, 151646, true, {}), 151936);
+  EXPECT_EQ(train_vocab_size(cfg, 151646, true, {"--vocab-size"}), 151646);
+  EXPECT_EQ(train_vocab_size(cfg, 151646, false, {}), 151646);
+  EXPECT_THROW(train_vocab_size(cfg, 152000, true, {}), UsageError);
 }
 
 }  // namespace
