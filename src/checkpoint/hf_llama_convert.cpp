@@ -153,9 +153,12 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
   MG_USER_CHECK(!ckdir.empty(), "--load '", cfg.load, "' holds no checkpoint (no ", kLatestFile, ")");
   const CheckpointMetadata meta = read_checkpoint_metadata(ckdir);
   const GPTConfig& mc = meta.model;
-  // The source's config.json (kept by hf-to-megatron) restores what we do not model.
-  const std::string kept = cfg.load + "/hf/config.json";
+  // The source's config.json (kept by hf-to-megatron in LOAD/hf, or beside the tokenizer files
+  // of --tokenizer-model) restores what we do not model (bos/eos ids, ...).
+  const std::string tok = cfg.tokenizer_model.empty() ? cfg.load + "/hf" : cfg.tokenizer_model;
   std::error_code ec;
+  std::string kept = cfg.load + "/hf/config.json";
+  if (!fs::is_regular_file(kept, ec)) kept = tok + "/config.json";
   json original;
   std::string preferred;
   if (fs::is_regular_file(kept, ec)) {
@@ -219,7 +222,6 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
   const std::vector<std::string> files = out.finish();
   ckpt::write_file_atomic(cfg.save + "/config.json",
                           hf_llama_config_json(mc, arch, torch_dtype_name(dtype), original).dump(2) + "\n");
-  const std::string tok = cfg.tokenizer_model.empty() ? cfg.load + "/hf" : cfg.tokenizer_model;
   const int side = copy_side_files(tok, cfg.save, false);
   MG_USER_CHECK(side > 0 || cfg.tokenizer_model.empty(), "--tokenizer-model '", tok,
                 "' holds none of the tokenizer files (tokenizer.json, tokenizer_config.json, "
