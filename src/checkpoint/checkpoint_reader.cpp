@@ -133,6 +133,13 @@ std::vector<char> CheckpointReader::global_bytes(const std::string& key) {
   std::vector<char> bytes;
   for (const Src& s : srcs) {
     const PieceInfo& m = s.piece;
+    int64_t runs = 0, first = 0;
+    for_each_run(m, shape, [&](int64_t, int64_t gi, int64_t) { first = runs++ ? first : gi; });
+    if (runs == 1) {  // contiguous in the global tensor: read in place, no staging copy
+      read_piece(s, key, out.data() + size_t(first) * esize);
+      std::fill(covered.begin() + first, covered.begin() + first + m.numel, true);
+      continue;
+    }
     bytes.resize(size_t(m.numel) * esize);
     read_piece(s, key, bytes.data());
     for_each_run(m, shape, [&](int64_t j, int64_t gi, int64_t n) {

@@ -125,6 +125,13 @@ void llama_hf_to_megatron(const ConvertConfig& cfg, const json& config,
   std::vector<char> global;
   for (const LlamaTensor& t : tensors) {
     const Shape& shape = out.global_layout().get(t.ours).global_shape;
+    const SafeTensor& first = hf.get(t.parts.front().name);
+    if (t.parts.size() == 1 && first.shape == shape) {  // one HF tensor as it is: no copy
+      out.add(t.ours, first.data);
+      hf.release(first);
+      bytes += first.bytes;
+      continue;
+    }
     global.assign(size_t(shape_numel(shape)) * esize, 0);  // padding rows stay zero
     const size_t row = size_t(row_numel(shape)) * esize;
     size_t at = 0;
