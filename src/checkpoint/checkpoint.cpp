@@ -98,13 +98,6 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
 
 namespace {
 
-// Writes a whole file under tmp and fsyncs it.
-void write_synced(const std::string& path, const std::string& text) {
-  ckpt::SyncedWriter w(path);
-  w.write(text.data(), text.size());
-  w.close();
-}
-
 // This rank's shard under tmp: one .bin of raw pieces and its .json index (with the .bin's
 // CRC). Returns the .bin's size.
 uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
@@ -126,7 +119,7 @@ uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
   fault::point(fault::Site::CheckpointSave);  // MG_FAULT_STOP: a rank stopped mid-save
   index.bin_bytes = bin.bytes();
   index.bin_crc32 = bin.crc();
-  write_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
+  ckpt::write_file_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
   return index.bin_bytes;
 }
 
@@ -158,7 +151,7 @@ void finish_save(const CheckpointIO& io, const TrainProgress& progress, const st
     meta.ranks.push_back({index, ckpt::crc32_of(text.data(), text.size()), si.bin, si.bin_bytes,
                           si.bin_crc32});
   }
-  write_synced(tmp + "/metadata.json", checkpoint_metadata_text(meta));
+  ckpt::write_file_synced(tmp + "/metadata.json", checkpoint_metadata_text(meta));
   ckpt::fsync_dir(tmp);
   ckpt::publish_checkpoint(c.save, tmp, progress.iteration);
   ckpt::keep_last_checkpoints(c.save, progress.iteration, c.ckpt_keep_last);
@@ -174,14 +167,7 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   const std::string tmp = final_dir + ".tmp";
   double bytes = 0;
   try {
-    if (g.world_rank == 0) {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      MG_USER_CHECK(fs::is_directory(dir, ec), "--save: cannot create directory '", dir, "'");
-      ckpt::remove_leftovers(dir);
-      fs::create_directories(tmp, ec);
-      MG_USER_CHECK(!ec, "--save: cannot create '", tmp, "': ", ec.message());
-    }
+    if (g.world_rank == 0) ckpt::begin_save(dir, tmp);
     g.world->barrier();
     bytes = all_reduce_sum(*g.world, double(write_shard(io, tmp)));
     g.world->barrier();  // every shard is on disk

@@ -11,17 +11,6 @@ namespace mg {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// A whole file under the .tmp directory, fsynced.
-void write_synced(const std::string& path, const std::string& text) {
-  ckpt::SyncedWriter w(path);
-  w.write(text.data(), text.size());
-  w.close();
-}
-
-}  // namespace
-
 CheckpointWriter::CheckpointWriter(const std::string& dir, GPTConfig model, int64_t tp,
                                    int64_t pp, DType dtype, std::vector<std::string> argv)
     : dir_(dir), model_(std::move(model)), tp_(tp), pp_(pp), dtype_(dtype), argv_(std::move(argv)) {
@@ -41,12 +30,7 @@ CheckpointWriter::CheckpointWriter(const std::string& dir, GPTConfig model, int6
       ranks_.push_back(std::move(r));
     }
   tmp_ = dir_ + "/" + checkpoint_dir_name(0) + ".tmp";
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
-  MG_USER_CHECK(fs::is_directory(dir_, ec), "--save: cannot create directory '", dir_, "'");
-  ckpt::remove_leftovers(dir_);
-  fs::create_directories(tmp_, ec);
-  MG_USER_CHECK(!ec, "--save: cannot create '", tmp_, "': ", ec.message());
+  ckpt::begin_save(dir_, tmp_);
   for (Rank& r : ranks_) r.bin = std::make_unique<ckpt::SyncedWriter>(tmp_ + "/" + r.index.bin);
 }
 
@@ -105,11 +89,11 @@ void CheckpointWriter::finish() {
     r.index.bin_crc32 = r.bin->crc();
     const std::string text = shard_index_text(r.index);
     const std::string index = rank_name(r.index.rank) + ".json";
-    write_synced(tmp_ + "/" + index, text);
+    ckpt::write_file_synced(tmp_ + "/" + index, text);
     meta.ranks.push_back({index, ckpt::crc32_of(text.data(), text.size()), r.index.bin,
                           r.index.bin_bytes, r.index.bin_crc32});
   }
-  write_synced(tmp_ + "/metadata.json", checkpoint_metadata_text(meta));
+  ckpt::write_file_synced(tmp_ + "/metadata.json", checkpoint_metadata_text(meta));
   ckpt::fsync_dir(tmp_);
   ckpt::publish_checkpoint(dir_, tmp_, 0);
   finished_ = true;

@@ -89,6 +89,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   w.commit();
 }
 
+void write_file_synced(const std::string& path, const std::string& content) {
+  SyncedWriter w(path);
+  w.write(content.data(), content.size());
+  w.close();
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   MG_USER_CHECK(f.good(), "cannot read '", path, "' (missing?)");

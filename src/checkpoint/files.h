@@ -47,6 +47,8 @@ class AtomicFileWriter {
 
 // A whole file written with AtomicFileWriter.
 void write_file_atomic(const std::string& path, const std::string& content);
+// A whole file written with SyncedWriter (in place: inside a directory published later).
+void write_file_synced(const std::string& path, const std::string& content);
 void fsync_dir(const std::string& dir);
 std::string read_text_file(const std::string& path);
 

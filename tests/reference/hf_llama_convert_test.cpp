@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_files.h"
+#include "testing/checkpoint_logits.h"
 #include "testing/mpirun.h"
 #include "train/checkpoint_model.h"
 #include "testing/subprocess.h"
@@ -47,14 +48,6 @@ class HFLlamaConvert : public ::testing::Test {
 };
 testing::TempDir* HFLlamaConvert::dir_ = nullptr;
 
-template <typename T>
-std::vector<T> read_all(const fs::path& p) {
-  const std::string b = testing::slurp(p);
-  std::vector<T> v(b.size() / sizeof(T));
-  std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
-  return v;
-}
-
 // Every tensor (name, dtype, shape, bytes), config.json and the tokenizer files agree.
 void expect_same_hf(const fs::path& a, const fs::path& b) {
   const HfTensorFiles x(a.string()), y(b.string());
@@ -72,36 +65,9 @@ void expect_same_hf(const fs::path& a, const fs::path& b) {
     EXPECT_EQ(testing::slurp(a / f), testing::slurp(b / f)) << f;
 }
 
-// The largest difference between our logits (the model of checkpoint dir ck, loaded at one
-// rank in f32) and the reference's for the case at `c`.
+// Our logits from checkpoint ck against the reference's for the case at c.
 double logits_error(const fs::path& ck, const fs::path& c) {
-  GPTConfig m = checkpoint_model_config(ck.string());
-  const int64_t B = 2, S = 16, V = m.vocab_size;
-  m.seq_length = S;
-  GPTModel model(m, B);
-  CheckpointConfig cc;
-  cc.model = m;
-  cc.load = ck.string();
-  cc.no_load_optim = true;
-  Optimizer opt(model.layout(), OptimizerConfig{});
-  ProcessGroups g = make_single_process_groups();
-  TrainProgress progress;
-  EXPECT_TRUE(load_checkpoint({model, opt, g, cc, false}, progress));
-  const auto tokens = read_all<int32_t>(c / "tokens.bin");
-  const auto want = read_all<double>(c / "logits.bin");
-  EXPECT_EQ(tokens.size(), size_t(B * S));
-  std::vector<int32_t> pos(B * S), labels(B * S, 0);
-  std::vector<float> mask(B * S, 1.f);
-  for (int64_t i = 0; i < B * S; ++i) pos[size_t(i)] = int32_t(i % S);
-  model.forward(0, {tokens.data(), pos.data(), labels.data(), mask.data()});
-  const int64_t Vp = m.padded_vocab_size();
-  double worst = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t v = 0; v < V; ++v)
-        worst = std::max(worst, std::fabs(model.logits(0)[(s * B + b) * Vp + v] -
-                                          want[size_t((b * S + s) * V + v)]));
-  return worst;
+  return testing::checkpoint_logits_error(ck.string(), c, 2, 16);
 }
 
 TEST_F(HFLlamaConvert, EveryFamilyAndDtypeRoundTripsExactlyAndMatchesTheLogits) {

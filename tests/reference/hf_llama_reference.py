@@ -14,11 +14,12 @@ names; the safetensors writer follows the published format (8-byte header length
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
+
+from safetensors_file import write_safetensors
 
 L, H, NH, HD, F, V, P = 2, 64, 4, 16, 96, 100, 64
 B, S, EPS = 2, 16, 1e-5
@@ -41,8 +42,8 @@ FAMILIES = {
                   extra={"use_sliding_window": False, "max_window_layers": 28,
                          "sliding_window": 4096, "bos_token_id": 151643, "eos_token_id": 151645}),
 }
-DTYPES = {"f32": (torch.float32, "F32", "float32"), "bf16": (torch.bfloat16, "BF16", "bfloat16"),
-          "f16": (torch.float16, "F16", "float16")}
+DTYPES = {"f32": (torch.float32, "float32"), "bf16": (torch.bfloat16, "bfloat16"),
+          "f16": (torch.float16, "float16")}
 
 
 def params(fam, gen, dtype):
@@ -130,30 +131,7 @@ def forward(fam, t, tokens):
     return x @ head.T
 
 
-def tensor_bytes(v, dtype):
-    if dtype == torch.bfloat16:
-        return v.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
-    return v.to(dtype).numpy().astype("<f4" if dtype == torch.float32 else "<f2").tobytes()
-
-
-def write_safetensors(path, tensors, dtype, st_dtype):
-    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, v in tensors.items():
-        b = tensor_bytes(v, dtype)
-        header[name] = {"dtype": st_dtype, "shape": list(v.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-    return offset
-
-
-def write_model(d, fam, t, dtype, st_dtype, torch_name, shards):
+def write_model(d, fam, t, dtype, torch_name, shards):
     os.makedirs(d, exist_ok=True)
     config = {"architectures": [fam["arch"]], "model_type": fam["model_type"], "hidden_act": "silu",
               "hidden_size": H, "intermediate_size": F, "num_attention_heads": NH,
@@ -171,14 +149,14 @@ def write_model(d, fam, t, dtype, st_dtype, torch_name, shards):
     json.dump({"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
                "temperature": 0.6}, open(os.path.join(d, "generation_config.json"), "w"))
     if shards == 1:
-        write_safetensors(os.path.join(d, "model.safetensors"), t, dtype, st_dtype)
+        write_safetensors(os.path.join(d, "model.safetensors"), t, dtype)
         return
     names = list(t)
     weight_map, total = {}, 0
     for s in range(shards):
         part = {k: t[k] for k in names[s::shards]}  # interleaved: a layer's tensors span files
         fname = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
-        total += write_safetensors(os.path.join(d, fname), part, dtype, st_dtype)
+        total += write_safetensors(os.path.join(d, fname), part, dtype)
         weight_map.update({k: fname for k in part})
     json.dump({"metadata": {"total_size": total}, "weight_map": weight_map},
               open(os.path.join(d, "model.safetensors.index.json"), "w"), indent=2)
@@ -186,12 +164,12 @@ def write_model(d, fam, t, dtype, st_dtype, torch_name, shards):
 
 def main(root):
     for fi, (fname, fam) in enumerate(FAMILIES.items()):
-        for di, (dname, (dtype, st_dtype, torch_name)) in enumerate(DTYPES.items()):
+        for di, (dname, (dtype, torch_name)) in enumerate(DTYPES.items()):
             gen = torch.Generator().manual_seed(20261205 + 10 * fi + di)
             t = params(fam, gen, dtype)
             d = os.path.join(root, "%s_%s" % (fname, dname))
-            write_model(os.path.join(d, "hf"), fam, t, dtype, st_dtype, torch_name, 1)
-            write_model(os.path.join(d, "hf_sharded"), fam, t, dtype, st_dtype, torch_name, 3)
+            write_model(os.path.join(d, "hf"), fam, t, dtype, torch_name, 1)
+            write_model(os.path.join(d, "hf_sharded"), fam, t, dtype, torch_name, 3)
             tokens = torch.randint(0, V, (B, S), generator=gen)
             tokens.int().numpy().tofile(os.path.join(d, "tokens.bin"))
             forward(fam, t, tokens).numpy().astype(np.float64).tofile(os.path.join(d, "logits.bin"))
