@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
 #include "testing/temp_dir.h"
 
 namespace mg::testing {
@@ -31,14 +32,7 @@ inline double checkpoint_logits_error(const std::string& ck, const std::filesyst
   const int64_t V = m.vocab_size, Vp = m.padded_vocab_size();
   m.seq_length = S;
   GPTModel model(m, B);
-  CheckpointConfig cc;
-  cc.model = m;
-  cc.load = ck;
-  cc.no_load_optim = true;
-  Optimizer opt(model.layout(), OptimizerConfig{});
-  ProcessGroups g = make_single_process_groups();
-  TrainProgress progress;
-  EXPECT_TRUE(load_checkpoint({model, opt, g, cc, false}, progress));
+  load_checkpoint_weights(ck, model);
   const auto tokens = read_array<int32_t>(dir / "tokens.bin");
   const auto want = read_array<double>(dir / "logits.bin");
   EXPECT_EQ(tokens.size(), size_t(B * S));
