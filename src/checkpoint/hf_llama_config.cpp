@@ -145,9 +145,15 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
                           const std::string& torch_dtype, const json& original) {
   const GPTConfig c = m.resolved();
   json j = original.is_object() ? original : json::object();
+  // A field at transformers' default that the source did not spell out stays out (the round
+  // trip gives back the same config.json); every other modelled field is written.
+  auto put = [&](const char* key, const json& v, const json& hf_default) {
+    if (j.contains(key) || v != hf_default) j[key] = v;
+  };
   // A float we hold in single precision keeps the file's spelling when it rounds to ours.
-  auto set_float = [&](const char* key, float v) {
-    if (!(j.contains(key) && j[key].is_number() && float(j[key].get<double>()) == v)) j[key] = v;
+  auto put_float = [&](const char* key, float v, const json& hf_default) {
+    if (!(j.contains(key) && j[key].is_number() && float(j[key].get<double>()) == v))
+      put(key, v, hf_default);
   };
   const auto fam = std::find_if(std::begin(kFamilies), std::end(kFamilies),
                                 [&](const Family& f) { return arch == f.architecture; });
@@ -160,34 +166,34 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
   j["intermediate_size"] = c.ffn();
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
-  j["head_dim"] = c.head_dim();
-  set_float("rms_norm_eps", c.norm_epsilon);
-  set_float("rope_theta", c.rotary_base);
+  put("head_dim", c.head_dim(), c.hidden_size / c.num_attention_heads);
+  put_float("rms_norm_eps", c.norm_epsilon, json());
+  put_float("rope_theta", c.rotary_base, json());
   if (c.use_rope_scaling) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope_scaling_factor},
-                         {"low_freq_factor", kLowFreqFactor},
-                         {"high_freq_factor", kHighFreqFactor},
-                         {"original_max_position_embeddings", int64_t(kOriginalContext)}};
-    if (original.contains("rope_scaling") && original["rope_scaling"].is_object() &&
-        original["rope_scaling"].contains("factor") &&
-        original["rope_scaling"]["factor"].is_number() &&
-        float(original["rope_scaling"]["factor"].get<double>()) == c.rope_scaling_factor)
-      j["rope_scaling"]["factor"] = original["rope_scaling"]["factor"];
+    json r = {{"rope_type", "llama3"},
+              {"factor", c.rope_scaling_factor},
+              {"low_freq_factor", kLowFreqFactor},
+              {"high_freq_factor", kHighFreqFactor},
+              {"original_max_position_embeddings", int64_t(kOriginalContext)}};
+    const json& was = original.contains("rope_scaling") ? original["rope_scaling"] : json();
+    if (was.is_object() && was.contains("factor") && was["factor"].is_number() &&
+        float(was["factor"].get<double>()) == c.rope_scaling_factor)
+      r["factor"] = was["factor"];
+    j["rope_scaling"] = r;
   } else {
-    j["rope_scaling"] = nullptr;
+    put("rope_scaling", nullptr, nullptr);
   }
   j["tie_word_embeddings"] = c.tied_output();
   j["max_position_embeddings"] = c.max_positions();
   j["vocab_size"] = c.vocab_size;
-  set_float("initializer_range", c.init_method_std);
+  put_float("initializer_range", c.init_method_std, 0.02f);
   j["torch_dtype"] = torch_dtype;
   if (arch == "LlamaForCausalLM") {
-    j["attention_bias"] = c.add_bias_linear;
-    j["mlp_bias"] = c.add_bias_linear;
+    put("attention_bias", c.add_bias_linear, false);
+    put("mlp_bias", c.add_bias_linear, false);
   }
-  if (arch == "MistralForCausalLM") j["sliding_window"] = nullptr;
-  if (arch == "Qwen2ForCausalLM") j["use_sliding_window"] = false;
+  if (arch == "MistralForCausalLM") j["sliding_window"] = nullptr;  // its default is 4096
+  if (arch == "Qwen2ForCausalLM") put("use_sliding_window", false, false);
   return j;
 }
 

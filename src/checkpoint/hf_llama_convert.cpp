@@ -1,5 +1,6 @@
 #include "checkpoint/hf_llama_convert.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const std::vector<std::string>& hf_side_files() {
-  static const std::vector<std::string> files = {
+  static const std::vector<std::string> files = {  // config.json first
       "config.json",          "generation_config.json",  "tokenizer.json",
       "tokenizer_config.json", "tokenizer.model",        "special_tokens_map.json",
       "vocab.json",           "merges.txt",              "added_tokens.json"};
@@ -173,14 +174,21 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
     if (original.contains("architectures")) preferred = hf_architecture(original, kept);
   }
   const std::string arch = hf_llama_architecture_for(mc, preferred, "--load " + cfg.load);
+  MG_USER_CHECK(cfg.tokenizer_model.empty() ||
+                    std::any_of(hf_side_files().begin() + 1, hf_side_files().end(),
+                                [&](const std::string& f) {
+                                  return fs::is_regular_file(tok + "/" + f, ec);
+                                }),
+                "--tokenizer-model '", tok, "' holds none of the tokenizer files "
+                "(tokenizer.json, tokenizer_config.json, tokenizer.model, ...)");
   CheckpointReader reader(ckdir, meta);
   const std::vector<LlamaTensor> tensors = llama_tensors(mc);
   const DType dtype = reader.dtype("model/embedding.word_embeddings.weight");
   std::vector<HfTensorInfo> plan;
   for (const LlamaTensor& t : tensors)
     for (const HfRows& p : t.parts)
-      if (plan.empty() || std::none_of(plan.begin(), plan.end(),
-                                       [&](const HfTensorInfo& i) { return i.name == p.name; }))
+      if (std::none_of(plan.begin(), plan.end(),
+                       [&](const HfTensorInfo& i) { return i.name == p.name; }))
         plan.push_back({p.name, dtype, p.shape});
   fs::create_directories(cfg.save, ec);
   MG_USER_CHECK(fs::is_directory(cfg.save, ec), "--save: cannot create directory '", cfg.save, "'");
@@ -230,9 +238,6 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
   ckpt::write_file_atomic(cfg.save + "/config.json",
                           hf_llama_config_json(mc, arch, torch_dtype_name(dtype), original).dump(2) + "\n");
   const int side = copy_side_files(tok, cfg.save, false);
-  MG_USER_CHECK(side > 0 || cfg.tokenizer_model.empty(), "--tokenizer-model '", tok,
-                "' holds none of the tokenizer files (tokenizer.json, tokenizer_config.json, "
-                "tokenizer.model, ...)");
   if (side == 0)
     log_line(str_cat(" > note: no tokenizer files written (", tok, " has none): pass "
                      "--tokenizer-model DIR to copy them from DIR"));

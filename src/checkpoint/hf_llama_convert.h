@@ -13,7 +13,8 @@
 namespace mg {
 
 // The files of an HF model directory that are not weights: config.json, the tokenizer's and
-// the generation settings. hf-to-megatron keeps them in CKPT_DIR/hf/; the export writes them.
+// the generation settings (config.json first). hf-to-megatron keeps them in CKPT_DIR/hf/; the
+// export writes them.
 const std::vector<std::string>& hf_side_files();
 
 // `config` is the parsed config.json at config_path (its architecture of the Llama family).

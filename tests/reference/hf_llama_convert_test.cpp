@@ -120,6 +120,38 @@ TEST_F(HFLlamaConvert, TargetLayoutTp2Pp2) {
   }
 }
 
+// A checkpoint without the kept hf/ (a training --save directory): the architecture follows
+// from the model (Qwen2 for a QKV bias alone), the tokenizer files and the fields we do not
+// model come from --tokenizer-model DIR; a DIR without tokenizer files is refused.
+TEST_F(HFLlamaConvert, ExportWithoutTheKeptFilesUsesTokenizerModel) {
+  for (const char* name : {"qwen2_bf16", "llama_tied_f32"}) {
+    SCOPED_TRACE(name);
+    const fs::path c = ref(name), ck = c / "ck_bare";
+    ASSERT_EQ(convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+                      ck.string()).exit_code, 0);
+    fs::remove_all(ck / "hf");
+    auto r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
+                     (c / "bare").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json want = json::parse(testing::slurp(c / "hf" / "config.json"));
+    const json got = json::parse(testing::slurp(c / "bare" / "config.json"));
+    EXPECT_EQ(got["architectures"], want["architectures"]);
+    EXPECT_EQ(got["tie_word_embeddings"], want["tie_word_embeddings"]);
+    EXPECT_FALSE(got.contains("bos_token_id"));
+    EXPECT_FALSE(fs::exists(c / "bare" / "tokenizer.json"));
+    r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
+                (c / "tok").string() + " --tokenizer-model " + (c / "hf").string());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_hf(c / "hf", c / "tok");
+    fs::create_directories(c / "empty");
+    r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
+                (c / "none").string() + " --tokenizer-model " + (c / "empty").string());
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find((c / "empty").string()), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(c / "none"));
+  }
+}
+
 // Each bad input: exit 2, a message naming the file, and no --save directory left behind.
 TEST_F(HFLlamaConvert, BadInputsNameTheFileAndWriteNothing) {
   testing::TempDir t("mg_hf_bad");
