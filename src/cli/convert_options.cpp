@@ -41,8 +41,9 @@ const std::vector<Option<ConvertConfig>>& convert_options() {
                 MG_FIELD(max_shard_size)),
       valued<C>("--tokenizer-model", "DIR",
                 "megatron-to-hf: copy the tokenizer files (tokenizer.json, tokenizer.model, ...) "
-                "and generation_config.json from DIR (default: the ones hf-to-megatron kept in "
-                "LOAD/hf)",
+                "and generation_config.json from DIR, and, when LOAD has no hf/config.json, the "
+                "config.json fields we do not model (bos/eos ids, ...) from DIR/config.json "
+                "(default: what hf-to-megatron kept in LOAD/hf)",
                 MG_FIELD(tokenizer_model)),
   };
   return table;
