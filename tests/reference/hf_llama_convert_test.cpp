@@ -238,7 +238,8 @@ TEST_F(HFLlamaConvert, BadInputsNameTheFileAndWriteNothing) {
 
 // `train --load` of a converted checkpoint needs no model flags: one rank, TP 2 x PP 2 (with the
 // vocabulary padded to the same 128 rows) and the checkpoint written for TP 2 x PP 2 give the
-// same losses; a --bf16 run loads the bf16 weights; a model flag that disagrees is refused.
+// same losses; a --bf16 run loads the bf16 weights; generate --load samples from it; a model
+// flag that disagrees is refused.
 TEST_F(HFLlamaConvert, TrainLoadTakesTheModelFromTheCheckpoint) {
   const fs::path c = ref("llama3_bf16"), ck = c / "ck", ck22 = c / "ck22";
   for (const auto& [dir, extra] : {std::pair{ck, std::string()},
@@ -269,6 +270,12 @@ TEST_F(HFLlamaConvert, TrainLoadTakesTheModelFromTheCheckpoint) {
   const auto bf16 = testing::run_command(train + ck.string() + " --bf16");
   EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_EQ(testing::log_values(bf16.output, "lm loss").size(), 4u) << bf16.output;
+  // generate --load rebuilds the model from the record too (a TP 2 x PP 2 checkpoint included).
+  const auto gen = testing::run_command(std::string(MG_BINARY) + " generate --load " +
+                                        ck22.string() + " --tokenizer-type NullTokenizer "
+                                        "--vocab-size 100 --prompt '1 2 3' --max-new-tokens 4");
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  EXPECT_NE(gen.output.find("1 2 3 "), std::string::npos) << gen.output;
   const auto other = testing::run_command(train + ck.string() + " --num-layers 3");
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("--num-layers"), std::string::npos) << other.output;
