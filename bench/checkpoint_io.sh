@@ -3,7 +3,8 @@
 # 50304) with Adam state, per layout: one training iteration, --save (every rank writes its
 # shard, fsync, CRC-32, atomic publish), then a --load of that checkpoint. Save MB = bytes of
 # all shards; save time = from the first rank starting to the checkpoint being published; load
-# time/MB = rank 0's (it maps, verifies the CRC of and reads every shard file it needs).
+# time/MB = rank 0's (it verifies the CRC of every shard file it needs, streamed, and reads its
+# pieces by byte ranges).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh >/dev/null

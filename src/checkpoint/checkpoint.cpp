@@ -10,6 +10,7 @@
 #include "backend/dispatch.h"
 #include "backend/ops.h"
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/files.h"
 #include "checkpoint/metadata.h"
 #include "checkpoint/model_record.h"
@@ -97,13 +98,6 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
 
 namespace {
 
-// Writes a whole file under tmp and fsyncs it.
-void write_synced(const std::string& path, const std::string& text) {
-  ckpt::SyncedWriter w(path);
-  w.write(text.data(), text.size());
-  w.close();
-}
-
 // This rank's shard under tmp: one .bin of raw pieces and its .json index (with the .bin's
 // CRC). Returns the .bin's size.
 uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
@@ -125,7 +119,7 @@ uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
   fault::point(fault::Site::CheckpointSave);  // MG_FAULT_STOP: a rank stopped mid-save
   index.bin_bytes = bin.bytes();
   index.bin_crc32 = bin.crc();
-  write_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
+  ckpt::write_file_synced(tmp + "/" + rank_name(g.world_rank) + ".json", shard_index_text(index));
   return index.bin_bytes;
 }
 
@@ -157,7 +151,7 @@ void finish_save(const CheckpointIO& io, const TrainProgress& progress, const st
     meta.ranks.push_back({index, ckpt::crc32_of(text.data(), text.size()), si.bin, si.bin_bytes,
                           si.bin_crc32});
   }
-  write_synced(tmp + "/metadata.json", checkpoint_metadata_text(meta));
+  ckpt::write_file_synced(tmp + "/metadata.json", checkpoint_metadata_text(meta));
   ckpt::fsync_dir(tmp);
   ckpt::publish_checkpoint(c.save, tmp, progress.iteration);
   ckpt::keep_last_checkpoints(c.save, progress.iteration, c.ckpt_keep_last);
@@ -173,14 +167,7 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
   const std::string tmp = final_dir + ".tmp";
   double bytes = 0;
   try {
-    if (g.world_rank == 0) {
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      MG_USER_CHECK(fs::is_directory(dir, ec), "--save: cannot create directory '", dir, "'");
-      ckpt::remove_leftovers(dir);
-      fs::create_directories(tmp, ec);
-      MG_USER_CHECK(!ec, "--save: cannot create '", tmp, "': ", ec.message());
-    }
+    if (g.world_rank == 0) ckpt::begin_save(dir, tmp);
     g.world->barrier();
     bytes = all_reduce_sum(*g.world, double(write_shard(io, tmp)));
     g.world->barrier();  // every shard is on disk
@@ -200,107 +187,6 @@ void save_checkpoint(const CheckpointIO& io, const TrainProgress& progress) {
 
 namespace {
 
-// The pieces of one checkpoint, by key, with lazily mapped and verified shard files.
-class CheckpointReader {
- public:
-  CheckpointReader(const std::string& dir, const CheckpointMetadata& meta) : dir_(dir) {
-    for (size_t r = 0; r < meta.ranks.size(); ++r) {
-      const ShardFiles& sf = meta.ranks[r];
-      const std::string ipath = dir + "/" + sf.index;
-      const std::string text = ckpt::read_text_file(ipath);
-      MG_USER_CHECK(ckpt::crc32_of(text.data(), text.size()) == sf.index_crc32,
-                    "checkpoint index '", ipath, "' is corrupt (checksum mismatch)");
-      ShardIndex index = parse_shard_index(text, ipath);
-      MG_USER_CHECK(index.rank == int64_t(r) && index.bin == sf.bin && index.bin_bytes == sf.bin_bytes &&
-                        index.bin_crc32 == sf.bin_crc32,
-                    "checkpoint index '", ipath, "' is not the one its metadata.json lists (rank ",
-                    index.rank, ", ", index.bin, ")");
-      files_.push_back({dir + "/" + sf.bin, sf.bin_bytes, sf.bin_crc32, nullptr});
-      for (PieceInfo& p : index.pieces) by_key_[p.key].push_back({files_.size() - 1, std::move(p)});
-    }
-  }
-  bool has(const std::string& key) const { return by_key_.count(key) > 0; }
-
-  // The whole tensor `key` in f32 (row-major, global shape), assembled from its pieces.
-  std::vector<float> global(const std::string& key, Shape& shape) {
-    const auto& pieces = by_key_.at(key);
-    shape = pieces.front().piece.global_shape;
-    std::vector<float> out(size_t(shape_numel(shape)), 0.f);
-    std::vector<char> covered(out.size(), 0);
-    for (const Src& s : pieces) {
-      const PieceInfo& m = s.piece;  // a slice of a shard of its global shape (parse_shard_index)
-      MG_USER_CHECK(m.global_shape == shape, "checkpoint '", dir_, "': pieces of ", key,
-                    " disagree on its global shape");
-      ParamSpec spec;
-      spec.shape = m.local_shape;
-      spec.global_shape = shape;
-      spec.sharding.split_dim = m.tp_split_dim;
-      spec.sharding.stride = m.tp_stride;
-      MG_USER_CHECK(m.offset + uint64_t(m.numel) * dtype_size(m.dtype) <= files_[s.file].bytes,
-                    "checkpoint file '", files_[s.file].path, "': piece of ", key,
-                    " lies outside the file");
-      const char* src = file(s.file) + m.offset;
-      for (int64_t j = 0; j < m.numel; ++j) {
-        const int64_t gi = global_index(spec, m.local_begin + j, m.tp_size, m.tp_rank);
-        MG_CHECK(gi >= 0 && gi < int64_t(out.size()), "piece of ", key, " outside its global shape");
-        out[size_t(gi)] = cpu::load_f32(src, m.dtype, j);
-        covered[size_t(gi)] = 1;
-      }
-    }
-    covered_ = std::move(covered);
-    return out;
-  }
-  bool covered(int64_t i) const { return covered_[size_t(i)] != 0; }
-  uint64_t bytes_read() const { return bytes_read_; }
-
- private:
-  struct FileInfo {
-    std::string path;
-    uint64_t bytes;
-    uint32_t crc;
-    std::unique_ptr<ckpt::MappedFile> map;
-  };
-  struct Src {
-    size_t file;
-    PieceInfo piece;
-  };
-  // Maps a shard file on first use and verifies its size and checksum.
-  const char* file(size_t i) {
-    FileInfo& f = files_[i];
-    if (!f.map) {
-      f.map = std::make_unique<ckpt::MappedFile>(f.path);
-      MG_USER_CHECK(f.map->size() == f.bytes, "checkpoint file '", f.path, "' has ",
-                    f.map->size(), " bytes but the metadata says ", f.bytes, " (truncated?)");
-      MG_USER_CHECK(ckpt::crc32_of(f.map->data(), f.map->size()) == f.crc, "checkpoint file '",
-                    f.path, "' is corrupt (CRC-32 mismatch)");
-      bytes_read_ += f.bytes;
-    }
-    return f.map->data();
-  }
-  std::string dir_;
-  std::vector<FileInfo> files_;
-  std::map<std::string, std::vector<Src>> by_key_;
-  std::vector<char> covered_;
-  uint64_t bytes_read_ = 0;
-};
-
-// The metadata of checkpoint directory ckdir (iter_%07d under a --load directory), validated,
-// and recording the iteration its directory name says.
-CheckpointMetadata read_metadata(const std::string& ckdir) {
-  const std::string path = ckdir + "/metadata.json";
-  std::error_code ec;
-  MG_USER_CHECK(fs::is_regular_file(path, ec), "checkpoint '", ckdir, "' has no metadata.json: ",
-                fs::is_directory(ckdir, ec) ? "it is incomplete" : "it does not exist",
-                "; point ", fs::path(ckdir).parent_path().string(), "/", kLatestFile,
-                " at another complete iter_ directory");
-  const CheckpointMetadata meta = parse_checkpoint_metadata(ckpt::read_text_file(path), path);
-  const int64_t named = iteration_of_dir_name(fs::path(ckdir).filename().string());
-  MG_USER_CHECK(meta.iteration == named, "checkpoint metadata '", path, "' records iteration ",
-                meta.iteration, " but its directory is named for iteration ", named,
-                " (a checkpoint copied or renamed by hand?); restore the original directory");
-  return meta;
-}
-
 // The directory of dir's latest checkpoint ("" when dir has no latest_checkpointed_iteration.txt).
 std::string latest_dir(const std::string& dir) {
   const int64_t it = read_latest_iteration(dir);
@@ -314,18 +200,17 @@ std::string latest_checkpoint_dir(const std::string& dir) { return latest_dir(di
 GPTConfig checkpoint_model_config(const std::string& dir) {
   const std::string ckdir = latest_dir(dir);
   MG_USER_CHECK(!ckdir.empty(), "'", dir, "' holds no checkpoint (no ", kLatestFile, ")");
-  return read_metadata(ckdir).model;
+  return read_checkpoint_metadata(ckdir).model;
 }
 
 void verify_checkpoint(const std::string& ckdir) {
-  const CheckpointMetadata meta = read_metadata(ckdir);
+  const CheckpointMetadata meta = read_checkpoint_metadata(ckdir);
   CheckpointReader reader(ckdir, meta);
   for (size_t r = 0; r < meta.ranks.size(); ++r) {
     // Mapping a file verifies its size and CRC; reading every tensor would only add time.
     const std::string bin = ckdir + "/" + meta.ranks[r].bin;
-    const ckpt::MappedFile f(bin);
-    MG_USER_CHECK(f.size() == meta.ranks[r].bin_bytes &&
-                      ckpt::crc32_of(f.data(), f.size()) == meta.ranks[r].bin_crc32,
+    const ckpt::RandomAccessFile f(bin);
+    MG_USER_CHECK(f.size() == meta.ranks[r].bin_bytes && f.crc32() == meta.ranks[r].bin_crc32,
                   "checkpoint file '", bin, "' is corrupt or truncated");
   }
 }
@@ -340,7 +225,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatestFile, "): starting from scratch"));
     return false;
   }
-  const CheckpointMetadata meta = read_metadata(dir);
+  const CheckpointMetadata meta = read_checkpoint_metadata(dir);
   check_model_record(meta.model, c.model, "checkpoint '" + dir + "'");
   CheckpointReader reader(dir, meta);
 

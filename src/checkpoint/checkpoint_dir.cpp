@@ -120,6 +120,15 @@ void remove_leftovers(const std::string& dir) {
   }
 }
 
+void begin_save(const std::string& dir, const std::string& tmp) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  MG_USER_CHECK(fs::is_directory(dir, ec), "--save: cannot create directory '", dir, "'");
+  remove_leftovers(dir);
+  fs::create_directories(tmp, ec);
+  MG_USER_CHECK(!ec, "--save: cannot create '", tmp, "': ", ec.message());
+}
+
 void publish_checkpoint(const std::string& dir, const std::string& tmp, int64_t iteration) {
   const std::string final_dir = dir + "/" + checkpoint_dir_name(iteration);
   std::error_code ec;

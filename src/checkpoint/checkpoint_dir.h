@@ -25,6 +25,9 @@ namespace ckpt {
 // iter_*.old (older builds), the latest file's .tmp, and final-named directories older than the
 // latest checkpoint that lack metadata.json (half-deleted by older builds). Logs each.
 void remove_leftovers(const std::string& dir);
+// Rank 0 before a save: creates dir if new (a UsageError naming --save if it cannot), removes
+// what interrupted saves left in it, and creates the save's directory tmp (iter_%07d.tmp).
+void begin_save(const std::string& dir, const std::string& tmp);
 // Moves the finished tmp directory to iter_%07d (an existing one is swapped out atomically
 // and then removed), fsyncs dir, and points latest_checkpointed_iteration.txt at it.
 void publish_checkpoint(const std::string& dir, const std::string& tmp, int64_t iteration);

@@ -3,6 +3,11 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_writer.h"
+#include "checkpoint/hf_files.h"
+#include "checkpoint/hf_llama_config.h"
+#include "checkpoint/hf_llama_convert.h"
+#include "checkpoint/json_fields.h"
 #include "checkpoint/files.h"
 #include "checkpoint/hf_gpt2.h"
 #include "checkpoint/single_rank.h"
@@ -16,6 +21,11 @@ void ConvertConfig::validate() const {
   MG_USER_CHECK(!load.empty(), "--load DIR is required");
   MG_USER_CHECK(!save.empty(), "--save DIR is required");
   MG_USER_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive");
+  MG_USER_CHECK(target_tp >= 1 && target_tp <= 4096, "--target-tensor-parallel-size must be in "
+                "[1, 4096], got ", target_tp);
+  MG_USER_CHECK(target_pp >= 1 && target_pp <= 4096, "--target-pipeline-parallel-size must be in "
+                "[1, 4096], got ", target_pp);
+  parse_shard_size(max_shard_size, "--max-shard-size");
 }
 
 void load_checkpoint_weights(const std::string& dir, GPTModel& model) {
@@ -55,29 +65,25 @@ void check_destination(const ConvertConfig& cfg) {
                 "pass --overwrite");
 }
 
-void convert_files(const ConvertConfig& cfg) {
-  if (cfg.direction == "hf-to-megatron") {
-    const GPTConfig mc =
-        hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
-    const SafetensorsReader hf(cfg.load + "/model.safetensors");
-    SingleRankModel h(mc);
-    const std::vector<float> p = params_from_hf(hf, mc, cfg.allow_unused_tensors);
-    std::copy(p.begin(), p.end(), h.model->params());
-    h.ckpt.save = cfg.save;
-    h.ckpt.no_save_optim = true;
-    h.ckpt.argv = {"convert", "--direction", cfg.direction, "--load", cfg.load, "--save", cfg.save};
-    save_checkpoint(h.io(), TrainProgress{});
-    log_line(str_cat(" > converted ", cfg.load, " (", mc.num_layers, " layers, hidden ",
-                     mc.hidden_size, ", vocab ", mc.vocab_size, " padded to ",
-                     mc.padded_vocab_size(), ") to ", cfg.save));
-    return;
-  }
-  const GPTConfig mc = checkpoint_model_config(cfg.load);
-  std::string features;
-  for (const std::string& f : mc.non_gpt2_features()) features += (features.empty() ? "" : ", ") + f;
-  MG_USER_CHECK(features.empty(), "--load ", cfg.load,
-                ": megatron convert writes Hugging Face GPT-2 only, and this checkpoint's model "
-                "has ", features, ": converting it is not supported by megatron-cpp yet");
+// GPT-2 from HF: the whole model in f32 (small), streamed into the checkpoint writer.
+void gpt2_hf_to_megatron(const ConvertConfig& cfg) {
+  GPTConfig mc = hf_gpt2_config(cfg.load + "/config.json", cfg.make_vocab_size_divisible_by);
+  mc.vocab_pad_tp = cfg.target_tp;
+  const SafetensorsReader hf(cfg.load + "/model.safetensors");
+  const std::vector<float> p = params_from_hf(hf, mc, cfg.allow_unused_tensors);
+  CheckpointWriter out(cfg.save, mc, cfg.target_tp, cfg.target_pp, DType::F32,
+                       {"convert", "--direction", cfg.direction, "--load", cfg.load, "--save",
+                        cfg.save});
+  const ParamLayout layout = gpt_param_layout(mc);
+  for (const ParamSpec& s : layout.params())
+    out.add(s.name, reinterpret_cast<const char*>(p.data() + s.offset));
+  out.finish();
+  log_line(str_cat(" > converted ", cfg.load, " (", mc.num_layers, " layers, hidden ",
+                   mc.hidden_size, ", vocab ", mc.vocab_size, " padded to ",
+                   mc.padded_vocab_size(), ") to ", cfg.save));
+}
+
+void gpt2_megatron_to_hf(const ConvertConfig& cfg, const GPTConfig& mc) {
   SingleRankModel h(mc);
   h.ckpt.load = cfg.load;
   h.ckpt.no_load_optim = true;
@@ -91,6 +97,25 @@ void convert_files(const ConvertConfig& cfg) {
   write_safetensors(cfg.save + "/model.safetensors", params_to_hf(params, mc));
   write_hf_gpt2_config(cfg.save + "/config.json", mc);
   log_line(str_cat(" > converted ", cfg.load, " to ", cfg.save, "/model.safetensors"));
+}
+
+void convert_files(const ConvertConfig& cfg) {
+  if (cfg.direction == "hf-to-megatron") {
+    // config.json's "architectures" picks the family; a GPT-2 file may lack it.
+    const std::string path = cfg.load + "/config.json";
+    const nlohmann::json config =
+        ckpt::JsonFields::parse_object(ckpt::read_text_file(path), "HF config '" + path + "'");
+    const std::string arch =
+        config.contains("architectures") ? hf_architecture(config, path) : "GPT2LMHeadModel";
+    if (arch == "GPT2LMHeadModel") return gpt2_hf_to_megatron(cfg);
+    MG_USER_CHECK(is_hf_llama_family(arch), "HF config '", path, "': field 'architectures' is \"",
+                  arch, "\"; megatron convert reads GPT2LMHeadModel, LlamaForCausalLM, "
+                  "MistralForCausalLM and Qwen2ForCausalLM");
+    return llama_hf_to_megatron(cfg, config, path);
+  }
+  const GPTConfig mc = checkpoint_model_config(cfg.load);
+  if (mc.non_gpt2_features().empty()) return gpt2_megatron_to_hf(cfg, mc);
+  llama_megatron_to_hf(cfg);
 }
 
 }  // namespace

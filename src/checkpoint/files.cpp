@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
 
@@ -88,6 +89,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   w.commit();
 }
 
+void write_file_synced(const std::string& path, const std::string& content) {
+  SyncedWriter w(path);
+  w.write(content.data(), content.size());
+  w.close();
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   MG_USER_CHECK(f.good(), "cannot read '", path, "' (missing?)");
@@ -112,6 +119,50 @@ MappedFile::MappedFile(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<char*>(data_), size_);
+}
+
+void MappedFile::release(const char* p, uint64_t n) const {
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  // Whole pages inside the range only: a neighbour's bytes on a shared page stay mapped.
+  const uint64_t begin = (uint64_t(p - data_) + page - 1) / page * page;
+  const uint64_t end = uint64_t(p - data_) + n;
+  if (end > begin + page) ::madvise(const_cast<char*>(data_) + begin, (end - begin) / page * page,
+                                    MADV_DONTNEED);
+}
+
+RandomAccessFile::RandomAccessFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY);
+  MG_USER_CHECK(fd_ >= 0, "file '", path, "' is missing (", std::strerror(errno), ")");
+  struct stat st {};
+  ::fstat(fd_, &st);
+  size_ = uint64_t(st.st_size);
+}
+
+RandomAccessFile::~RandomAccessFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RandomAccessFile::read(uint64_t offset, void* dst, size_t n) const {
+  char* out = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, out, n, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    MG_USER_CHECK(got > 0, "cannot read '", path_, "' at byte ", offset, ": ",
+                  got == 0 ? "end of file (truncated?)" : std::strerror(errno));
+    out += got, offset += uint64_t(got), n -= size_t(got);
+  }
+}
+
+uint32_t RandomAccessFile::crc32() const {
+  std::vector<char> buf(size_t(16) << 20);
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < size_;) {
+    const size_t n = size_t(std::min<uint64_t>(buf.size(), size_ - at));
+    read(at, buf.data(), n);
+    crc = crc32_of(buf.data(), n, crc);
+    at += n;
+  }
+  return crc;
 }
 
 }  // namespace mg::ckpt

@@ -47,6 +47,8 @@ class AtomicFileWriter {
 
 // A whole file written with AtomicFileWriter.
 void write_file_atomic(const std::string& path, const std::string& content);
+// A whole file written with SyncedWriter (in place: inside a directory published later).
+void write_file_synced(const std::string& path, const std::string& content);
 void fsync_dir(const std::string& dir);
 std::string read_text_file(const std::string& path);
 
@@ -59,9 +61,31 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   const char* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // Drops the pages of [p, p + n) from this process (they are re-read if touched again): a
+  // reader that copies one tensor at a time out of a large file keeps only that tensor resident.
+  void release(const char* p, uint64_t n) const;
 
  private:
   const char* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// A file read by byte ranges (pread), never mapped or loaded whole.
+class RandomAccessFile {
+ public:
+  explicit RandomAccessFile(const std::string& path);
+  ~RandomAccessFile();
+  RandomAccessFile(const RandomAccessFile&) = delete;
+  RandomAccessFile& operator=(const RandomAccessFile&) = delete;
+  uint64_t size() const { return size_; }
+  // Bytes [offset, offset + n) into dst; a short read is a UsageError naming the file.
+  void read(uint64_t offset, void* dst, size_t n) const;
+  // The whole file's CRC-32, streamed through a small buffer.
+  uint32_t crc32() const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
   uint64_t size_ = 0;
 };
 

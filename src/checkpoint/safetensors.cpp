@@ -160,7 +160,8 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   const SafetensorsHeader h = parse_safetensors_header(file_->data(), file_->size(), path);
   for (const SafetensorsEntry& e : h.tensors)
     tensors_.emplace(
-        e.name, SafeTensor{e.name, e.dtype, e.shape, file_->data() + h.data_start + e.begin, path});
+        e.name, SafeTensor{e.name, e.dtype, e.shape, file_->data() + h.data_start + e.begin, path,
+                            e.end - e.begin});
 }
 
 const SafeTensor& SafetensorsReader::get(const std::string& name) const {

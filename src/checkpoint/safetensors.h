@@ -45,6 +45,7 @@ struct SafeTensor {
   Shape shape;
   const char* data;  // into the mapped file; any alignment
   std::string path;  // the file (for messages)
+  uint64_t bytes = 0;  // of data
   // The values as f32 (F32, F16, BF16); another dtype is a UsageError naming the tensor.
   std::vector<float> to_f32() const;
 };
@@ -57,6 +58,8 @@ class SafetensorsReader {
   const SafeTensor& get(const std::string& name) const;
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
   const std::string& path() const { return path_; }
+  // Drops t's pages from memory once copied out (they are read again if touched).
+  void release(const SafeTensor& t) const { file_->release(t.data, t.bytes); }
 
  private:
   std::string path_;

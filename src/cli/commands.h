@@ -17,8 +17,9 @@ const std::vector<Option<MergeConfig>>& merge_options();
 const std::vector<Option<GenerateConfig>>& generate_options();
 const std::vector<Option<ConvertConfig>>& convert_options();
 
-inline TrainConfig parse_train_args(const std::vector<std::string>& args) {
-  return parse_args(train_options(), args, "train");
+inline TrainConfig parse_train_args(const std::vector<std::string>& args,
+                                    std::set<std::string>* given = nullptr) {
+  return parse_args(train_options(), args, "train", given);
 }
 
 }  // namespace mg

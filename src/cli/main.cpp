@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/process_groups.h"
+#include "train/checkpoint_model.h"
 #include "train/rank_memory.h"
 #include "train/trainer.h"
 
@@ -29,7 +30,7 @@ const char* kUsage =
     "  preprocess       JSON lines -> Megatron .bin/.idx token datasets\n"
     "  merge-datasets   concatenate .bin/.idx datasets\n"
     "  generate         continue prompts with a trained model\n"
-    "  convert          Hugging Face GPT-2 <-> megatron-cpp checkpoints\n\n"
+    "  convert          Hugging Face GPT-2, Llama, Mistral, Qwen2 <-> megatron-cpp checkpoints\n\n"
     "Threads: set OMP_NUM_THREADS (default: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
@@ -45,12 +46,16 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
                "GPT-2-style model. Flags follow Megatron-LM's names and meanings.").c_str(), stdout);
     return 0;
   }
-  mg::TrainConfig cfg = mg::parse_train_args(args);
+  std::set<std::string> given;
+  mg::TrainConfig cfg = mg::parse_train_args(args, &given);
   cfg.argv = args;
+  // --load with a checkpoint: model flags not given come from it.
+  const bool model_from_ckpt = mg::model_from_checkpoint(cfg, given);
   if (!cfg.tokenizer.tokenizer_type.empty()) {
     // The tokenizer sizes the vocabulary (Megatron pads it afterwards).
     if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
-    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
+    cfg.model.vocab_size = mg::train_vocab_size(
+        cfg, mg::make_tokenizer(cfg.tokenizer)->vocab_size(), model_from_ckpt, given);
   }
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -81,9 +82,10 @@ Option<Config> on_off(std::string flag, std::string help, Access access) {
 }
 
 // Parses argv-style arguments (without the subcommand). Throws UsageError naming the flag.
+// `given`, when not null, receives each flag that appeared.
 template <typename Config>
 Config parse_args(const std::vector<Option<Config>>& table, const std::vector<std::string>& args,
-                  const std::string& command) {
+                  const std::string& command, std::set<std::string>* given = nullptr) {
   Config cfg;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
@@ -110,6 +112,7 @@ Config parse_args(const std::vector<Option<Config>>& table, const std::vector<st
       MG_USER_CHECK(!values.empty(), flag, " needs a value (", opt->metavar, ")");
     }
     opt->set(cfg, values);
+    if (given) given->insert(flag);
   }
   return cfg;
 }

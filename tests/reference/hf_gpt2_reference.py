@@ -11,12 +11,13 @@ written here for the test; the safetensors writer follows the published format.
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from safetensors_file import write_safetensors
 
 L, H, NH, P, V, EPS = 2, 64, 4, 32, 100, 1e-5
 B, S = 2, 16
@@ -65,22 +66,6 @@ def forward(t, tokens):
         x = x + m @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
     x = F.layer_norm(x, (H,), t["transformer.ln_f.weight"], t["transformer.ln_f.bias"], EPS)
     return x @ t["transformer.wte.weight"].T
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, v in tensors.items():
-        b = v.float().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
 
 
 def main(d):

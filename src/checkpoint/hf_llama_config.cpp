@@ -1,0 +1,200 @@
+#include "checkpoint/hf_llama_config.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "checkpoint/json_fields.h"
+#include "core/error.h"
+
+namespace mg {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct Family {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},
+                                {"MistralForCausalLM", "mistral"},
+                                {"Qwen2ForCausalLM", "qwen2"}};
+
+// Llama 3.1's fixed RoPE-scaling constants (Megatron's --use-rope-scaling takes only the factor).
+constexpr double kLowFreqFactor = 1, kHighFreqFactor = 4, kOriginalContext = 8192;
+
+bool absent_or_null(const ckpt::JsonFields& f, const std::string& key) {
+  return !f.has(key) || f.raw(key).is_null();
+}
+
+// rope_scaling: null, {"rope_type": "default"}, or Llama 3.1's {"rope_type": "llama3", "factor",
+// "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}.
+void read_rope_scaling(const ckpt::JsonFields& f, GPTConfig& c) {
+  if (absent_or_null(f, "rope_scaling")) return;
+  const ckpt::JsonFields r = f.object("rope_scaling");
+  const std::string type_key = r.has("rope_type") ? "rope_type" : "type";  // older files: "type"
+  const std::string type = r.one_of(type_key, {"default", "llama3"});
+  if (type == "default") return;
+  c.use_rope_scaling = true;
+  c.rope_scaling_factor = float(r.number("factor", 1e-6, 1e6));
+  auto fixed = [&](const char* key, double want) {
+    MG_USER_CHECK(r.number(key, -1e9, 1e9) == want, r.name(key), " must be ", want,
+                  " (Megatron's --use-rope-scaling fixes it; only the factor is free), got ",
+                  r.raw(key).dump());
+  };
+  fixed("low_freq_factor", kLowFreqFactor);
+  fixed("high_freq_factor", kHighFreqFactor);
+  fixed("original_max_position_embeddings", kOriginalContext);
+}
+
+}  // namespace
+
+bool is_hf_llama_family(const std::string& architecture) {
+  return std::any_of(std::begin(kFamilies), std::end(kFamilies),
+                     [&](const Family& f) { return architecture == f.architecture; });
+}
+
+std::string hf_architecture(const json& config, const std::string& path) {
+  const ckpt::JsonFields f(config, "HF config '" + path + "'");
+  const std::vector<std::string> a = f.strings("architectures");
+  MG_USER_CHECK(a.size() == 1, f.name("architectures"), " must name one architecture, got ",
+                config["architectures"].dump());
+  return a[0];
+}
+
+GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t divisible_by) {
+  const std::string what = "HF config '" + path + "'";
+  const ckpt::JsonFields f(config, what);
+  const std::string arch = hf_architecture(config, path);
+  MG_USER_CHECK(is_hf_llama_family(arch), f.name("architectures"), " is \"", arch,
+                "\"; megatron convert reads GPT2LMHeadModel, LlamaForCausalLM, "
+                "MistralForCausalLM and Qwen2ForCausalLM");
+  if (f.has("hidden_act")) f.one_of("hidden_act", {"silu"});
+  GPTConfig c;
+  c.num_layers = f.integer("num_hidden_layers", 1, 1 << 16);
+  c.hidden_size = f.integer("hidden_size", 1, INT_MAX);
+  c.num_attention_heads = f.integer("num_attention_heads", 1, INT_MAX);
+  c.ffn_hidden_size = f.integer("intermediate_size", 1, INT_MAX);
+  const int64_t groups = absent_or_null(f, "num_key_value_heads")
+                             ? c.num_attention_heads
+                             : f.integer("num_key_value_heads", 1, c.num_attention_heads);
+  c.group_query_attention = groups != c.num_attention_heads;
+  c.num_query_groups = c.group_query_attention ? groups : 1;
+  c.kv_channels = absent_or_null(f, "head_dim") ? c.hidden_size / c.num_attention_heads
+                                                : f.integer("head_dim", 1, INT_MAX);
+  c.normalization = "RMSNorm";
+  c.norm_epsilon = float(f.number("rms_norm_eps", 1e-30, 1));
+  c.swiglu = true;
+  c.position_embedding_type = "rope";
+  c.rotary_base = absent_or_null(f, "rope_theta") ? 10000.f : float(f.number("rope_theta", 1, 1e12));
+  read_rope_scaling(f, c);
+  // Every model of the family defaults to an untied output layer.
+  c.untie_embeddings_and_output_weights =
+      !(f.has("tie_word_embeddings") && f.boolean("tie_word_embeddings"));
+  c.max_position_embeddings = f.integer("max_position_embeddings", 1, INT_MAX);
+  c.seq_length = std::min<int64_t>(c.max_position_embeddings, 4096);
+  c.vocab_size = f.integer("vocab_size", 1, INT_MAX);
+  c.make_vocab_size_divisible_by = divisible_by;
+  if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
+  // Biases: Qwen2 has q/k/v biases only (Megatron's --add-qkv-bias); Llama's attention_bias
+  // (q/k/v/o) together with mlp_bias is Megatron's biases on every linear layer.
+  const bool attention_bias = f.has("attention_bias") && f.boolean("attention_bias");
+  const bool mlp_bias = f.has("mlp_bias") && f.boolean("mlp_bias");
+  MG_USER_CHECK(attention_bias == mlp_bias, what, ": attention_bias ", attention_bias,
+                " with mlp_bias ", mlp_bias, " cannot be represented (Megatron has biases on "
+                "every linear layer or on none, apart from Qwen2's QKV bias)");
+  c.add_bias_linear = attention_bias;
+  c.add_qkv_bias = arch == "Qwen2ForCausalLM";
+  if (arch == "MistralForCausalLM")
+    MG_USER_CHECK(absent_or_null(f, "sliding_window"), f.name("sliding_window"), " is ",
+                  config["sliding_window"].dump(), ": sliding-window attention is not supported "
+                  "(megatron-cpp attends to the whole context); only null converts");
+  if (arch == "Qwen2ForCausalLM")
+    MG_USER_CHECK(!(f.has("use_sliding_window") && f.boolean("use_sliding_window")),
+                  f.name("use_sliding_window"), " is true: sliding-window attention is not "
+                  "supported; only false converts");
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    throw UsageError(what + " describes no valid model: " + e.what());
+  }
+  return c;
+}
+
+std::string hf_llama_architecture_for(const GPTConfig& m, const std::string& preferred,
+                                      const std::string& what) {
+  std::vector<std::string> bad;
+  if (m.norm() != NormKind::RMSNorm) bad.push_back("LayerNorm (Llama uses RMSNorm)");
+  if (!m.rope() || m.learned_positions()) bad.push_back("no RoPE, or a learned position table");
+  if (m.rope() && (m.rotary_percent != 1.f || m.rotary_interleaved))
+    bad.push_back("--rotary-percent < 1 or --rotary-interleaved");
+  if (!m.swiglu) bad.push_back("a GELU MLP (Llama uses SwiGLU)");
+  if (m.qk_layernorm) bad.push_back("--qk-layernorm");
+  std::string list;
+  for (const std::string& b : bad) list += (list.empty() ? "" : ", ") + b;
+  MG_USER_CHECK(bad.empty(), what, ": the model has ", list,
+                "; no Hugging Face Llama-family architecture represents it");
+  // Qwen2 is the one with a QKV bias alone; Mistral has no biases; Llama may have all of them.
+  const bool qwen2 = m.add_qkv_bias && !m.add_bias_linear;
+  if (preferred == "Qwen2ForCausalLM" && qwen2) return preferred;
+  if (preferred == "MistralForCausalLM" && !qwen2 && !m.add_bias_linear) return preferred;
+  return qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
+
+json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
+                          const std::string& torch_dtype, const json& original) {
+  const GPTConfig c = m.resolved();
+  json j = original.is_object() ? original : json::object();
+  // A field at transformers' default that the source did not spell out stays out (the round
+  // trip gives back the same config.json); every other modelled field is written.
+  auto put = [&](const char* key, const json& v, const json& hf_default) {
+    if (j.contains(key) || v != hf_default) j[key] = v;
+  };
+  // A float we hold in single precision keeps the file's spelling when it rounds to ours.
+  auto put_float = [&](const char* key, float v, const json& hf_default) {
+    if (!(j.contains(key) && j[key].is_number() && float(j[key].get<double>()) == v))
+      put(key, v, hf_default);
+  };
+  const auto fam = std::find_if(std::begin(kFamilies), std::end(kFamilies),
+                                [&](const Family& f) { return arch == f.architecture; });
+  MG_CHECK(fam != std::end(kFamilies), "not a Llama-family architecture: ", arch);
+  j["architectures"] = {arch};
+  j["model_type"] = fam->model_type;
+  j["hidden_act"] = "silu";
+  j["num_hidden_layers"] = c.num_layers;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.ffn();
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.query_groups();
+  put("head_dim", c.head_dim(), c.hidden_size / c.num_attention_heads);
+  put_float("rms_norm_eps", c.norm_epsilon, json());
+  put_float("rope_theta", c.rotary_base, json());
+  if (c.use_rope_scaling) {
+    json r = {{"rope_type", "llama3"},
+              {"factor", c.rope_scaling_factor},
+              {"low_freq_factor", kLowFreqFactor},
+              {"high_freq_factor", kHighFreqFactor},
+              {"original_max_position_embeddings", int64_t(kOriginalContext)}};
+    const json& was = original.contains("rope_scaling") ? original["rope_scaling"] : json();
+    if (was.is_object() && was.contains("factor") && was["factor"].is_number() &&
+        float(was["factor"].get<double>()) == c.rope_scaling_factor)
+      r["factor"] = was["factor"];
+    j["rope_scaling"] = r;
+  } else {
+    put("rope_scaling", nullptr, nullptr);
+  }
+  j["tie_word_embeddings"] = c.tied_output();
+  j["max_position_embeddings"] = c.max_positions();
+  j["vocab_size"] = c.vocab_size;
+  put_float("initializer_range", c.init_method_std, 0.02f);
+  j["torch_dtype"] = torch_dtype;
+  if (arch == "LlamaForCausalLM") {
+    put("attention_bias", c.add_bias_linear, false);
+    put("mlp_bias", c.add_bias_linear, false);
+  }
+  if (arch == "MistralForCausalLM") j["sliding_window"] = nullptr;  // its default is 4096
+  if (arch == "Qwen2ForCausalLM") put("use_sliding_window", false, false);
+  return j;
+}
+
+}  // namespace mg
