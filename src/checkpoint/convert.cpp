@@ -1,6 +1,8 @@
 #include "checkpoint/convert.h"
 
 #include <filesystem>
+#include <set>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_writer.h"
@@ -125,11 +127,22 @@ void convert(const ConvertConfig& cfg) {
   check_destination(cfg);
   std::error_code ec;
   const bool created = !fs::exists(cfg.save, ec);
+  std::set<std::string> before;
+  if (!created)
+    for (const auto& e : fs::directory_iterator(cfg.save, ec)) before.insert(e.path().filename());
   try {
     convert_files(cfg);
   } catch (...) {
-    // Every file is written atomically (no .tmp survives); a directory this run created goes too.
-    if (created) fs::remove_all(cfg.save, ec);
+    // Every file is written atomically (no .tmp survives); a directory this run created goes
+    // too, and in one that existed, whatever this run added (finished shards of a failed export).
+    if (created) {
+      fs::remove_all(cfg.save, ec);
+    } else {
+      std::vector<fs::path> added;
+      for (const auto& e : fs::directory_iterator(cfg.save, ec))
+        if (!before.count(e.path().filename())) added.push_back(e.path());
+      for (const fs::path& p : added) fs::remove_all(p, ec);
+    }
     throw;
   }
 }

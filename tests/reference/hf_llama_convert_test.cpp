@@ -120,6 +120,29 @@ TEST_F(HFLlamaConvert, TargetLayoutTp2Pp2) {
   }
 }
 
+// An export that fails after writing some shards (a corrupt shard file of the last stage, read
+// late) into a --save directory that existed: the shards it wrote are removed, what was there
+// before stays.
+TEST_F(HFLlamaConvert, FailedExportLeavesTheDirectoryAsItWas) {
+  const fs::path c = ref("llama3_bf16"), ck = c / "ck_corrupt", out = c / "out_existing";
+  auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+                   ck.string() + " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string bin = latest_checkpoint_dir(ck.string()) + "/rank_00003.bin";
+  std::string bytes = testing::slurp(bin);
+  bytes[100] = char(bytes[100] ^ 0xff);
+  testing::write_bytes(bin, bytes);
+  fs::create_directories(out);
+  testing::write_bytes(out / "README.md", "mine\n");
+  r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " + out.string() +
+              " --max-shard-size 20KB --overwrite");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("rank_00003.bin' is corrupt"), std::string::npos) << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(out)) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"README.md"});
+}
+
 // A checkpoint without the kept hf/ (a training --save directory): the architecture follows
 // from the model (Qwen2 for a QKV bias alone), the tokenizer files and the fields we do not
 // model come from --tokenizer-model DIR; a DIR without tokenizer files is refused.
