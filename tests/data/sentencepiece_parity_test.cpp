@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +22,7 @@
 #include "data/unicode.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
+#include "testing/usage_error.h"
 
 namespace mg {
 namespace {
@@ -172,15 +172,6 @@ size_t line_of(const std::string& text) {
   return size_t(std::find(lines.begin(), lines.end(), text) - lines.begin());
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no UsageError";
-}
-
 TEST(SentencePiece, GPTSentencePieceMatchesSpmEncode) {
   Fixture& f = fixture();
   SentencePieceTokenizer tok(f.model("bpe"), Kind::kGPTSentencePiece);
@@ -266,18 +257,18 @@ TEST(SentencePiece, ModelsWithoutBosOrEos) {
   EXPECT_EQ(sp.eos(), 306);
   EXPECT_EQ(sp.eod(), 302);
   // ...the others take BOS / EOD from the model and refuse one that lacks them.
-  const std::string llama = message_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kLlama2); });
+  const std::string llama = testing::usage_error_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kLlama2); });
   EXPECT_NE(llama.find("--tokenizer-model '" + f.model("nobos") + "' has no beginning-of-sentence"),
             std::string::npos) << llama;
   const std::string gpt =
-      message_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kGPTSentencePiece); });
+      testing::usage_error_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kGPTSentencePiece); });
   EXPECT_NE(gpt.find("has no end-of-sentence piece"), std::string::npos) << gpt;
 }
 
 TEST(SentencePiece, BadInputNamesTheFlagAndFile) {
   Fixture& f = fixture();
   auto load = [](const std::string& path) {
-    return message_of([&] { SentencePieceTokenizer(path, Kind::kLlama2); });
+    return testing::usage_error_of([&] { SentencePieceTokenizer(path, Kind::kLlama2); });
   };
   testing::write_bytes(f.dir / "empty.model", "");
   const std::string nobos = f.model("nobos");
@@ -293,18 +284,18 @@ TEST(SentencePiece, BadInputNamesTheFlagAndFile) {
   }
   TokenizerConfig cfg;
   cfg.tokenizer_type = "Llama2Tokenizer";
-  EXPECT_NE(message_of([&] { make_tokenizer(cfg); }).find("needs --tokenizer-model"),
+  EXPECT_NE(testing::usage_error_of([&] { make_tokenizer(cfg); }).find("needs --tokenizer-model"),
             std::string::npos);
   cfg.tokenizer_model = nobos;
   cfg.vocab_extra_ids = 2;
-  EXPECT_NE(message_of([&] { make_tokenizer(cfg); }).find("--vocab-extra-ids applies to"),
+  EXPECT_NE(testing::usage_error_of([&] { make_tokenizer(cfg); }).find("--vocab-extra-ids applies to"),
             std::string::npos);
   cfg.tokenizer_type = "SentencePieceTokenizer";
   auto tok = make_tokenizer(cfg);  // 300 pieces + 7 special tokens + 2 extra ids
   EXPECT_EQ(tok->vocab_size(), 309);
-  EXPECT_NE(message_of([&] { tok->decode({5, 309}); }).find("token id 309 is outside"),
+  EXPECT_NE(testing::usage_error_of([&] { tok->decode({5, 309}); }).find("token id 309 is outside"),
             std::string::npos);
-  EXPECT_NE(message_of([&] { tok->decode({-1}); }).find("token id -1 is outside"),
+  EXPECT_NE(testing::usage_error_of([&] { tok->decode({-1}); }).find("token id -1 is outside"),
             std::string::npos);
 }
 
