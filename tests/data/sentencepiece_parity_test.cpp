@@ -299,11 +299,9 @@ TEST(SentencePiece, BadInputNamesTheFlagAndFile) {
             std::string::npos);
 }
 
-// `preprocess --tokenizer-type Llama2Tokenizer --append-eod`: each document in the .bin/.idx is
-// BOS + spm_encode's ids + EOD (the model's eos).
-TEST(SentencePiece, PreprocessWithLlama2Tokenizer) {
-  Fixture& f = fixture();
-  const size_t n = 3000;
+// `preprocess --tokenizer-type Llama2Tokenizer --append-eod` of the first `n` corpus lines into
+// <dir>/llama_text_document.
+std::string preprocess_llama(Fixture& f, size_t n) {
   {
     std::ofstream in(f.dir / "docs.jsonl");
     for (size_t i = 0; i < n; ++i) in << nlohmann::json{{"text", f.lines[i]}}.dump() << "\n";
@@ -317,7 +315,14 @@ TEST(SentencePiece, PreprocessWithLlama2Tokenizer) {
   cfg.workers = 2;
   cfg.log_interval = 1000000;
   run_preprocess(cfg);
-  IndexedDataset ds(f.dir.str("llama_text_document"));
+  return f.dir.str("llama_text_document");
+}
+
+// Each document in the .bin/.idx is BOS + spm_encode's ids + EOD (the model's eos).
+TEST(SentencePiece, PreprocessWithLlama2Tokenizer) {
+  Fixture& f = fixture();
+  const size_t n = 3000;
+  IndexedDataset ds(preprocess_llama(f, n));
   EXPECT_EQ(ds.dtype(), TokenDType::U16);
   ASSERT_EQ(ds.num_documents(), int64_t(n));
   const std::vector<Ids> ref = f.ids("llama", "bos");
@@ -330,6 +335,39 @@ TEST(SentencePiece, PreprocessWithLlama2Tokenizer) {
     if (got != want && ++bad <= 3) ADD_FAILURE() << "document " << i << ": " << f.lines[i];
   }
   EXPECT_EQ(bad, 0u);
+}
+
+// train and generate take the vocabulary from the model (2000 pieces, padded to 2048 as
+// --vocab-size 2000 is) and read the Llama2Tokenizer dataset; generate's text begins with the
+// prompt (BOS dropped in decoding).
+TEST(SentencePiece, TrainAndGenerateWithLlama2Tokenizer) {
+  Fixture& f = fixture();
+  const std::string data = preprocess_llama(f, 2000);
+  const std::string model = " --num-layers 1 --hidden-size 32 --num-attention-heads 2"
+                            " --seq-length 32 --max-position-embeddings 32";
+  const std::string train = std::string(MG_BINARY) + " train" + model +
+                            " --micro-batch-size 2 --global-batch-size 2 --train-iters 3 --lr 1e-3"
+                            " --log-interval 1 --eval-interval 0 --split 98,1,1 --eod-mask-loss"
+                            " --reset-position-ids --reset-attention-mask --data-path " + data;
+  const auto sp = testing::run_command(train + " --tokenizer-type Llama2Tokenizer --tokenizer-model " +
+                                       f.model("llama") + " --dump-final-params " +
+                                       f.dir.str("p.bin"));
+  ASSERT_EQ(sp.exit_code, 0) << sp.output;
+  const auto null = testing::run_command(train + " --tokenizer-type NullTokenizer --vocab-size 2000");
+  ASSERT_EQ(null.exit_code, 0) << null.output;
+  auto params = [](const std::string& log) {
+    const size_t at = log.find("number of parameters");
+    return at == std::string::npos ? std::string("none") : log.substr(at, log.find('\n', at) - at);
+  };
+  EXPECT_EQ(params(sp.output), params(null.output));
+  // 2048 x 32 embedding + 32 x 32 positions + one layer (12704) + final norm (64).
+  EXPECT_NE(params(sp.output).find("(whole model: 79328)"), std::string::npos) << sp.output;
+  const auto gen = testing::run_command(
+      std::string(MG_BINARY) + " generate" + model + " --tokenizer-type Llama2Tokenizer" +
+      " --tokenizer-model " + f.model("llama") + " --load-params " + f.dir.str("p.bin") +
+      " --prompt 'Fortune favors the' --max-new-tokens 5");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  EXPECT_EQ(gen.output.rfind("Fortune favors the", 0), 0u) << gen.output;
 }
 
 }  // namespace
