@@ -30,6 +30,8 @@ const std::vector<Option<PreprocessConfig>>& preprocess_options() {
                 "with --partitions: slices of consecutive lines (the merged output then equals "
                 "--partitions 1), not lines dealt round-robin",
                 [](C& c) -> auto& { return c.keep_sequential_samples; }),
+      on_off<C>("--split-sentences", "Megatron's NLTK sentence splitting: not implemented (refused)",
+                [](C& c) -> auto& { return c.split_sentences; }),
       on_off<C>("--keep-newlines",
                 "Megatron's flag for --split-sentences, which is not implemented: accepted, no "
                 "effect (newlines inside a document are always kept and tokenized)",

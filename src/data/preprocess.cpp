@@ -145,7 +145,6 @@ PreprocessSummary tokenize_partition(const PreprocessConfig& cfg, const Partitio
         break;
       }
       if (!part.owns(line_no++)) continue;
-      sum.bytes += int64_t(line.size()) + 1;
       lines.push_back(std::move(line));
       line_nos.push_back(line_no);
     }
@@ -159,6 +158,7 @@ PreprocessSummary tokenize_partition(const PreprocessConfig& cfg, const Partitio
     for (auto& t : pool) t.join();
     for (size_t i = 0; i < docs.size(); ++i) {
       const Doc& d = docs[i];
+      sum.bytes += int64_t(lines[i].size()) + 1;
       const bool blank = lines[i].find_first_not_of(" \t\r") == std::string::npos;
       if (blank) continue;  // empty lines are not documents
       if (++processed % cfg.log_interval == 0) {
@@ -198,6 +198,8 @@ void PreprocessConfig::validate() const {
                 partitions, ")");
   MG_USER_CHECK(workers % partitions == 0, "--workers ", workers, " must be a multiple of --partitions ",
                 partitions, " (each partition gets workers / partitions threads, as in Megatron)");
+  MG_USER_CHECK(!split_sentences, "--split-sentences is not implemented (Megatron splits with "
+                "NLTK's punkt models); pass documents, or lists of sentences under the key");
   MG_USER_CHECK(log_interval >= 1, "--log-interval must be at least 1 (got ", log_interval, ")");
   std::error_code ec;  // an unusable name (too long, no permission) is the user's, too
   MG_USER_CHECK(std::filesystem::is_regular_file(input, ec), "--input '", input,

@@ -23,6 +23,7 @@ struct PreprocessConfig {
   int partitions = 1;                        // --partitions: input slices tokenized at once
   bool keep_sequential_samples = false;      // --keep-sequential-samples: slices of consecutive lines
   bool keep_newlines = false;                // --keep-newlines: accepted; no effect (no sentence splitting)
+  bool split_sentences = false;              // --split-sentences: refused (needs NLTK's punkt)
   int64_t log_interval = 1000;               // --log-interval: a progress line every N documents
   void validate() const;
 };

@@ -2,7 +2,8 @@
 // --partitions N merges N separately tokenized slices into the output one partition gives
 // (byte for byte: consecutive slices with --keep-sequential-samples, round-robin lines
 // otherwise), keeps the per-partition files under Megatron's names; --log-interval prints
-// Megatron's progress line; --keep-newlines is accepted and changes nothing.
+// Megatron's progress line; --keep-newlines is accepted and changes nothing (--split-sentences,
+// which it modifies, is refused).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -146,6 +147,11 @@ TEST(PreprocessFlags, KeepNewlinesIsAcceptedAndChangesNothing) {
        "--keep-newlines", "--partitions", "1", "--log-interval", "100"},
       "preprocess");
   EXPECT_TRUE(c.keep_newlines);
+  PreprocessConfig split = c;
+  split.split_sentences = true;
+  EXPECT_NE(testing::usage_error_of([&] { run_preprocess(split); })
+                .find("--split-sentences is not implemented"),
+            std::string::npos);
   EXPECT_EQ(c.log_interval, 100);
   run_preprocess(c);
   run_preprocess(config(dir / "in.jsonl", dir / "plain", 1, 1));
