@@ -33,7 +33,7 @@ python3 -c 'import json,sys
 for l in sys.stdin: print(json.loads(l)["text"])' < "$WORK/docs.jsonl" > "$WORK/docs.txt"
 spm_train --minloglevel=2 --input="$WORK/docs.txt" --model_prefix="$WORK/llama" --vocab_size=8000 \
   --model_type=bpe --byte_fallback=true --normalization_rule_name=identity \
-  --remove_extra_whitespaces=false --split_digits=true
+  --remove_extra_whitespaces=false --split_digits=true --allow_whitespace_only_pieces=true
 spm_train --minloglevel=2 --input="$WORK/docs.txt" --model_prefix="$WORK/unigram" --vocab_size=8000
 for spec in Llama2Tokenizer:llama SentencePieceTokenizer:unigram GPTSentencePieceTokenizer:unigram; do
   type=${spec%%:*} model=$WORK/${spec#*:}.model

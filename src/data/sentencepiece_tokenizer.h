@@ -9,9 +9,15 @@
 //  - GPTSentencePieceTokenizer: the model alone; EOD = the model's eos.
 //  - Llama2Tokenizer: the model's ids after its BOS; EOD = the model's eos.
 // Instances share the loaded model (encoding is const in libsentencepiece): clone() is cheap.
+// For BPE models made as Llama 2's (no normalization, whitespace kept, no piece with a space
+// inside) the text is encoded word by word with a per-instance cache, as GPT-2's BPE is: such a
+// model can never merge across the space that starts a word, so the ids are the same.
 #pragma once
 #include <memory>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,13 +41,24 @@ class SentencePieceTokenizer : public Tokenizer {
   std::unique_ptr<Tokenizer> clone() const override;
 
   int32_t eos() const;
+  // Whether encode() goes word by word through the cache (the model allows it; for tests).
+  bool caches_words() const;
   // SentencePieceTokenizer's special tokens in Megatron's order (empty for the other kinds).
   const std::vector<std::pair<std::string, int32_t>>& special_tokens() const;
 
  private:
   struct Model;
   explicit SentencePieceTokenizer(std::shared_ptr<const Model> m) : m_(std::move(m)) {}
+  void encode_text(std::string_view text, std::vector<int32_t>& out);
+  void encode_word(std::string_view word, std::vector<int32_t>& out);
+
   std::shared_ptr<const Model> m_;
+  // word -> ids, looked up by string_view (no copy of the word on a hit)
+  struct WordHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view w) const { return std::hash<std::string_view>{}(w); }
+  };
+  std::unordered_map<std::string, std::vector<int32_t>, WordHash, std::equal_to<>> cache_;
 };
 
 }  // namespace mg
