@@ -19,6 +19,7 @@ struct SentencePieceTokenizer::Model {
   bool word_split = false;  // encode word by word (word_split_safe)
   std::vector<std::pair<std::string, int32_t>> specials;  // kSentencePiece, Megatron's order
   std::unordered_map<int32_t, std::string> special_of_id;
+  std::unordered_map<std::string, int32_t> special_ids;
 
   // The model's piece for `id`, or `fallback` when the id is not a piece (a disabled id is -1).
   std::string piece_or(int id, const char* fallback) const {
@@ -27,13 +28,13 @@ struct SentencePieceTokenizer::Model {
   // Megatron's _add_special_token: a token keeps the id it already has (a piece's, or an earlier
   // special token's); a new one takes the next id after the vocabulary.
   int32_t add_special(const std::string& t) {
-    for (const auto& [tok, id] : specials)
-      if (tok == t) return id;
+    if (auto it = special_ids.find(t); it != special_ids.end()) return it->second;
     int32_t id = int32_t(vocab_size);
     const int piece = sp.PieceToId(t);  // the unknown id when t is not a piece
     if (piece >= 0 && piece < pieces && sp.IdToPiece(piece) == t) id = piece;
     else ++vocab_size;
     specials.emplace_back(t, id);
+    special_ids.emplace(t, id);
     special_of_id.emplace(id, t);
     return id;
   }
