@@ -37,7 +37,7 @@ const std::vector<Option<PreprocessConfig>>& preprocess_options() {
                 "effect (newlines inside a document are always kept and tokenized)",
                 [](C& c) -> auto& { return c.keep_newlines; }),
       valued<C>("--log-interval", "N",
-                "print 'Processed N documents (docs/s, MB/s).' every N documents (default 1000)",
+                "print 'Processed N documents (X docs/s, Y MB/s).' to stderr every N documents",
                 [](C& c) -> auto& { return c.log_interval; }),
     };
     const auto tok = tokenizer_options<C>([](C& c) -> auto& { return c.tokenizer; });
