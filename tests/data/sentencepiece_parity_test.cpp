@@ -167,6 +167,7 @@ Fixture& fixture() {
   static Fixture f;
   return f;
 }
+
 // Our ids for every corpus line equal `ref`'s, line by line.
 void expect_same_ids(SentencePieceTokenizer& tok, const std::vector<Ids>& ref) {
   const auto& lines = fixture().lines;
