@@ -18,6 +18,8 @@ PACKAGES=(
   libopenblas0-pthread
   # Real text for the demo and the tokenizer tests (~2.5 MB of English).
   fortunes
+  # SentencePiece tokenizers (the library) and spm_train / spm_encode (their tests' reference).
+  libsentencepiece-dev sentencepiece
   # SIGKILL injected at each file-system call of a checkpoint save (tests/checkpoint/kill_test.cpp).
   strace
 )

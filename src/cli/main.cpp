@@ -103,6 +103,9 @@ int preprocess(const std::vector<std::string>& args) {
   const mg::PreprocessSummary s = mg::run_preprocess(cfg);
   std::string outputs;
   for (const std::string& k : cfg.json_keys) outputs += " " + cfg.output_prefix + "_" + k + "_document.{bin,idx}";
+  if (cfg.partitions > 1)
+    outputs += mg::str_cat(" (merged from ", cfg.partitions, " partitions ", cfg.output_prefix,
+                           "_<0..", cfg.partitions - 1, ">_<key>_document)");
   std::printf("preprocess: %lld documents, %lld tokens, %lld bad lines skipped, %.2f MB in %.2f s "
               "(%.2f MB/s, %.0f docs/s, %d workers) ->%s\n",
               (long long)s.documents, (long long)s.tokens, (long long)s.bad_lines,

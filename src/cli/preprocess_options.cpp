@@ -22,6 +22,23 @@ const std::vector<Option<PreprocessConfig>>& preprocess_options() {
       valued<C>("--workers", "N", "tokenizer threads", [](C& c) -> auto& { return c.workers; }),
       on_off<C>("--skip-bad-lines", "skip malformed JSON lines (counted) instead of stopping",
                 [](C& c) -> auto& { return c.skip_bad_lines; }),
+      valued<C>("--partitions", "N",
+                "tokenize N slices of the input at once (--workers / N threads each), writing "
+                "P_<i>_<key>_document.bin/.idx, merged into P_<key>_document.bin/.idx",
+                [](C& c) -> auto& { return c.partitions; }),
+      on_off<C>("--keep-sequential-samples",
+                "with --partitions: slices of consecutive lines (the merged output then equals "
+                "--partitions 1), not lines dealt round-robin",
+                [](C& c) -> auto& { return c.keep_sequential_samples; }),
+      on_off<C>("--split-sentences", "Megatron's NLTK sentence splitting: not implemented (refused)",
+                [](C& c) -> auto& { return c.split_sentences; }),
+      on_off<C>("--keep-newlines",
+                "Megatron's flag for --split-sentences, which is not implemented: accepted, no "
+                "effect (newlines inside a document are always kept and tokenized)",
+                [](C& c) -> auto& { return c.keep_newlines; }),
+      valued<C>("--log-interval", "N",
+                "print 'Processed N documents (X docs/s, Y MB/s).' to stderr every N documents",
+                [](C& c) -> auto& { return c.log_interval; }),
     };
     const auto tok = tokenizer_options<C>([](C& c) -> auto& { return c.tokenizer; });
     t.insert(t.end(), tok.begin(), tok.end());

@@ -23,6 +23,9 @@ std::vector<Option<Config>> tokenizer_options(TokenizerOf tok) {
                 "HuggingFaceTokenizer: the directory with tokenizer.json; TikTokenizer: the "
                 "vocabulary file; SentencePiece types: tokenizer.model",
                 [tok](C& c) -> auto& { return tok(c).tokenizer_model; }),
+      valued<C>("--vocab-extra-ids", "N",
+                "SentencePieceTokenizer: add N <extra_id_i> special tokens (T5's sentinels)",
+                [tok](C& c) -> auto& { return tok(c).vocab_extra_ids; }),
       valued<C>("--tiktoken-pattern", "v1|v2", "TikTokenizer: the pre-tokenizer pattern",
                 [tok](C& c) -> auto& { return tok(c).tiktoken_pattern; }),
       valued<C>("--tiktoken-num-special-tokens", "N",

@@ -1,8 +1,7 @@
 #include "data/preprocess.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -90,72 +89,83 @@ Doc encode_line_unchecked(const std::string& line, int64_t line_no, const Prepro
   return d;
 }
 
-std::string human_time(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%d:%02d", int(s) / 60, int(s) % 60);
-  return buf;
+// The input lines (0-based) one partition takes: Megatron deals them round-robin, or, with
+// --keep-sequential-samples, in consecutive runs of `run` lines.
+struct Partition {
+  int index = 0, count = 1;
+  int64_t run = 0;  // 0: round-robin
+  std::string prefix;
+  bool owns(int64_t line) const {
+    return run > 0 ? line / run == index : line % count == index;
+  }
+};
+
+int64_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  MG_USER_CHECK(in.good(), "--input: cannot read '", path, "'");
+  int64_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
 }
 
-}  // namespace
-
-void PreprocessConfig::validate() const {
-  MG_USER_CHECK(!input.empty(), "--input is required (a JSON-lines file)");
-  MG_USER_CHECK(!output_prefix.empty(), "--output-prefix is required");
-  MG_USER_CHECK(!json_keys.empty(), "--json-keys needs at least one key");
-  // Each worker holds a tokenizer copy and a share of each batch: more than 1024 is a typo.
-  MG_USER_CHECK(workers >= 1 && workers <= 1024, "--workers must be in [1, 1024] (got ", workers,
-                ")");
-  std::error_code ec;  // an unusable name (too long, no permission) is the user's, too
-  MG_USER_CHECK(std::filesystem::is_regular_file(input, ec), "--input '", input,
-                "' does not exist or is not a file", ec ? " (" + ec.message() + ")" : "");
+std::string document_prefix(const std::string& prefix, const std::string& key) {
+  return prefix + "_" + key + "_document";
 }
 
-PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
-  cfg.validate();
-  std::vector<std::unique_ptr<Tokenizer>> toks;
-  toks.push_back(make_tokenizer(cfg.tokenizer));
-  for (int w = 1; w < cfg.workers; ++w) toks.push_back(toks[0]->clone());
+// Tokenizes the partition's lines with `toks.size()` threads into <part.prefix>_<key>_document.
+// Stops early (leaving no output) once `stop` is set by a failing sibling partition.
+PreprocessSummary tokenize_partition(const PreprocessConfig& cfg, const Partition& part,
+                                     std::vector<std::unique_ptr<Tokenizer>>& toks,
+                                     const std::atomic<bool>& stop) {
+  const int workers = int(toks.size());
   const TokenDType dtype = optimal_token_dtype(toks[0]->vocab_size());
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const std::string& key : cfg.json_keys)
-    writers.push_back(std::make_unique<IndexedDatasetWriter>(
-        cfg.output_prefix + "_" + key + "_document", dtype));
+    writers.push_back(
+        std::make_unique<IndexedDatasetWriter>(document_prefix(part.prefix, key), dtype));
 
   std::ifstream in(cfg.input, std::ios::binary);
   MG_USER_CHECK(in.good(), "--input: cannot read '", cfg.input, "'");
-  const double total_bytes = double(std::filesystem::file_size(cfg.input));
-  const bool tty = isatty(fileno(stderr));
   PreprocessSummary sum;
   Timer timer;
-  double last_progress = 0;
+  int64_t processed = 0;  // documents handled (written or skipped as bad): the log's count
   // Rounds of `batch` lines per worker: read, tokenize in parallel, write in input order.
   const size_t batch = 256;
   std::vector<std::string> lines;
+  std::vector<int64_t> line_nos;  // 1-based, in the whole input
   int64_t line_no = 0;
   bool eof = false;
-  while (!eof) {
+  while (!eof && !stop) {
     lines.clear();
+    line_nos.clear();
     std::string line;
-    while (lines.size() < batch * size_t(cfg.workers)) {
+    while (lines.size() < batch * size_t(workers)) {
       if (!std::getline(in, line)) {
         eof = true;
         break;
       }
-      sum.bytes += int64_t(line.size()) + 1;
+      if (!part.owns(line_no++)) continue;
       lines.push_back(std::move(line));
+      line_nos.push_back(line_no);
     }
     std::vector<Doc> docs(lines.size());
     std::vector<std::thread> pool;
-    for (int w = 0; w < cfg.workers; ++w)
+    for (int w = 0; w < workers; ++w)
       pool.emplace_back([&, w] {
-        for (size_t i = size_t(w); i < lines.size(); i += size_t(cfg.workers))
-          docs[i] = encode_line(lines[i], line_no + int64_t(i) + 1, cfg, *toks[size_t(w)]);
+        for (size_t i = size_t(w); i < lines.size(); i += size_t(workers))
+          docs[i] = encode_line(lines[i], line_nos[i], cfg, *toks[size_t(w)]);
       });
     for (auto& t : pool) t.join();
     for (size_t i = 0; i < docs.size(); ++i) {
       const Doc& d = docs[i];
+      sum.bytes += int64_t(lines[i].size()) + 1;
       const bool blank = lines[i].find_first_not_of(" \t\r") == std::string::npos;
       if (blank) continue;  // empty lines are not documents
+      if (++processed % cfg.log_interval == 0) {
+        const double t = std::max(timer.seconds(), 1e-9);
+        std::fprintf(stderr, "Processed %lld documents (%.1f docs/s, %.2f MB/s).\n",
+                     (long long)processed, double(processed) / t, double(sum.bytes) / 1e6 / t);
+      }
       if (d.bad) {
         MG_USER_CHECK(cfg.skip_bad_lines, "--input '", cfg.input, "' line ", d.line, ": ", d.error,
                       "; fix the line or pass --skip-bad-lines");
@@ -168,20 +178,87 @@ PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
       }
       ++sum.documents;
     }
-    line_no += int64_t(lines.size());
-    const double t = timer.seconds();
-    if (tty && t - last_progress > 0.5) {
-      last_progress = t;
-      const double mbps = double(sum.bytes) / 1e6 / t;
-      const double eta = mbps > 0 ? (total_bytes - double(sum.bytes)) / 1e6 / mbps : 0;
-      std::fprintf(stderr, "\r preprocess: %lld documents (%.0f docs/s, %.2f MB/s), ETA %s   ",
-                   (long long)sum.documents, double(sum.documents) / t, mbps,
-                   human_time(std::max(0.0, eta)).c_str());
-    }
   }
+  if (stop) return sum;
   for (auto& w : writers) w->finalize();
   sum.seconds = timer.seconds();
-  if (tty) std::fprintf(stderr, "\n");
+  return sum;
+}
+
+}  // namespace
+
+void PreprocessConfig::validate() const {
+  MG_USER_CHECK(!input.empty(), "--input is required (a JSON-lines file)");
+  MG_USER_CHECK(!output_prefix.empty(), "--output-prefix is required");
+  MG_USER_CHECK(!json_keys.empty(), "--json-keys needs at least one key");
+  // Each worker holds a tokenizer copy and a share of each batch: more than 1024 is a typo.
+  MG_USER_CHECK(workers >= 1 && workers <= 1024, "--workers must be in [1, 1024] (got ", workers,
+                ")");
+  MG_USER_CHECK(partitions >= 1 && partitions <= 1024, "--partitions must be in [1, 1024] (got ",
+                partitions, ")");
+  MG_USER_CHECK(workers % partitions == 0, "--workers ", workers, " must be a multiple of --partitions ",
+                partitions, " (each partition gets workers / partitions threads, as in Megatron)");
+  MG_USER_CHECK(!split_sentences, "--split-sentences is not implemented (Megatron splits with "
+                "NLTK's punkt models); pass documents, or lists of sentences under the key");
+  MG_USER_CHECK(log_interval >= 1, "--log-interval must be at least 1 (got ", log_interval, ")");
+  std::error_code ec;  // an unusable name (too long, no permission) is the user's, too
+  MG_USER_CHECK(std::filesystem::is_regular_file(input, ec), "--input '", input,
+                "' does not exist or is not a file", ec ? " (" + ec.message() + ")" : "");
+}
+
+PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
+  cfg.validate();
+  Timer timer;
+  std::vector<std::unique_ptr<Tokenizer>> toks;
+  toks.push_back(make_tokenizer(cfg.tokenizer));
+  for (int w = 1; w < cfg.workers; ++w) toks.push_back(toks[0]->clone());
+  std::atomic<bool> stop{false};
+  if (cfg.partitions == 1) {
+    PreprocessSummary sum = tokenize_partition(cfg, {0, 1, 0, cfg.output_prefix}, toks, stop);
+    sum.seconds = timer.seconds();
+    return sum;
+  }
+  // Megatron's --partitions: each partition (workers / partitions threads) writes
+  // <prefix>_<i>_<key>_document, then they are merged, in partition order, into
+  // <prefix>_<key>_document. The partition files stay, as Megatron leaves them.
+  const int per = cfg.workers / cfg.partitions;
+  int64_t run = 0;
+  if (cfg.keep_sequential_samples)
+    run = std::max<int64_t>(1, (count_lines(cfg.input) + cfg.partitions - 1) / cfg.partitions);
+  std::vector<Partition> parts;
+  std::vector<PreprocessSummary> sums(size_t(cfg.partitions));
+  std::vector<std::exception_ptr> errors(size_t(cfg.partitions));
+  std::vector<std::thread> threads;
+  for (int p = 0; p < cfg.partitions; ++p)
+    parts.push_back({p, cfg.partitions, run, str_cat(cfg.output_prefix, "_", p)});
+  for (int p = 0; p < cfg.partitions; ++p)
+    threads.emplace_back([&, p] {
+      try {
+        std::vector<std::unique_ptr<Tokenizer>> mine;
+        for (int w = 0; w < per; ++w) mine.push_back(std::move(toks[size_t(p * per + w)]));
+        sums[size_t(p)] = tokenize_partition(cfg, parts[size_t(p)], mine, stop);
+      } catch (...) {
+        errors[size_t(p)] = std::current_exception();
+        stop = true;
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  PreprocessSummary sum;
+  for (const PreprocessSummary& s : sums) {
+    sum.documents += s.documents;
+    sum.bad_lines += s.bad_lines;
+    sum.tokens += s.tokens;
+    sum.bytes += s.bytes;
+  }
+  for (const std::string& key : cfg.json_keys) {
+    const std::string first = document_prefix(parts[0].prefix, key);
+    IndexedDatasetWriter out(document_prefix(cfg.output_prefix, key), IndexedDataset(first).dtype());
+    for (const Partition& part : parts) out.add_index(document_prefix(part.prefix, key));
+    out.finalize();
+  }
+  sum.seconds = timer.seconds();
   return sum;
 }
 

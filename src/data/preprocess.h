@@ -2,7 +2,8 @@
 // --workers threads in input order, streaming (bounded memory), written under temporary names
 // and renamed only when complete. Megatron's document rules: a key's value is one text (or a
 // list of sentence texts); empty sentences are dropped; --append-eod adds EOD to the last
-// sentence of a non-empty document. Also `megatron merge-datasets` (Megatron's add_index).
+// sentence of a non-empty document. --partitions N tokenizes N slices of the input at once and
+// merges them, as Megatron does. Also `megatron merge-datasets` (Megatron's add_index).
 #pragma once
 #include <string>
 #include <vector>
@@ -19,6 +20,11 @@ struct PreprocessConfig {
   bool append_eod = false;                   // --append-eod
   int workers = 1;                           // --workers: tokenizer threads
   bool skip_bad_lines = false;               // --skip-bad-lines: skip malformed JSON (counted)
+  int partitions = 1;                        // --partitions: input slices tokenized at once
+  bool keep_sequential_samples = false;      // --keep-sequential-samples: slices of consecutive lines
+  bool keep_newlines = false;                // --keep-newlines: accepted; no effect (no sentence splitting)
+  bool split_sentences = false;              // --split-sentences: refused (needs NLTK's punkt)
+  int64_t log_interval = 1000;               // --log-interval: a progress line every N documents
   void validate() const;
 };
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/sentencepiece_tokenizer.h"
 #include "data/unicode.h"
 
 namespace mg {
@@ -256,6 +257,8 @@ std::string NullTokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
+  MG_USER_CHECK(cfg.vocab_extra_ids == 0 || cfg.tokenizer_type == "SentencePieceTokenizer",
+                "--vocab-extra-ids applies to --tokenizer-type SentencePieceTokenizer only");
   if (cfg.tokenizer_type == "GPT2BPETokenizer") {
     MG_USER_CHECK(!cfg.vocab_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --vocab-file");
     MG_USER_CHECK(!cfg.merge_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --merge-file");
@@ -268,6 +271,15 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
                   "--vocab-size must be in [1, 2147483647] (token ids are int32; got ",
                   cfg.vocab_size, ")");
     return std::make_unique<NullTokenizer>(cfg.vocab_size);
+  }
+  using SP = SentencePieceTokenizer::Kind;
+  for (const auto& [name, kind] : {std::pair{"SentencePieceTokenizer", SP::kSentencePiece},
+                                   std::pair{"GPTSentencePieceTokenizer", SP::kGPTSentencePiece},
+                                   std::pair{"Llama2Tokenizer", SP::kLlama2}}) {
+    if (cfg.tokenizer_type != name) continue;
+    MG_USER_CHECK(!cfg.tokenizer_model.empty(), "--tokenizer-type ", name,
+                  " needs --tokenizer-model (the SentencePiece tokenizer.model file)");
+    return std::make_unique<SentencePieceTokenizer>(cfg.tokenizer_model, kind, cfg.vocab_extra_ids);
   }
   throw UsageError(str_cat("--tokenizer-type '", cfg.tokenizer_type, "' is not supported; use ",
                            kTokenizerTypesHelp));

@@ -4,6 +4,8 @@
 //    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, bytes mapped to
 //    printable characters, then merges applied lowest rank first. <|endoftext|> = 50256 is EOD.
 //  - NullTokenizer (--vocab-size V): text is space-separated ids; EOD = V - 1.
+//  - SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (--tokenizer-model
+//    tokenizer.model): data/sentencepiece_tokenizer.h.
 // An instance caches BPE results and is not thread-safe: use one per thread (copies share the
 // vocabulary).
 #pragma once
@@ -66,7 +68,9 @@ class NullTokenizer : public Tokenizer {
 };
 
 // The --tokenizer-type values (help text and the factory's error).
-inline constexpr const char* kTokenizerTypesHelp = "GPT2BPETokenizer | NullTokenizer";
+inline constexpr const char* kTokenizerTypesHelp =
+    "GPT2BPETokenizer | NullTokenizer"
+    " | SentencePieceTokenizer | GPTSentencePieceTokenizer | Llama2Tokenizer";
 
 // The tokenizer flags (Megatron's names), shared by preprocess, train and generate
 // (cli/tokenizer_options.h lists them once).
@@ -79,6 +83,7 @@ struct TokenizerConfig {
   int64_t tiktoken_num_special_tokens = 1000;   // --tiktoken-num-special-tokens
   std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens
   int64_t vocab_size = 0;       // --vocab-size (NullTokenizer; TikTokenizer's vocabulary cap)
+  int64_t vocab_extra_ids = 0;  // --vocab-extra-ids: SentencePieceTokenizer's <extra_id_N> tokens
 };
 
 // Throws UsageError naming the flag when the type or its files are missing.
