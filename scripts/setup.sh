@@ -9,6 +9,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libdnnl-dev libomp-dev zlib1g-dev
   nlohmann-json3-dev libgtest-dev googletest
+  # The tokenizers' pre-tokenizer regular expressions (HuggingFaceTokenizer, TikTokenizer).
+  libpcre2-dev
   python3-torch python3-numpy
   # The fuzz stage (tests/fuzz): clang with libFuzzer and the sanitizer runtimes, and
   # llvm-symbolizer for readable sanitizer stacks.

