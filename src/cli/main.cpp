@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -39,6 +40,20 @@ bool wants_help(const std::vector<std::string>& args) {
   return false;
 }
 
+// The tokenizer sizes the model's vocabulary (Megatron pads it afterwards). The types that
+// Megatron builds from args.vocab_size take the model's --vocab-size: NullTokenizer always,
+// TikTokenizer when the flag is given (else its own default, 2^17).
+void size_vocabulary_by_tokenizer(mg::TokenizerConfig& tok, int64_t& model_vocab_size,
+                                  const std::vector<std::string>& args) {
+  if (tok.tokenizer_type.empty()) return;
+  const bool given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a == "--vocab-size" || a.starts_with("--vocab-size=");
+  });
+  if (tok.tokenizer_type == "NullTokenizer" || (tok.tokenizer_type == "TikTokenizer" && given))
+    tok.vocab_size = model_vocab_size;
+  model_vocab_size = mg::make_tokenizer(tok)->vocab_size();
+}
+
 int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   if (wants_help(args)) {
     std::fputs(mg::help_text(mg::train_options(), "usage: megatron train [flags]\n\nTrains a "
@@ -47,11 +62,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   }
   mg::TrainConfig cfg = mg::parse_train_args(args);
   cfg.argv = args;
-  if (!cfg.tokenizer.tokenizer_type.empty()) {
-    // The tokenizer sizes the vocabulary (Megatron pads it afterwards).
-    if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
-    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
-  }
+  size_vocabulary_by_tokenizer(cfg.tokenizer, cfg.model.vocab_size, args);
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
   mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
@@ -138,9 +149,7 @@ int generate(const std::vector<std::string>& args) {
     return 0;
   }
   mg::GenerateConfig cfg = mg::parse_args(mg::generate_options(), args, "generate");
-  if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
-  if (!cfg.tokenizer.tokenizer_type.empty())
-    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
+  size_vocabulary_by_tokenizer(cfg.tokenizer, cfg.model.vocab_size, args);
   for (const std::string& text : mg::generate(cfg)) std::printf("%s\n----\n", text.c_str());
   return 0;
 }

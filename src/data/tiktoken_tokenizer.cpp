@@ -111,6 +111,9 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg)
   MG_USER_CHECK(j.is_array(), where, " is not a TikTokenizer vocabulary: Megatron's format is a "
                 "JSON list of {\"rank\", \"token_bytes\", \"token_str\"}");
   const int64_t inner = v->vocab_size - num_special;
+  // (Megatron allows fewer, and then fails on the first text holding a byte without a token.)
+  MG_USER_CHECK(inner >= 256, "--vocab-size ", v->vocab_size, " leaves ", inner,
+                " ids after the ", num_special, " special tokens; the 256 single bytes need 256");
   MG_USER_CHECK(int64_t(j.size()) >= inner, where, " holds ", j.size(), " tokens; --vocab-size ",
                 v->vocab_size, " with ", num_special, " special tokens needs ", inner,
                 ": pass --vocab-size ", int64_t(j.size()) + num_special, " or less");
