@@ -55,21 +55,6 @@ std::string pattern_of(const json& j, const std::string& where, const std::strin
                            "{\"Regex\": ...}"));
 }
 
-std::string escape_regex(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (uint8_t(c) < 0x80 && !std::isalnum(uint8_t(c))) out += '\\';
-    out += c;
-  }
-  return out;
-}
-
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  if (from.empty()) return;
-  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
-    s.replace(pos, from.size(), to);
-}
-
 void parse_normalizer(const json& j, const std::string& where, const std::string& field,
                       HfNormalizer& out) {
   if (j.is_null()) return;
@@ -116,7 +101,7 @@ void parse_pre_tokenizer(const json& j, const std::string& where, const std::str
     if (bool_field(j, "invert", false)) unsupported(where, field, "Split with invert true");
     bool is_regex = false;
     std::string pattern = pattern_of(j, where, field, is_regex);
-    if (!is_regex) pattern = escape_regex(pattern);
+    if (!is_regex) pattern = Regex::escape(pattern);
     step.regex.emplace_back(pattern, str_cat(where, ": ", field, ".pattern"));
   } else if (type == "ByteLevel") {
     step.kind = Step::kByteLevel;
@@ -201,6 +186,22 @@ int byte_fallback_value(const std::string& t) {
 }
 
 }  // namespace
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  if (from.empty()) return;
+  size_t pos = s.find(from);
+  if (pos == std::string::npos) return;
+  std::string out;
+  out.reserve(s.size() + s.size() / 4 * (to.size() > from.size() ? to.size() - from.size() : 0));
+  size_t last = 0;
+  for (; pos != std::string::npos; pos = s.find(from, last)) {
+    out.append(s, last, pos - last);
+    out += to;
+    last = pos + from.size();
+  }
+  out.append(s, last, std::string::npos);
+  s.swap(out);
+}
 
 HfNormalizer parse_hf_normalizer(const json& j, const std::string& where) {
   HfNormalizer out;

@@ -58,6 +58,10 @@ struct HfDecoder {
   std::string apply(std::vector<std::string> tokens) const;
 };
 
+// Every occurrence of `from` replaced, in one pass (replacing in place is quadratic when the
+// lengths differ: a document's spaces becoming "▁").
+void replace_all(std::string& s, const std::string& from, const std::string& to);
+
 // `where` names the file in error messages.
 HfNormalizer parse_hf_normalizer(const nlohmann::json& j, const std::string& where);
 HfPreTokenizer parse_hf_pre_tokenizer(const nlohmann::json& j, const std::string& where);

@@ -29,13 +29,9 @@ std::string special_token_name(const json& j, const char* key) {
   return "";
 }
 
-std::string escape_regex(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (uint8_t(c) < 0x80 && !std::isalnum(uint8_t(c))) out += '\\';
-    out += c;
-  }
-  return out;
+// Whether s[pos - w.size(), pos) == w.
+bool follows(std::string_view s, size_t pos, std::string_view w) {
+  return pos >= w.size() && s.substr(pos - w.size(), w.size()) == w;
 }
 
 // transformers' clean_up_tokenization: spaces before punctuation and English contractions.
@@ -43,11 +39,7 @@ std::string clean_up_tokenization(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
       {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
-  for (const auto& [from, to] : kRules) {
-    const std::string f = from, t = to;
-    for (size_t pos = s.find(f); pos != std::string::npos; pos = s.find(f, pos + t.size()))
-      s.replace(pos, f.size(), t);
-  }
+  for (const auto& [from, to] : kRules) replace_all(s, from, to);
   return s;
 }
 
@@ -61,6 +53,11 @@ struct HuggingFaceTokenizer::Model {
   int64_t vocab_size = 0;
   std::unordered_map<std::string, int32_t> token_to_id;  // the model's vocabulary
   std::vector<std::string> id_to_token;                  // incl. the added tokens' contents
+  std::unordered_map<char32_t, int32_t> char_id;         // the one-character tokens
+  // SentencePiece-style vocabularies: when no token holds "▁" after another character, no merge
+  // crosses the start of a "▁" run, so a document (one pre-token there) is encoded word by word,
+  // and words are cached. Empty when that does not hold.
+  std::string word_start;
   BpeMerges merges;
   int32_t byte_symbol[256];    // byte-level: the id of each byte
   int32_t fallback_id[256];    // byte_fallback: the id of <0xNN>, or -1
@@ -109,6 +106,17 @@ void load_vocab_and_merges(const json& m, Model& model) {
     model.id_to_token[size_t(i)] = model_form(token);
     model.token_to_id.emplace(model.id_to_token[size_t(i)], i);
   }
+  for (const auto& [token, id] : model.token_to_id) {
+    char32_t cp;
+    if (unicode::decode_one(token, 0, cp) == token.size()) model.char_id.emplace(cp, id);
+  }
+  const std::string space = "\u2581";
+  bool words_independent = !model.byte_level && !model.ignore_merges && model.token_to_id.count(space);
+  for (const auto& [token, id] : model.token_to_id)
+    for (size_t pos = token.find(space, 1); words_independent && pos != std::string::npos;
+         pos = token.find(space, pos + 1))
+      words_independent = follows(token, pos, space);
+  if (words_independent) model.word_start = space;
   MG_USER_CHECK(m.contains("merges") && m["merges"].is_array(), where,
                 ": model.merges must be a list");
   const json& merges = m["merges"];
@@ -201,7 +209,7 @@ void load_added_tokens(const json& j, Model& model) {
     auto on = [&](const char* key) { return t.contains(key) && t[key].is_boolean() && t[key].get<bool>(); };
     // lstrip/rstrip: the token takes the whitespace beside it; single_word: not inside a word.
     std::string alt = str_cat(on("lstrip") ? "\\s*" : "", on("single_word") ? "(?<!\\w)" : "",
-                              "(", escape_regex(content), ")", on("single_word") ? "(?!\\w)" : "",
+                              "(", Regex::escape(content), ")", on("single_word") ? "(?!\\w)" : "",
                               on("rstrip") ? "\\s*" : "");
     added.push_back({content, std::move(alt), id});
   }
@@ -359,6 +367,18 @@ void HuggingFaceTokenizer::encode_segment(std::string_view segment, bool at_text
 }
 
 void HuggingFaceTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) {
+  const std::string& w = model_->word_start;
+  if (w.empty()) return encode_word(piece, out);
+  size_t begin = 0;
+  for (size_t pos = piece.find(w, 1); pos != std::string_view::npos; pos = piece.find(w, pos + 1))
+    if (!follows(piece, pos, w)) {  // a "▁" run starts here
+      encode_word(piece.substr(begin, pos - begin), out);
+      begin = pos;
+    }
+  encode_word(piece.substr(begin), out);
+}
+
+void HuggingFaceTokenizer::encode_word(std::string_view piece, std::vector<int32_t>& out) {
   const Model& m = *model_;
   const bool cacheable = piece.size() <= kMaxCachedPiece;
   if (cacheable)
@@ -380,8 +400,8 @@ void HuggingFaceTokenizer::encode_piece(std::string_view piece, std::vector<int3
       const size_t len = std::max<size_t>(1, unicode::decode_one(piece, i, cp));
       const std::string_view ch = piece.substr(i, len);
       i += len;
-      if (const int32_t id = m.id_of(std::string(ch)); id >= 0) {
-        symbols_.push_back(id);
+      if (auto it = m.char_id.find(cp); it != m.char_id.end()) {
+        symbols_.push_back(it->second);
         last_unk = false;
         continue;
       }

@@ -49,6 +49,7 @@ class HuggingFaceTokenizer : public Tokenizer {
   explicit HuggingFaceTokenizer(std::shared_ptr<const Model> model);
   void encode_segment(std::string_view segment, bool at_text_start, std::vector<int32_t>& out);
   void encode_piece(std::string_view piece, std::vector<int32_t>& out);
+  void encode_word(std::string_view word, std::vector<int32_t>& out);
 };
 
 }  // namespace mg

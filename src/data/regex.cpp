@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cctype>
+
 #include "core/error.h"
 #include "data/unicode.h"
 
@@ -87,6 +89,15 @@ bool Regex::next_match(std::string_view text, size_t pos, size_t& begin, size_t&
     pos = begin + (len ? len : 1);
   }
   return false;
+}
+
+std::string Regex::escape(const std::string& literal) {
+  std::string out;
+  for (char c : literal) {
+    if (uint8_t(c) < 0x80 && !std::isalnum(uint8_t(c))) out += '\\';
+    out += c;
+  }
+  return out;
 }
 
 int Regex::last_group() const {

@@ -30,8 +30,11 @@ class Regex {
     }
   }
 
- // The number of the first capture group that took part in the last match (0: none).
+  // The number of the first capture group that took part in the last match (0: none).
   int last_group() const;
+
+  // `literal` as a pattern that matches exactly it.
+  static std::string escape(const std::string& literal);
 
  private:
   struct Code;
