@@ -140,14 +140,20 @@ std::string tiny_tiktoken_vocab() {
   return v.dump();
 }
 
-TEST(TikTokenizerFiles, IdsAfterTheSpecialTokens) {
-  Files f;
+// The tiny vocabulary written to f, after 10 special tokens, all of it (268 ids).
+TokenizerConfig tiny_tiktoken_config(Files& f, const std::string& pattern) {
   f.write("vocab.json", tiny_tiktoken_vocab());
   TokenizerConfig cfg;
   cfg.tokenizer_model = f.dir.str("vocab.json");
-  cfg.tiktoken_pattern = "v2";
+  cfg.tiktoken_pattern = pattern;
   cfg.tiktoken_num_special_tokens = 10;
   cfg.vocab_size = 268;
+  return cfg;
+}
+
+TEST(TikTokenizerFiles, IdsAfterTheSpecialTokens) {
+  Files f;
+  TokenizerConfig cfg = tiny_tiktoken_config(f, "v2");
   TikTokenizer tok(cfg);
   EXPECT_EQ(tok.vocab_size(), 268);
   EXPECT_EQ(tok.bos(), 1);
@@ -164,12 +170,7 @@ TEST(TikTokenizerFiles, IdsAfterTheSpecialTokens) {
 
 TEST(TikTokenizerFiles, BadInputNamesTheFlagAndFile) {
   Files f;
-  f.write("vocab.json", tiny_tiktoken_vocab());
-  TokenizerConfig cfg;
-  cfg.tokenizer_model = f.dir.str("vocab.json");
-  cfg.tiktoken_pattern = "v3";
-  cfg.tiktoken_num_special_tokens = 10;
-  cfg.vocab_size = 268;
+  TokenizerConfig cfg = tiny_tiktoken_config(f, "v3");
   auto load = [&] { TikTokenizer tok(cfg); };
   std::string m = testing::usage_error_of(load);
   EXPECT_NE(m.find("--tiktoken-pattern 'v3' is not supported; use v1 or v2"), std::string::npos)

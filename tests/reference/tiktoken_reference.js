@@ -10,7 +10,6 @@
 //     no special tokens) and writes the ids in the renumbered ranks, one line per document.
 // Megatron's patterns in JavaScript syntax: v1 drops PATTERN_TIKTOKEN's possessive quantifiers
 // (`?+`, `++`), which match the same here (the classes they guard cannot start what follows).
-const readline = require('readline');
 const { Tiktoken } = require('js-tiktoken/lite');
 const [mode, encoding, patternName] = process.argv.slice(2);
 const ranks = require(`js-tiktoken/ranks/${encoding}`);
@@ -40,20 +39,5 @@ if (mode === 'vocab') {
     token_str: Buffer.from(bytes).toString('utf8') }));
   process.stdout.write('[' + entries.join(',\n') + ']\n');
 } else {
-  const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
-  const out = [];
-  let seconds = 0, bytes = 0;
-  rl.on('line', (line) => {
-    if (!line) return;
-    const text = JSON.parse(line).text;
-    const t0 = process.hrtime.bigint();
-    const ids = enc.encode(text);
-    seconds += Number(process.hrtime.bigint() - t0) / 1e9;
-    bytes += Buffer.byteLength(text, 'utf8');
-    out.push(ids.map(renumber).join(' '));
-  });
-  rl.on('close', () => {
-    process.stdout.write(out.join('\n') + '\n');
-    process.stderr.write(`js_encode_seconds=${seconds.toFixed(3)} js_bytes=${bytes}\n`);
-  });
+  require('./jsonl_encode.js')((text) => enc.encode(text), (text, ids) => ids.map(renumber).join(' '));
 }
