@@ -266,7 +266,8 @@ void load_post_processor(const json& p, Model& model) {
 
 }  // namespace
 
-HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& dir) {
+// (A field of the wrong JSON type throws nlohmann's type_error: refused as a UsageError too.)
+HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& dir) try {
   namespace fs = std::filesystem;
   MG_USER_CHECK(!dir.empty(), "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model (the "
                               "directory with tokenizer.json)");
@@ -310,7 +311,15 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& dir) {
   std::unordered_set<std::string> distinct;
   for (const std::string& t : model->id_to_token) distinct.insert(t);
   model->vocab_size = int64_t(std::max(distinct.size(), model->id_to_token.size()));
+  for (const std::vector<int32_t>* ids : {&model->prefix, &model->suffix})
+    for (int32_t id : *ids)
+      MG_USER_CHECK(id >= 0 && id < model->vocab_size, model->where,
+                    ": post_processor.special_tokens holds id ", id,
+                    ", which is no token of the file");
   *this = HuggingFaceTokenizer(std::shared_ptr<const Model>(std::move(model)));
+} catch (const json::exception& e) {
+  throw UsageError(str_cat(kFlag, " '", dir, "': tokenizer.json or tokenizer_config.json has a ",
+                           "field of an unexpected type: ", e.what()));
 }
 
 HuggingFaceTokenizer::HuggingFaceTokenizer(std::shared_ptr<const Model> model)

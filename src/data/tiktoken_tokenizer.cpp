@@ -70,7 +70,7 @@ struct TikTokenizer::Vocab {
   BpeMerges merges;
 };
 
-TikTokenizer::TikTokenizer(const TokenizerConfig& cfg)
+TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
     : pattern_(tiktoken_pattern(cfg.tiktoken_pattern), "--tiktoken-pattern") {
   const std::string& path = cfg.tokenizer_model;
   MG_USER_CHECK(!path.empty(), "--tokenizer-type TikTokenizer needs --tokenizer-model (the "
@@ -149,6 +149,8 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg)
     }
   }
   vocab_ = std::move(v);
+} catch (const nlohmann::json::exception& e) {
+  throw UsageError(str_cat(kFlag, " '", cfg.tokenizer_model, "': unexpected JSON: ", e.what()));
 }
 
 int64_t TikTokenizer::vocab_size() const { return vocab_->vocab_size; }
