@@ -1,5 +1,7 @@
 #include "data/bpe.h"
 
+#include <algorithm>
+#include <bit>
 #include <queue>
 
 namespace mg {
@@ -16,6 +18,22 @@ struct Candidate {
 };
 
 }  // namespace
+
+void BpeMerges::add(int32_t left, int32_t right, int32_t rank, int32_t result) {
+  if (2 * (size_ + 1) > slots_.size()) {  // keep the table at most half full
+    std::vector<Slot> old(std::max<size_t>(16, 2 * slots_.size()), Slot{kEmpty, {}});
+    old.swap(slots_);
+    shift_ = 64 - std::countr_zero(slots_.size());
+    size_ = 0;
+    for (const Slot& s : old)
+      if (s.key != kEmpty) add(int32_t(s.key >> 32), int32_t(uint32_t(s.key)), s.merge.rank, s.merge.result);
+  }
+  const uint64_t k = key(left, right);
+  size_t i = slot_of(k);
+  while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & (slots_.size() - 1);
+  if (slots_[i].key == kEmpty) ++size_;
+  slots_[i] = Slot{k, Merge{rank, result}};
+}
 
 void BpeMerges::apply(std::vector<int32_t>& symbols) const {
   const int32_t n = int32_t(symbols.size());

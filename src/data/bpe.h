@@ -19,23 +19,36 @@ class BpeMerges {
     int32_t result;  // the id of the merged symbol
   };
   // Registers (left, right) -> result; a pair given again keeps the later rank and result.
-  void add(int32_t left, int32_t right, int32_t rank, int32_t result) {
-    pairs_[key(left, right)] = Merge{rank, result};
-  }
+  void add(int32_t left, int32_t right, int32_t rank, int32_t result);
   const Merge* find(int32_t left, int32_t right) const {
-    auto it = pairs_.find(key(left, right));
-    return it == pairs_.end() ? nullptr : &it->second;
+    if (slots_.empty()) return nullptr;
+    const uint64_t k = key(left, right);
+    for (size_t i = slot_of(k);; i = (i + 1) & (slots_.size() - 1)) {
+      const Slot& s = slots_[i];
+      if (s.key == k) return &s.merge;
+      if (s.key == kEmpty) return nullptr;
+    }
   }
-  size_t size() const { return pairs_.size(); }
+  size_t size() const { return size_; }
 
   // Merges `symbols` (ids) in place.
   void apply(std::vector<int32_t>& symbols) const;
 
  private:
+  // An open-addressing table (one cache line per lookup, where a node-based map takes two or
+  // three): the lookups are most of the time of encoding a new word.
+  struct Slot {
+    uint64_t key;
+    Merge merge;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t(0);  // ids are >= 0, so no pair has this key
   static uint64_t key(int32_t left, int32_t right) {
     return (uint64_t(uint32_t(left)) << 32) | uint32_t(right);
   }
-  std::unordered_map<uint64_t, Merge> pairs_;
+  size_t slot_of(uint64_t k) const { return size_t((k * 0x9E3779B97F4A7C15ull) >> shift_); }
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
+  int shift_ = 64;
 };
 
 // The ids of pre-tokens seen before: words repeat, so most pieces skip the merge loop. Bounded
