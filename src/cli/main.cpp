@@ -45,6 +45,7 @@ bool wants_help(const std::vector<std::string>& args) {
 // TikTokenizer when the flag is given (else its own default, 2^17).
 void size_vocabulary_by_tokenizer(mg::TokenizerConfig& tok, int64_t& model_vocab_size,
                                   const std::vector<std::string>& args) {
+  tok.validate();
   if (tok.tokenizer_type.empty()) return;
   const bool given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
     return a == "--vocab-size" || a.starts_with("--vocab-size=");

@@ -61,6 +61,21 @@ const std::string& tiktoken_pattern(const std::string& name) {
                            name.empty() ? " (--tokenizer-type TikTokenizer needs it)" : ""));
 }
 
+void validate_tiktoken_flags(const TokenizerConfig& cfg) {
+  if (!cfg.tiktoken_pattern.empty()) tiktoken_pattern(cfg.tiktoken_pattern);
+  const std::vector<std::string>& named = cfg.tiktoken_special_tokens;
+  if (!named.empty()) {
+    for (const char* required : {"<unk>", "<s>", "</s>"})
+      MG_USER_CHECK(std::count(named.begin(), named.end(), required) == 1,
+                    "--tiktoken-special-tokens must hold ", required, " exactly once");
+    MG_USER_CHECK(std::unordered_set<std::string>(named.begin(), named.end()).size() ==
+                      named.size(),
+                  "--tiktoken-special-tokens: the special tokens must differ");
+  }
+  MG_USER_CHECK(cfg.tiktoken_num_special_tokens >= 0,
+                "--tiktoken-num-special-tokens must be >= 0");
+}
+
 struct TikTokenizer::Vocab {
   int64_t vocab_size = 0;
   int32_t num_special = 0, unk = 0, bos = 0, eos = 0;
@@ -72,6 +87,7 @@ struct TikTokenizer::Vocab {
 
 TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
     : pattern_(tiktoken_pattern(cfg.tiktoken_pattern), "--tiktoken-pattern") {
+  validate_tiktoken_flags(cfg);
   const std::string& path = cfg.tokenizer_model;
   MG_USER_CHECK(!path.empty(), "--tokenizer-type TikTokenizer needs --tokenizer-model (the "
                                "vocabulary JSON file)");
@@ -87,15 +103,11 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
                 "TikTokenizer needs (number of --tiktoken-special-tokens = ", special.size(),
                 ") <= --tiktoken-num-special-tokens (", num_special, ") < --vocab-size (",
                 v->vocab_size, ")");
-  for (const char* required : {"<unk>", "<s>", "</s>"})
-    MG_USER_CHECK(std::count(special.begin(), special.end(), required) == 1,
-                  "--tiktoken-special-tokens must hold ", required, " exactly once");
   for (int64_t i = int64_t(special.size()); i < num_special; ++i)
     special.push_back(str_cat("<SPECIAL_", i, ">"));
   MG_USER_CHECK(std::unordered_set<std::string>(special.begin(), special.end()).size() ==
                     special.size(),
-                "--tiktoken-special-tokens: the special tokens must differ (from each other and "
-                "from the <SPECIAL_i> fillers)");
+                "--tiktoken-special-tokens: a named token is also a <SPECIAL_i> filler");
   v->num_special = int32_t(num_special);
   v->id_to_bytes = special;
   auto index_of = [&](const char* t) {

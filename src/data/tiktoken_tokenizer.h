@@ -22,6 +22,11 @@ namespace mg {
 // --tiktoken-pattern for any other name.
 const std::string& tiktoken_pattern(const std::string& name);
 
+// Megatron's rules for the tiktoken flags that hold whatever the type: --tiktoken-pattern v1 or
+// v2 (when given); --tiktoken-special-tokens distinct and holding <unk>, <s>, </s> (when given);
+// --tiktoken-num-special-tokens >= 0.
+void validate_tiktoken_flags(const TokenizerConfig& cfg);
+
 class TikTokenizer : public Tokenizer {
  public:
   // cfg: tokenizer_model (the JSON file), tiktoken_pattern, tiktoken_num_special_tokens,

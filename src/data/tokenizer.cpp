@@ -230,7 +230,10 @@ std::string NullTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+void TokenizerConfig::validate() const { validate_tiktoken_flags(*this); }
+
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
+  cfg.validate();
   if (cfg.tokenizer_type == "GPT2BPETokenizer") {
     MG_USER_CHECK(!cfg.vocab_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --vocab-file");
     MG_USER_CHECK(!cfg.merge_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --merge-file");

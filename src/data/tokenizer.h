@@ -80,6 +80,8 @@ struct TokenizerConfig {
   int64_t tiktoken_num_special_tokens = 1000;   // --tiktoken-num-special-tokens
   std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens
   int64_t vocab_size = 0;       // --vocab-size (NullTokenizer; TikTokenizer's vocabulary cap)
+  // Refuses values the flags cannot hold, whatever the type (UsageError naming the flag).
+  void validate() const;
 };
 
 // Throws UsageError naming the flag when the type or its files are missing.
