@@ -4,6 +4,8 @@
 //    's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+, bytes mapped to
 //    printable characters, then merges applied lowest rank first. <|endoftext|> = 50256 is EOD.
 //  - NullTokenizer (--vocab-size V): text is space-separated ids; EOD = V - 1.
+//  - HuggingFaceTokenizer (--tokenizer-model DIR with tokenizer.json): data/hf_tokenizer.h.
+//  - TikTokenizer (--tokenizer-model FILE --tiktoken-pattern v1|v2): data/tiktoken_tokenizer.h.
 // An instance caches BPE results and is not thread-safe: use one per thread (copies share the
 // vocabulary).
 #pragma once
