@@ -81,6 +81,33 @@ TEST(HuggingFaceTokenizerFiles, AddBosAndEosTokenOverrideTheTemplate) {
   EXPECT_EQ(tok.encode("ab"), (Ids{7, 2}));
 }
 
+// Llama 2's decoder chain; byte_fallback; the EOS from special_tokens_map.json.
+TEST(HuggingFaceTokenizerFiles, ByteFallbackAndSpecialTokensMap) {
+  Files f;
+  json j = tiny_tokenizer_json();
+  j["model"]["byte_fallback"] = true;
+  int id = 9;  // after the added token [X] (8)
+  for (const char* name : {"<0xE2>", "<0x82>", "<0xAC>"}) j["model"]["vocab"][name] = id++;
+  j["pre_tokenizer"] = nullptr;
+  j["normalizer"] = json::parse(R"({"type": "Sequence", "normalizers": [
+      {"type": "Prepend", "prepend": "\u2581"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]})");
+  j["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [
+      {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+      {"type": "ByteFallback"}, {"type": "Fuse"},
+      {"type": "Strip", "content": " ", "start": 1, "stop": 0}]})");
+  f.write("tokenizer.json", j.dump());
+  f.write("special_tokens_map.json", R"({"bos_token": {"content": "<s>"}, "eos_token": "</s>"})");
+  HuggingFaceTokenizer tok(f.dir.str());
+  EXPECT_EQ(tok.eod(), 2);
+  EXPECT_EQ(tok.bos(), 1);
+  // "€" has no token but its three bytes do; "c" has neither: <unk>.
+  EXPECT_EQ(tok.encode_text("ab \u20ac c"), (Ids{7, 5, 9, 10, 11, 5, 0}));
+  EXPECT_EQ(tok.decode({7, 5, 9, 10, 11}), "ab \u20ac");
+  // An incomplete UTF-8 sequence of byte tokens: one U+FFFD per token (Hugging Face's rule).
+  EXPECT_EQ(tok.decode({7, 9, 10}), "ab\ufffd\ufffd");
+}
+
 TEST(HuggingFaceTokenizerFiles, BadInputNamesTheFlagAndFile) {
   Files f;
   auto load = [&] { HuggingFaceTokenizer tok(f.dir.str()); };
