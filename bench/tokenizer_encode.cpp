@@ -22,11 +22,14 @@ struct BenchConfig {
 
 int run(const std::vector<std::string>& args) {
   using C = BenchConfig;
-  auto table = mg::tokenizer_options<C>([](C& c) -> auto& { return c.tokenizer; });
-  table.push_back(mg::valued<C>("--input", "FILE", "JSON lines", [](C& c) -> auto& { return c.input; }));
-  table.push_back(mg::valued<C>("--vocab-size", "V", "NullTokenizer / TikTokenizer",
-                                [](C& c) -> auto& { return c.tokenizer.vocab_size; }));
-  table.push_back(mg::valued<C>("--repeat", "R", "rounds", [](C& c) -> auto& { return c.repeat; }));
+  auto table = mg::tokenizer_options<C>([](C & c) -> auto& { return c.tokenizer; });
+  table.push_back(mg::valued<C>(
+      "--input", "FILE", "JSON lines", [](C & c) -> auto& { return c.input; }));
+  table.push_back(mg::valued<C>(
+      "--vocab-size", "V", "NullTokenizer / TikTokenizer",
+      [](C & c) -> auto& { return c.tokenizer.vocab_size; }));
+  table.push_back(mg::valued<C>(
+      "--repeat", "R", "rounds", [](C & c) -> auto& { return c.repeat; }));
   const C cfg = mg::parse_args(table, args, "tokenizer_encode");
   std::vector<std::string> docs;
   size_t bytes = 0;
@@ -46,7 +49,8 @@ int run(const std::vector<std::string>& args) {
     tokens = 0;
     const auto t0 = std::chrono::steady_clock::now();
     for (const std::string& d : docs) tokens += fresh->encode(d).size();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::printf("encode only: %zu documents, %zu tokens, %.2f MB in %.3f s (%.2f MB/s, best of %d)\n",
               docs.size(), tokens, double(bytes) / 1e6, best, double(bytes) / 1e6 / best,

@@ -10,7 +10,7 @@ namespace {
 
 struct Candidate {
   int32_t rank;
-  int32_t left;  // position of the left symbol (merged symbols keep the left position)
+  int32_t left;               // position of the left symbol (merged symbols keep the left position)
   int32_t left_id, right_id;  // the pair as it was when queued
   bool operator>(const Candidate& o) const {
     return rank != o.rank ? rank > o.rank : left > o.left;
@@ -26,7 +26,8 @@ void BpeMerges::add(int32_t left, int32_t right, int32_t rank, int32_t result) {
     shift_ = 64 - std::countr_zero(slots_.size());
     size_ = 0;
     for (const Slot& s : old)
-      if (s.key != kEmpty) add(int32_t(s.key >> 32), int32_t(uint32_t(s.key)), s.merge.rank, s.merge.result);
+      if (s.key != kEmpty)
+        add(int32_t(s.key >> 32), int32_t(uint32_t(s.key)), s.merge.rank, s.merge.result);
   }
   const uint64_t k = key(left, right);
   size_t i = slot_of(k);

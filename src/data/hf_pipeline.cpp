@@ -23,9 +23,10 @@ std::string type_of(const json& j, const std::string& where, const std::string& 
 
 [[noreturn]] void unsupported(const std::string& where, const std::string& field,
                               const std::string& what) {
-  throw UsageError(str_cat(where, ": ", field, " ", what,
-                           " is not supported (HuggingFaceTokenizer reads the BPE tokenizers of the "
-                           "Llama family; see docs/tokenizers.md)"));
+  throw UsageError(
+      str_cat(where, ": ", field, " ", what,
+              " is not supported (HuggingFaceTokenizer reads the BPE tokenizers of the "
+              "Llama family; see docs/tokenizers.md)"));
 }
 
 std::string string_field(const json& j, const char* key, const std::string& where,
@@ -51,7 +52,8 @@ std::string pattern_of(const json& j, const std::string& where, const std::strin
     is_regex = true;
     return p["Regex"].get<std::string>();
   }
-  throw UsageError(str_cat(where, ": ", field, ".pattern must be {\"String\": ...} or "
+  throw UsageError(str_cat(where, ": ", field,
+                           ".pattern must be {\"String\": ...} or "
                            "{\"Regex\": ...}"));
 }
 
@@ -65,8 +67,8 @@ void parse_normalizer(const json& j, const std::string& where, const std::string
     for (size_t i = 0; i < j["normalizers"].size(); ++i)
       parse_normalizer(j["normalizers"][i], where, str_cat(field, ".normalizers[", i, "]"), out);
   } else if (type == "Prepend") {
-    out.steps.push_back({HfNormalizer::Step::kPrepend,
-                         string_field(j, "prepend", where, field), ""});
+    out.steps.push_back(
+        {HfNormalizer::Step::kPrepend, string_field(j, "prepend", where, field), ""});
   } else if (type == "Replace") {
     bool is_regex = false;
     const std::string from = pattern_of(j, where, field, is_regex);
@@ -84,11 +86,11 @@ void parse_pre_tokenizer(const json& j, const std::string& where, const std::str
   const std::string type = type_of(j, where, field);
   using Step = HfPreTokenizer::Step;
   if (type == "Sequence") {
-    MG_USER_CHECK(j.contains("pretokenizers") && j["pretokenizers"].is_array(), where, ": ",
-                  field, ".pretokenizers must be a list");
+    MG_USER_CHECK(j.contains("pretokenizers") && j["pretokenizers"].is_array(), where, ": ", field,
+                  ".pretokenizers must be a list");
     for (size_t i = 0; i < j["pretokenizers"].size(); ++i)
-      parse_pre_tokenizer(j["pretokenizers"][i], where,
-                          str_cat(field, ".pretokenizers[", i, "]"), out);
+      parse_pre_tokenizer(j["pretokenizers"][i], where, str_cat(field, ".pretokenizers[", i, "]"),
+                          out);
     return;
   }
   // Later stages would see GPT-2's byte alphabet, which this implementation never builds.
@@ -111,9 +113,9 @@ void parse_pre_tokenizer(const json& j, const std::string& where, const std::str
   } else if (type == "Metaspace") {
     step.kind = Step::kMetaspace;
     step.replacement = string_field(j, "replacement", where, field, "\u2581");
-    step.prepend_scheme = string_field(
-        j, "prepend_scheme", where, field,
-        bool_field(j, "add_prefix_space", true) ? "always" : "never");
+    step.prepend_scheme =
+        string_field(j, "prepend_scheme", where, field,
+                     bool_field(j, "add_prefix_space", true) ? "always" : "never");
     if (step.prepend_scheme != "always" && step.prepend_scheme != "first" &&
         step.prepend_scheme != "never")
       unsupported(where, field, str_cat("Metaspace prepend_scheme ", step.prepend_scheme));
@@ -141,9 +143,9 @@ void parse_decoder(const json& j, const std::string& where, const std::string& f
   } else if (type == "Metaspace") {
     step.kind = Step::kMetaspace;
     step.a = string_field(j, "replacement", where, field, "\u2581");
-    step.prepend = string_field(j, "prepend_scheme", where, field,
-                                bool_field(j, "add_prefix_space", true) ? "always" : "never") !=
-                   "never";
+    step.prepend =
+        string_field(j, "prepend_scheme", where, field,
+                     bool_field(j, "add_prefix_space", true) ? "always" : "never") != "never";
   } else if (type == "Replace") {
     step.kind = Step::kReplace;
     bool is_regex = false;
@@ -246,8 +248,8 @@ void HfPreTokenizer::split(HfPiece piece, std::vector<HfPiece>& out,
       if (step.kind == Step::kMetaspace) {
         std::string s(p.text);
         replace_all(s, " ", step.replacement);
-        const bool prepend = step.prepend_scheme == "always" ||
-                             (step.prepend_scheme == "first" && p.at_text_start);
+        const bool prepend =
+            step.prepend_scheme == "always" || (step.prepend_scheme == "first" && p.at_text_start);
         if (prepend && !s.starts_with(step.replacement)) s.insert(0, step.replacement);
         arena.push_back(std::move(s));
         const std::string_view t = arena.back();
@@ -259,7 +261,8 @@ void HfPreTokenizer::split(HfPiece piece, std::vector<HfPiece>& out,
         size_t begin = 0;
         for (size_t pos = t.find(step.replacement, 1); pos != std::string_view::npos;
              pos = t.find(step.replacement, pos + 1)) {
-          if (pos > begin) next.push_back({t.substr(begin, pos - begin), p.at_text_start && !begin});
+          if (pos > begin)
+            next.push_back({t.substr(begin, pos - begin), p.at_text_start && !begin});
           begin = pos;
         }
         if (begin < t.size()) next.push_back({t.substr(begin), p.at_text_start && !begin});
@@ -272,7 +275,8 @@ void HfPreTokenizer::split(HfPiece piece, std::vector<HfPiece>& out,
       // Isolated: each match is a piece, and so is the text between matches.
       size_t last = 0;
       step.regex[0].for_each_match(p.text, [&](size_t begin, size_t end) {
-        if (begin > last) next.push_back({p.text.substr(last, begin - last), p.at_text_start && !last});
+        if (begin > last)
+          next.push_back({p.text.substr(last, begin - last), p.at_text_start && !last});
         next.push_back({p.text.substr(begin, end - begin), p.at_text_start && !begin});
         last = end;
       });
@@ -323,7 +327,8 @@ std::string HfDecoder::apply(std::vector<std::string> tokens) const {
         size_t run = 0;
         auto flush = [&] {
           if (!run) return;
-          if (unicode::is_valid_utf8(bytes)) out.push_back(bytes);
+          if (unicode::is_valid_utf8(bytes))
+            out.push_back(bytes);
           else
             for (size_t k = 0; k < run; ++k) out.push_back("\xef\xbf\xbd");
           bytes.clear();

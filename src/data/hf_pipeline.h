@@ -33,7 +33,7 @@ struct HfPiece {
 struct HfPreTokenizer {
   struct Step {
     enum Kind { kSplit, kByteLevel, kMetaspace } kind;
-    std::vector<Regex> regex;  // Split, ByteLevel with use_regex: the pattern (one)
+    std::vector<Regex> regex;       // Split, ByteLevel with use_regex: the pattern (one)
     bool add_prefix_space = false;  // ByteLevel
     std::string replacement;        // Metaspace: "▁"
     std::string prepend_scheme;     // Metaspace: always | first | never

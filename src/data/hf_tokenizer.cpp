@@ -37,8 +37,8 @@ bool follows(std::string_view s, size_t pos, std::string_view w) {
 // transformers' clean_up_tokenization: spaces before punctuation and English contractions.
 std::string clean_up_tokenization(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."},     {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"},   {" 's", "'s"},   {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) replace_all(s, from, to);
   return s;
 }
@@ -46,8 +46,8 @@ std::string clean_up_tokenization(std::string s) {
 }  // namespace
 
 struct HuggingFaceTokenizer::Model {
-  std::string where;  // "--tokenizer-model 'DIR/tokenizer.json'"
-  bool byte_level = false;   // vocabulary tokens held as raw bytes
+  std::string where;        // "--tokenizer-model 'DIR/tokenizer.json'"
+  bool byte_level = false;  // vocabulary tokens held as raw bytes
   bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
   int32_t unk = -1, bos = -1, eos = -1;
   int64_t vocab_size = 0;
@@ -59,12 +59,12 @@ struct HuggingFaceTokenizer::Model {
   // and words are cached. Empty when that does not hold.
   std::string word_start;
   BpeMerges merges;
-  int32_t byte_symbol[256];    // byte-level: the id of each byte
-  int32_t fallback_id[256];    // byte_fallback: the id of <0xNN>, or -1
+  int32_t byte_symbol[256];  // byte-level: the id of each byte
+  int32_t fallback_id[256];  // byte_fallback: the id of <0xNN>, or -1
   HfNormalizer normalizer;
   HfPreTokenizer pre_tokenizer;
   HfDecoder decoder;
-  std::vector<Regex> added_pattern;     // capture group k+1 = added_ids[k]
+  std::vector<Regex> added_pattern;  // capture group k+1 = added_ids[k]
   std::vector<int32_t> added_ids;
   std::vector<int32_t> prefix, suffix;  // the post-processor's special tokens around the text
   bool clean_up_spaces = false;
@@ -98,8 +98,7 @@ void load_vocab_and_merges(const json& m, Model& model) {
     return raw;
   };
   for (auto& [token, id] : m["vocab"].items()) {
-    MG_USER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
-                      id.get<int64_t>() < INT32_MAX,
+    MG_USER_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < INT32_MAX,
                   where, ": model.vocab: bad id for token '", token, "'");
     const int32_t i = id.get<int32_t>();
     if (size_t(i) >= model.id_to_token.size()) model.id_to_token.resize(size_t(i) + 1);
@@ -111,7 +110,8 @@ void load_vocab_and_merges(const json& m, Model& model) {
     if (unicode::decode_one(token, 0, cp) == token.size()) model.char_id.emplace(cp, id);
   }
   const std::string space = "\u2581";
-  bool words_independent = !model.byte_level && !model.ignore_merges && model.token_to_id.count(space);
+  bool words_independent =
+      !model.byte_level && !model.ignore_merges && model.token_to_id.count(space);
   for (const auto& [token, id] : model.token_to_id)
     for (size_t pos = token.find(space, 1); words_independent && pos != std::string::npos;
          pos = token.find(space, pos + 1))
@@ -138,15 +138,19 @@ void load_vocab_and_merges(const json& m, Model& model) {
     }
     const int32_t ia = model.id_of(model_form(a)), ib = model.id_of(model_form(b)),
                   im = model.id_of(model_form(a + b));
-    MG_USER_CHECK(ia >= 0 && ib >= 0 && im >= 0, where, ": model.merges[", r, "] ('", a, "', '",
-                  b, "'): the vocabulary lacks '", ia < 0 ? a : ib < 0 ? b : a + b, "'");
+    MG_USER_CHECK(ia >= 0 && ib >= 0 && im >= 0, where, ": model.merges[", r, "] ('", a, "', '", b,
+                  "'): the vocabulary lacks '",
+                  ia < 0   ? a
+                  : ib < 0 ? b
+                           : a + b,
+                  "'");
     model.merges.add(ia, ib, int32_t(r), im);
   }
   if (model.byte_level)
     for (int c = 0; c < 256; ++c) {
       model.byte_symbol[c] = model.id_of(std::string(1, char(c)));
-      MG_USER_CHECK(model.byte_symbol[c] >= 0, where, ": the byte-level vocabulary lacks byte ",
-                    c, " ('", alphabet[size_t(c)], "')");
+      MG_USER_CHECK(model.byte_symbol[c] >= 0, where, ": the byte-level vocabulary lacks byte ", c,
+                    " ('", alphabet[size_t(c)], "')");
     }
   for (int c = 0; c < 256; ++c) {
     char name[8];
@@ -170,7 +174,9 @@ void load_model(const json& j, Model& model) {
                   " is not supported (only null)");
   MG_USER_CHECK(!m.contains("dropout") || m["dropout"].is_null() || m["dropout"] == 0.0, where,
                 ": model.dropout is not supported (only null)");
-  auto flag = [&](const char* key) { return m.contains(key) && m[key].is_boolean() && m[key].get<bool>(); };
+  auto flag = [&](const char* key) {
+    return m.contains(key) && m[key].is_boolean() && m[key].get<bool>();
+  };
   model.ignore_merges = flag("ignore_merges");
   model.byte_fallback = flag("byte_fallback");
   model.fuse_unk = flag("fuse_unk");
@@ -206,10 +212,12 @@ void load_added_tokens(const json& j, Model& model) {
     if (size_t(id) >= model.id_to_token.size()) model.id_to_token.resize(size_t(id) + 1);
     model.id_to_token[size_t(id)] = content;
     if (content.empty()) continue;
-    auto on = [&](const char* key) { return t.contains(key) && t[key].is_boolean() && t[key].get<bool>(); };
+    auto on = [&](const char* key) {
+      return t.contains(key) && t[key].is_boolean() && t[key].get<bool>();
+    };
     // lstrip/rstrip: the token takes the whitespace beside it; single_word: not inside a word.
-    std::string alt = str_cat(on("lstrip") ? "\\s*" : "", on("single_word") ? "(?<!\\w)" : "",
-                              "(", Regex::escape(content), ")", on("single_word") ? "(?!\\w)" : "",
+    std::string alt = str_cat(on("lstrip") ? "\\s*" : "", on("single_word") ? "(?<!\\w)" : "", "(",
+                              Regex::escape(content), ")", on("single_word") ? "(?!\\w)" : "",
                               on("rstrip") ? "\\s*" : "");
     added.push_back({content, std::move(alt), id});
   }
@@ -269,8 +277,9 @@ void load_post_processor(const json& p, Model& model) {
 // (A field of the wrong JSON type throws nlohmann's type_error: refused as a UsageError too.)
 HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& dir) try {
   namespace fs = std::filesystem;
-  MG_USER_CHECK(!dir.empty(), "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model (the "
-                              "directory with tokenizer.json)");
+  MG_USER_CHECK(!dir.empty(),
+                "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model (the "
+                "directory with tokenizer.json)");
   const fs::path json_path = fs::path(dir) / "tokenizer.json";
   MG_USER_CHECK(fs::is_regular_file(json_path), kFlag, " '", dir, "' has no tokenizer.json (",
                 "HuggingFaceTokenizer reads DIR/tokenizer.json and DIR/tokenizer_config.json)");
@@ -301,13 +310,15 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& dir) try {
   MG_USER_CHECK(model->eos >= 0, kFlag, " '", dir, "': no eos_token in tokenizer_config.json or ",
                 "special_tokens_map.json (Megatron's EOD is the EOS token)");
   // transformers' Llama tokenizers rebuild the template from add_bos_token / add_eos_token.
-  if (config.is_object() && (config.contains("add_bos_token") || config.contains("add_eos_token"))) {
+  if (config.is_object() &&
+      (config.contains("add_bos_token") || config.contains("add_eos_token"))) {
     model->prefix.clear();
     model->suffix.clear();
     if (config.value("add_bos_token", false) && model->bos >= 0) model->prefix = {model->bos};
     if (config.value("add_eos_token", false)) model->suffix = {model->eos};
   }
-  model->clean_up_spaces = config.is_object() && config.value("clean_up_tokenization_spaces", false);
+  model->clean_up_spaces =
+      config.is_object() && config.value("clean_up_tokenization_spaces", false);
   std::unordered_set<std::string> distinct;
   for (const std::string& t : model->id_to_token) distinct.insert(t);
   model->vocab_size = int64_t(std::max(distinct.size(), model->id_to_token.size()));
@@ -327,9 +338,15 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(std::shared_ptr<const Model> model)
       added_pattern_(model_->added_pattern),
       pre_tokenizer_(model_->pre_tokenizer) {}
 
-int64_t HuggingFaceTokenizer::vocab_size() const { return model_->vocab_size; }
-int32_t HuggingFaceTokenizer::eod() const { return model_->eos; }
-int32_t HuggingFaceTokenizer::bos() const { return model_->bos; }
+int64_t HuggingFaceTokenizer::vocab_size() const {
+  return model_->vocab_size;
+}
+int32_t HuggingFaceTokenizer::eod() const {
+  return model_->eos;
+}
+int32_t HuggingFaceTokenizer::bos() const {
+  return model_->bos;
+}
 
 std::unique_ptr<Tokenizer> HuggingFaceTokenizer::clone() const {
   return std::unique_ptr<Tokenizer>(new HuggingFaceTokenizer(model_));

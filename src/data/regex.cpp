@@ -69,15 +69,14 @@ Regex::~Regex() = default;
 
 bool Regex::next_match(std::string_view text, size_t pos, size_t& begin, size_t& end) {
   while (pos < text.size()) {
-    const int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                               text.size(), pos, PCRE2_NO_UTF_CHECK, state_->match,
-                               state_->context);
+    const int rc = pcre2_match(code_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                               pos, PCRE2_NO_UTF_CHECK, state_->match, state_->context);
     if (rc == PCRE2_ERROR_NOMATCH) return false;
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
-      throw UsageError(str_cat(code_->what, ": matching failed: ",
-                               reinterpret_cast<const char*>(message)));
+      throw UsageError(
+          str_cat(code_->what, ": matching failed: ", reinterpret_cast<const char*>(message)));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state_->match);
     begin = ov[0];

@@ -68,18 +68,17 @@ void validate_tiktoken_flags(const TokenizerConfig& cfg) {
     for (const char* required : {"<unk>", "<s>", "</s>"})
       MG_USER_CHECK(std::count(named.begin(), named.end(), required) == 1,
                     "--tiktoken-special-tokens must hold ", required, " exactly once");
-    MG_USER_CHECK(std::unordered_set<std::string>(named.begin(), named.end()).size() ==
-                      named.size(),
-                  "--tiktoken-special-tokens: the special tokens must differ");
+    MG_USER_CHECK(
+        std::unordered_set<std::string>(named.begin(), named.end()).size() == named.size(),
+        "--tiktoken-special-tokens: the special tokens must differ");
   }
-  MG_USER_CHECK(cfg.tiktoken_num_special_tokens >= 0,
-                "--tiktoken-num-special-tokens must be >= 0");
+  MG_USER_CHECK(cfg.tiktoken_num_special_tokens >= 0, "--tiktoken-num-special-tokens must be >= 0");
 }
 
 struct TikTokenizer::Vocab {
   int64_t vocab_size = 0;
   int32_t num_special = 0, unk = 0, bos = 0, eos = 0;
-  std::vector<std::string> id_to_bytes;  // specials: their names
+  std::vector<std::string> id_to_bytes;                  // specials: their names
   std::unordered_map<std::string, int32_t> bytes_to_id;  // the vocabulary (shifted ids)
   int32_t byte_id[256] = {};
   BpeMerges merges;
@@ -89,8 +88,9 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
     : pattern_(tiktoken_pattern(cfg.tiktoken_pattern), "--tiktoken-pattern") {
   validate_tiktoken_flags(cfg);
   const std::string& path = cfg.tokenizer_model;
-  MG_USER_CHECK(!path.empty(), "--tokenizer-type TikTokenizer needs --tokenizer-model (the "
-                               "vocabulary JSON file)");
+  MG_USER_CHECK(!path.empty(),
+                "--tokenizer-type TikTokenizer needs --tokenizer-model (the "
+                "vocabulary JSON file)");
   auto v = std::make_shared<Vocab>();
   v->vocab_size = cfg.vocab_size > 0 ? cfg.vocab_size : kDefaultVocabSize;
   MG_USER_CHECK(v->vocab_size <= INT32_MAX, "--vocab-size ", v->vocab_size,
@@ -105,9 +105,9 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
                 v->vocab_size, ")");
   for (int64_t i = int64_t(special.size()); i < num_special; ++i)
     special.push_back(str_cat("<SPECIAL_", i, ">"));
-  MG_USER_CHECK(std::unordered_set<std::string>(special.begin(), special.end()).size() ==
-                    special.size(),
-                "--tiktoken-special-tokens: a named token is also a <SPECIAL_i> filler");
+  MG_USER_CHECK(
+      std::unordered_set<std::string>(special.begin(), special.end()).size() == special.size(),
+      "--tiktoken-special-tokens: a named token is also a <SPECIAL_i> filler");
   v->num_special = int32_t(num_special);
   v->id_to_bytes = special;
   auto index_of = [&](const char* t) {
@@ -120,12 +120,13 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
   // The vocabulary, cut to vocab_size - num_special entries.
   const nlohmann::json j = read_tokenizer_json(path, kFlag);
   const std::string where = str_cat(kFlag, " '", path, "'");
-  MG_USER_CHECK(j.is_array(), where, " is not a TikTokenizer vocabulary: Megatron's format is a "
+  MG_USER_CHECK(j.is_array(), where,
+                " is not a TikTokenizer vocabulary: Megatron's format is a "
                 "JSON list of {\"rank\", \"token_bytes\", \"token_str\"}");
   const int64_t inner = v->vocab_size - num_special;
   // (Megatron allows fewer, and then fails on the first text holding a byte without a token.)
-  MG_USER_CHECK(inner >= 256, "--vocab-size ", v->vocab_size, " leaves ", inner,
-                " ids after the ", num_special, " special tokens; the 256 single bytes need 256");
+  MG_USER_CHECK(inner >= 256, "--vocab-size ", v->vocab_size, " leaves ", inner, " ids after the ",
+                num_special, " special tokens; the 256 single bytes need 256");
   MG_USER_CHECK(int64_t(j.size()) >= inner, where, " holds ", j.size(), " tokens; --vocab-size ",
                 v->vocab_size, " with ", num_special, " special tokens needs ", inner,
                 ": pass --vocab-size ", int64_t(j.size()) + num_special, " or less");
@@ -136,8 +137,8 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
     MG_USER_CHECK(e.is_object() && e.size() == 3 && e.contains("rank") &&
                       e.contains("token_bytes") && e.contains("token_str"),
                   where, " entry ", i, " is not {\"rank\", \"token_bytes\", \"token_str\"}");
-    MG_USER_CHECK(e["rank"].is_number_integer() && e["rank"].get<int64_t>() == i, where,
-                  " entry ", i, " has rank ", e["rank"].dump(), "; ranks must be 0, 1, 2, ...");
+    MG_USER_CHECK(e["rank"].is_number_integer() && e["rank"].get<int64_t>() == i, where, " entry ",
+                  i, " has rank ", e["rank"].dump(), "; ranks must be 0, 1, 2, ...");
     MG_USER_CHECK(e["token_bytes"].is_string() &&
                       base64_decode(e["token_bytes"].get<std::string>(), bytes) && !bytes.empty(),
                   where, " entry ", i, ": token_bytes is not base64 of a non-empty byte string");
@@ -165,9 +166,15 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
   throw UsageError(str_cat(kFlag, " '", cfg.tokenizer_model, "': unexpected JSON: ", e.what()));
 }
 
-int64_t TikTokenizer::vocab_size() const { return vocab_->vocab_size; }
-int32_t TikTokenizer::eod() const { return vocab_->eos; }
-int32_t TikTokenizer::bos() const { return vocab_->bos; }
+int64_t TikTokenizer::vocab_size() const {
+  return vocab_->vocab_size;
+}
+int32_t TikTokenizer::eod() const {
+  return vocab_->eos;
+}
+int32_t TikTokenizer::bos() const {
+  return vocab_->bos;
+}
 
 std::unique_ptr<Tokenizer> TikTokenizer::clone() const {
   return std::unique_ptr<Tokenizer>(new TikTokenizer(vocab_, pattern_));

@@ -1,11 +1,11 @@
 // The heap-based BPE merge loop (data/bpe): the same result as the textbook rescan (merge the
 // leftmost lowest-rank pair, repeat) on random words, and O(n log n) on one long word.
+#include "data/bpe.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <random>
-
-#include "data/bpe.h"
 
 namespace mg {
 namespace {
@@ -16,7 +16,8 @@ std::vector<int32_t> rescan_bpe(const BpeMerges& merges, std::vector<int32_t> w)
     const BpeMerges::Merge* best = nullptr;
     size_t at = 0;
     for (size_t i = 0; i + 1 < w.size(); ++i)
-      if (const BpeMerges::Merge* m = merges.find(w[i], w[i + 1]); m && (!best || m->rank < best->rank)) {
+      if (const BpeMerges::Merge* m = merges.find(w[i], w[i + 1]);
+          m && (!best || m->rank < best->rank)) {
         best = m;
         at = i;
       }

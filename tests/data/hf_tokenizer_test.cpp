@@ -2,10 +2,12 @@
 // Llama files use in ways the parity tests cannot isolate (Metaspace, added-token flags, the
 // post-processor, add_bos_token), and bad input refused with one UsageError naming the flag and
 // the file.
+#include "data/hf_tokenizer.h"
+
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
-#include "data/hf_tokenizer.h"
 #include "data/tiktoken_tokenizer.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -132,8 +134,7 @@ TEST(HuggingFaceTokenizerFiles, BadInputNamesTheFlagAndFile) {
   j["normalizer"] = json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFKC"}]})");
   f.write("tokenizer.json", j.dump());
   m = testing::usage_error_of(load);
-  EXPECT_NE(m.find("normalizer.normalizers[0] type NFKC is not supported"), std::string::npos)
-      << m;
+  EXPECT_NE(m.find("normalizer.normalizers[0] type NFKC is not supported"), std::string::npos) << m;
 
   j = tiny_tokenizer_json();
   j["model"]["merges"].push_back("a \u2581ab");
@@ -238,8 +239,8 @@ TEST(TokenizerFilesCli, BadInputExitsWithUsageError) {
   f.write("docs.jsonl", "{\"text\": \"hello\"}\n");
   f.write("vocab.json", tiny_tiktoken_vocab());
   const std::string preprocess = std::string(MG_BINARY) + " preprocess --input " +
-                                 f.dir.str("docs.jsonl") + " --output-prefix " +
-                                 f.dir.str("out") + " --tokenizer-type ";
+                                 f.dir.str("docs.jsonl") + " --output-prefix " + f.dir.str("out") +
+                                 " --tokenizer-type ";
   auto r = testing::run_command(preprocess + "TikTokenizer --tokenizer-model " +
                                 f.dir.str("vocab.json") + " --tiktoken-pattern v3");
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -4,9 +4,8 @@
 // then for 'h' tokenizer.json, NUL, tokenizer_config.json, and for 't'/'T' the vocabulary file;
 // then optionally NUL and text to encode (default: a fixed sentence). Bad files must end in a
 // UsageError naming the file; accepted ones must encode any text to ids inside the vocabulary.
-#include <nlohmann/json.hpp>
-
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "data/hf_tokenizer.h"
 #include "data/tiktoken_tokenizer.h"
@@ -49,8 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                            : in;
   fuzz::expect_usage_errors_only([&] {
     const std::vector<int32_t> ids = tok->encode(text);
-    for (int32_t id : ids)
-      fuzz::require(id >= 0 && id < tok->vocab_size(), "id in the vocabulary");
+    for (int32_t id : ids) fuzz::require(id >= 0 && id < tok->vocab_size(), "id in the vocabulary");
     fuzz::require(tok->eod() >= 0 && tok->eod() < tok->vocab_size(), "EOD in the vocabulary");
     fuzz::keep(tok->decode(ids).size());
   });

