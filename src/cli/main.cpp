@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,22 @@ bool wants_help(const std::vector<std::string>& args) {
   return false;
 }
 
+// The tokenizer sizes the model's vocabulary (Megatron pads it afterwards). The types that
+// Megatron builds from args.vocab_size take the model's --vocab-size: NullTokenizer always,
+// TikTokenizer when the flag is given (else its own default, 2^17).
+// The tokenizer's vocabulary size (0 without --tokenizer-type). NullTokenizer's is the model's
+// --vocab-size; TikTokenizer takes --vocab-size as its cap when it is given (Megatron's
+// args.vocab_size), else its own default.
+int64_t tokenizer_vocab_size(mg::TokenizerConfig& tok, int64_t model_vocab_size,
+                             bool vocab_size_given) {
+  tok.validate();
+  if (tok.tokenizer_type.empty()) return 0;
+  if (tok.tokenizer_type == "NullTokenizer" ||
+      (tok.tokenizer_type == "TikTokenizer" && vocab_size_given))
+    tok.vocab_size = model_vocab_size;
+  return mg::make_tokenizer(tok)->vocab_size();
+}
+
 int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   if (wants_help(args)) {
     std::fputs(mg::help_text(mg::train_options(), "usage: megatron train [flags]\n\nTrains a "
@@ -51,12 +68,9 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   cfg.argv = args;
   // --load with a checkpoint: model flags not given come from it.
   const bool model_from_ckpt = mg::model_from_checkpoint(cfg, given);
-  if (!cfg.tokenizer.tokenizer_type.empty()) {
-    // The tokenizer sizes the vocabulary (Megatron pads it afterwards).
-    if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
-    cfg.model.vocab_size = mg::train_vocab_size(
-        cfg, mg::make_tokenizer(cfg.tokenizer)->vocab_size(), model_from_ckpt, given);
-  }
+  if (const int64_t v = tokenizer_vocab_size(cfg.tokenizer, cfg.model.vocab_size,
+                                             given.count("--vocab-size") > 0))
+    cfg.model.vocab_size = mg::train_vocab_size(cfg, v, model_from_ckpt, given);
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
   mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
@@ -145,10 +159,11 @@ int generate(const std::vector<std::string>& args) {
                stdout);
     return 0;
   }
-  mg::GenerateConfig cfg = mg::parse_args(mg::generate_options(), args, "generate");
-  if (cfg.tokenizer.tokenizer_type == "NullTokenizer") cfg.tokenizer.vocab_size = cfg.model.vocab_size;
-  if (!cfg.tokenizer.tokenizer_type.empty())
-    cfg.model.vocab_size = mg::make_tokenizer(cfg.tokenizer)->vocab_size();
+  std::set<std::string> given;
+  mg::GenerateConfig cfg = mg::parse_args(mg::generate_options(), args, "generate", &given);
+  if (const int64_t v = tokenizer_vocab_size(cfg.tokenizer, cfg.model.vocab_size,
+                                             given.count("--vocab-size") > 0))
+    cfg.model.vocab_size = v;
   for (const std::string& text : mg::generate(cfg)) std::printf("%s\n----\n", text.c_str());
   return 0;
 }

@@ -7,7 +7,10 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/hf_tokenizer.h"
 #include "data/sentencepiece_tokenizer.h"
+#include "data/tiktoken_tokenizer.h"
+#include "data/tokenizer_files.h"
 #include "data/unicode.h"
 
 namespace mg {
@@ -16,29 +19,6 @@ namespace {
 
 bool is_other(char32_t c) {
   return !unicode::is_space(c) && !unicode::is_letter(c) && !unicode::is_number(c);
-}
-
-// GPT-2's reversible map from bytes to printable characters: printable Latin-1 bytes map to
-// themselves, the other 68 to U+0100 onwards in byte order.
-std::vector<std::string> byte_to_unicode() {
-  std::vector<int> cs(256, -1);
-  for (int b = '!'; b <= '~'; ++b) cs[b] = b;
-  for (int b = 0xa1; b <= 0xac; ++b) cs[b] = b;
-  for (int b = 0xae; b <= 0xff; ++b) cs[b] = b;
-  int n = 0;
-  for (int b = 0; b < 256; ++b)
-    if (cs[b] < 0) cs[b] = 256 + n++;
-  std::vector<std::string> out(256);
-  for (int b = 0; b < 256; ++b) unicode::append_utf8(out[b], char32_t(cs[b]));
-  return out;
-}
-
-std::string read_file(const std::string& path, const char* flag) {
-  std::ifstream f(path, std::ios::binary);
-  MG_USER_CHECK(f.good(), flag, ": cannot read '", path, "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -57,12 +37,7 @@ GPT2BPETokenizer::GPT2BPETokenizer(std::shared_ptr<const Vocab> v) : vocab_(std:
 
 GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::string& merge_file) {
   auto v = std::make_shared<Vocab>();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(vocab_file, "--vocab-file"));
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(str_cat("--vocab-file '", vocab_file, "' is not valid JSON: ", e.what()));
-  }
+  const nlohmann::json j = read_tokenizer_json(vocab_file, "--vocab-file");
   MG_USER_CHECK(j.is_object() && !j.empty(), "--vocab-file '", vocab_file,
                 "' must be a JSON object of token -> id (GPT-2's encoder.json / vocab.json)");
   for (auto& [tok, id] : j.items()) {
@@ -82,7 +57,7 @@ GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::str
   }
   MG_USER_CHECK(v->encoder.count("<|endoftext|>"), "--vocab-file '", vocab_file,
                 "' has no <|endoftext|> token");
-  v->byte_encoder = byte_to_unicode();
+  v->byte_encoder = unicode::byte_level_chars();
   for (int b = 0; b < 256; ++b) {
     MG_USER_CHECK(v->encoder.count(v->byte_encoder[b]), "--vocab-file '", vocab_file,
                   "' lacks the token of byte ", b, " ('", v->byte_encoder[b],
@@ -91,7 +66,7 @@ GPT2BPETokenizer::GPT2BPETokenizer(const std::string& vocab_file, const std::str
   }
   // merges: a "#version" header line, then "first second" per line, in rank order (HF's
   // tokenizer: a pair listed twice keeps its last rank; CRLF line ends read as LF).
-  std::istringstream merges(read_file(merge_file, "--merge-file"));
+  std::istringstream merges(read_tokenizer_file(merge_file, "--merge-file"));
   std::string line;
   int32_t rank = 0;
   for (int64_t line_no = 1; std::getline(merges, line); ++line_no) {
@@ -256,9 +231,14 @@ std::string NullTokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
-  MG_USER_CHECK(cfg.vocab_extra_ids == 0 || cfg.tokenizer_type == "SentencePieceTokenizer",
+void TokenizerConfig::validate() const {
+  validate_tiktoken_flags(*this);
+  MG_USER_CHECK(vocab_extra_ids == 0 || tokenizer_type == "SentencePieceTokenizer",
                 "--vocab-extra-ids applies to --tokenizer-type SentencePieceTokenizer only");
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
+  cfg.validate();
   if (cfg.tokenizer_type == "GPT2BPETokenizer") {
     MG_USER_CHECK(!cfg.vocab_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --vocab-file");
     MG_USER_CHECK(!cfg.merge_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --merge-file");
@@ -281,6 +261,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
                   " needs --tokenizer-model (the SentencePiece tokenizer.model file)");
     return std::make_unique<SentencePieceTokenizer>(cfg.tokenizer_model, kind, cfg.vocab_extra_ids);
   }
+  if (cfg.tokenizer_type == "HuggingFaceTokenizer")
+    return std::make_unique<HuggingFaceTokenizer>(cfg.tokenizer_model);
+  if (cfg.tokenizer_type == "TikTokenizer") return std::make_unique<TikTokenizer>(cfg);
   throw UsageError(str_cat("--tokenizer-type '", cfg.tokenizer_type, "' is not supported; use ",
                            kTokenizerTypesHelp));
 }

@@ -6,6 +6,8 @@
 //  - NullTokenizer (--vocab-size V): text is space-separated ids; EOD = V - 1.
 //  - SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (--tokenizer-model
 //    tokenizer.model): data/sentencepiece_tokenizer.h.
+//  - HuggingFaceTokenizer (--tokenizer-model DIR with tokenizer.json): data/hf_tokenizer.h.
+//  - TikTokenizer (--tokenizer-model FILE --tiktoken-pattern v1|v2): data/tiktoken_tokenizer.h.
 // An instance caches BPE results and is not thread-safe: use one per thread (copies share the
 // vocabulary).
 #pragma once
@@ -69,7 +71,7 @@ class NullTokenizer : public Tokenizer {
 
 // The --tokenizer-type values (help text and the factory's error).
 inline constexpr const char* kTokenizerTypesHelp =
-    "GPT2BPETokenizer | NullTokenizer"
+    "GPT2BPETokenizer | NullTokenizer | HuggingFaceTokenizer | TikTokenizer"
     " | SentencePieceTokenizer | GPTSentencePieceTokenizer | Llama2Tokenizer";
 
 // The tokenizer flags (Megatron's names), shared by preprocess, train and generate
@@ -84,6 +86,8 @@ struct TokenizerConfig {
   std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens
   int64_t vocab_size = 0;       // --vocab-size (NullTokenizer; TikTokenizer's vocabulary cap)
   int64_t vocab_extra_ids = 0;  // --vocab-extra-ids: SentencePieceTokenizer's <extra_id_N> tokens
+  // Refuses values the flags cannot hold, whatever the type (UsageError naming the flag).
+  void validate() const;
 };
 
 // Throws UsageError naming the flag when the type or its files are missing.

