@@ -58,7 +58,8 @@ for entry in "${TOKENIZERS[@]}"; do
     for _ in $(seq "${REPEAT:-3}"); do
       # shellcheck disable=SC2086  # the flags are words
       "$MEGATRON" preprocess --input "$WORK/docs.jsonl" --output-prefix "$WORK/out" \
-        --tokenizer-type "$type" ${entry#*|} --append-eod --workers $w --skip-bad-lines
+        --tokenizer-type "$type" ${entry#*|} --append-eod --workers $w --skip-bad-lines \
+        --log-interval 1000000000
     done | sed -n 's|.*(\([0-9.]*\) MB/s.*|\1 &|p' | sort -rn | head -1 |
       sed "s|^[0-9.]* preprocess: |$name: |; s| -> .*||"
   done

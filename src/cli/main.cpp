@@ -121,10 +121,10 @@ int preprocess(const std::vector<std::string>& args) {
     outputs += mg::str_cat(" (merged from ", cfg.partitions, " partitions ", cfg.output_prefix,
                            "_<0..", cfg.partitions - 1, ">_<key>_document)");
   std::printf("preprocess: %lld documents, %lld tokens, %lld bad lines skipped, %.2f MB in %.2f s "
-              "(%.2f MB/s, %.0f docs/s, %d workers) ->%s\n",
+              "(%.2f MB/s, %.0f docs/s, %d workers; tokenizer loaded in %.2f s) ->%s\n",
               (long long)s.documents, (long long)s.tokens, (long long)s.bad_lines,
               double(s.bytes) / 1e6, s.seconds, double(s.bytes) / 1e6 / s.seconds,
-              double(s.documents) / s.seconds, cfg.workers, outputs.c_str());
+              double(s.documents) / s.seconds, cfg.workers, s.startup_seconds, outputs.c_str());
   return 0;
 }
 

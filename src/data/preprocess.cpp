@@ -208,14 +208,18 @@ void PreprocessConfig::validate() const {
 
 PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
   cfg.validate();
-  Timer timer;
+  Timer startup;
   std::vector<std::unique_ptr<Tokenizer>> toks;
   toks.push_back(make_tokenizer(cfg.tokenizer));
   for (int w = 1; w < cfg.workers; ++w) toks.push_back(toks[0]->clone());
+  const double startup_seconds = startup.seconds();
+  // The rates count from here, as Megatron's do (its startup time is reported apart).
+  Timer timer;
   std::atomic<bool> stop{false};
   if (cfg.partitions == 1) {
     PreprocessSummary sum = tokenize_partition(cfg, {0, 1, 0, cfg.output_prefix}, toks, stop);
     sum.seconds = timer.seconds();
+    sum.startup_seconds = startup_seconds;
     return sum;
   }
   // Megatron's --partitions: each partition (workers / partitions threads) writes
@@ -259,6 +263,7 @@ PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
     out.finalize();
   }
   sum.seconds = timer.seconds();
+  sum.startup_seconds = startup_seconds;
   return sum;
 }
 

@@ -30,7 +30,8 @@ struct PreprocessConfig {
 
 struct PreprocessSummary {
   int64_t documents = 0, bad_lines = 0, tokens = 0, bytes = 0;
-  double seconds = 0;
+  double seconds = 0;           // tokenizing and writing (after the tokenizer is loaded)
+  double startup_seconds = 0;   // loading the tokenizer (Megatron's "Time to startup")
 };
 
 PreprocessSummary run_preprocess(const PreprocessConfig& cfg);

@@ -13,11 +13,12 @@ bool model_from_checkpoint(TrainConfig& cfg, const std::set<std::string>& given)
   for (const ModelField& f : model_fields()) {
     if (given.count(f.flag)) continue;
     std::visit([&](auto m) { cfg.model.*m = saved.*m; }, f.member);
-    if (f.structural) taken += std::string(taken.empty() ? "" : ", ") + f.key;
+    if (f.structural)
+      taken += std::string(taken.empty() ? "" : ", ") + f.flag + " " + field_text(cfg.model, f);
   }
   if (!taken.empty())
-    log_line(str_cat(" > model from the checkpoint in --load ", cfg.load, " (", taken,
-                     ", and the flags not given)"));
+    log_line(str_cat(" > model flags not given, from the checkpoint in --load ", cfg.load, ": ",
+                     taken));
   return true;
 }
 
