@@ -217,6 +217,35 @@ TEST(TensorBoardE2E, Tp2Pp2WritesFromTheLastRank) {
   fs::remove_all(d);
 }
 
+// With the distributed optimizer over DP 2 each rank counts its grad shard and the parameters
+// are all-gathered first (--overlap-param-gather defers that gather): both statistics still
+// equal the 1-rank run's.
+TEST(TensorBoardE2E, DistributedOptimizerStatisticsEqualOneRank) {
+  const fs::path d = fresh_dir("distopt");
+  const std::string flags = kModel +
+                            " --train-iters 6 --log-interval 1 --log-params-norm"
+                            " --log-num-zeros-in-grad --tensorboard-dir ";
+  const auto one = testing::run_command(std::string(MG_BINARY) + flags + (d / "one").string());
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto two = testing::run_command(testing::mpirun_prefix(2) + MG_BINARY + flags +
+                                        (d / "two").string() +
+                                        " --use-distributed-optimizer --overlap-param-gather");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  const Events a = read_events(d / "one").scalars, b = read_events(d / "two").scalars;
+  const auto zeros = testing::log_values(two.output, "num zeros"),
+             pnorm = testing::log_values(two.output, "params norm");
+  ASSERT_EQ(zeros.size(), 6u) << two.output;
+  ASSERT_EQ(pnorm.size(), 6u);
+  for (int64_t i = 1; i <= 6; ++i) {
+    EXPECT_EQ(b.at("num-zeros").at(i), kUnusedPositionGrads) << "iteration " << i;
+    EXPECT_EQ(zeros[size_t(i - 1)], kUnusedPositionGrads);
+    EXPECT_NEAR(b.at("params-norm").at(i), a.at("params-norm").at(i),
+                1e-5 * a.at("params-norm").at(i));
+    expect_printed(b.at("params-norm").at(i), pnorm[size_t(i - 1)], 1e-3, "params norm");
+  }
+  fs::remove_all(d);
+}
+
 // A run killed at iteration 13 (stopped there, then SIGKILLed) with --log-interval 5 leaves a
 // whole, readable file holding every iteration up to the last flushed interval (10); the
 // queued 11 and 12 are what it may lose. The logged interval means equal the file's losses.
