@@ -179,72 +179,62 @@ TEST(TensorBoardE2E, EveryTagEqualsTheLogLines) {
   fs::remove_all(d);
 }
 
-// Under mpirun -np 4 (TP2 x PP2) only the last rank (3) writes, and what it writes equals rank
-// 0's log lines; params-norm and num-zeros count each parameter once, so they equal the 1-rank
-// run's, and num-zeros is the unused position rows (the replicated table counted once).
-TEST(TensorBoardE2E, Tp2Pp2WritesFromTheLastRank) {
-  const fs::path d = fresh_dir("tp2pp2");
+// Multi-rank layouts: only the last rank writes, and what it writes equals rank 0's log lines;
+// params-norm and num-zeros count each parameter once, so they equal the 1-rank run's, and
+// num-zeros is the unused position rows (the TP-replicated table counted once). Under TP2 x PP2
+// the tied output layer is a second copy; with the distributed optimizer over DP 2 each rank
+// counts its grad shard and the parameters are all-gathered first (--overlap-param-gather
+// defers that gather).
+struct Layout {
+  const char* name;
+  int ranks;
+  const char* flags;
+};
+class TensorBoardLayout : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(TensorBoardLayout, LastRankWritesWhatTheLogSaysAndOneRankStatistics) {
+  const Layout& l = GetParam();
+  const fs::path d = fresh_dir(l.name);
   const std::string flags = kModel +
                             " --train-iters 6 --log-interval 1 --log-params-norm"
                             " --log-num-zeros-in-grad --tensorboard-dir ";
   const auto one = testing::run_command(std::string(MG_BINARY) + flags + (d / "one").string());
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const auto four = testing::run_command(testing::mpirun_prefix(4) + MG_BINARY + flags +
-                                         (d / "four").string() +
-                                         " --tensor-model-parallel-size 2"
-                                         " --pipeline-model-parallel-size 2");
-  ASSERT_EQ(four.exit_code, 0) << four.output;
-  EXPECT_NE(four.output.find(" > tensorboard: rank 3 writes " + (d / "four").string()),
+  const auto many = testing::run_command(testing::mpirun_prefix(l.ranks) + MG_BINARY + flags +
+                                         (d / "many").string() + " " + l.flags);
+  ASSERT_EQ(many.exit_code, 0) << many.output;
+  EXPECT_NE(many.output.find(" > tensorboard: rank " + std::to_string(l.ranks - 1) + " writes " +
+                             (d / "many").string()),
             std::string::npos)
-      << four.output;
-  const Events a = read_events(d / "one").scalars, b = read_events(d / "four").scalars;
-  const auto loss = testing::log_values(four.output, "lm loss"),
-             gnorm = testing::log_values(four.output, "grad norm"),
-             lr = testing::log_values(four.output, "learning rate");
-  ASSERT_EQ(loss.size(), 6u) << four.output;
-  ASSERT_EQ(gnorm.size(), 6u);
-  ASSERT_EQ(lr.size(), 6u);
+      << many.output;
+  const Events a = read_events(d / "one").scalars, b = read_events(d / "many").scalars;
+  const auto loss = testing::log_values(many.output, "lm loss"),
+             gnorm = testing::log_values(many.output, "grad norm"),
+             lr = testing::log_values(many.output, "learning rate"),
+             zeros = testing::log_values(many.output, "num zeros"),
+             pnorm = testing::log_values(many.output, "params norm");
+  for (const auto* v : {&loss, &gnorm, &lr, &zeros, &pnorm}) ASSERT_EQ(v->size(), 6u) << many.output;
   for (int64_t i = 1; i <= 6; ++i) {
     const size_t k = size_t(i - 1);
     expect_printed_e(b.at("lm loss").at(i), loss[k], "lm loss");
     expect_printed(b.at("grad-norm").at(i), gnorm[k], 1e-3, "grad-norm");
     expect_printed_e(b.at("learning-rate").at(i), lr[k], "learning-rate");
+    expect_printed(b.at("params-norm").at(i), pnorm[k], 1e-3, "params-norm");
     EXPECT_NEAR(b.at("params-norm").at(i), a.at("params-norm").at(i),
                 1e-5 * a.at("params-norm").at(i));
+    EXPECT_EQ(zeros[k], kUnusedPositionGrads) << "iteration " << i;
     EXPECT_EQ(a.at("num-zeros").at(i), kUnusedPositionGrads) << "iteration " << i;
     EXPECT_EQ(b.at("num-zeros").at(i), kUnusedPositionGrads) << "iteration " << i;
   }
   fs::remove_all(d);
 }
 
-// With the distributed optimizer over DP 2 each rank counts its grad shard and the parameters
-// are all-gathered first (--overlap-param-gather defers that gather): both statistics still
-// equal the 1-rank run's.
-TEST(TensorBoardE2E, DistributedOptimizerStatisticsEqualOneRank) {
-  const fs::path d = fresh_dir("distopt");
-  const std::string flags = kModel +
-                            " --train-iters 6 --log-interval 1 --log-params-norm"
-                            " --log-num-zeros-in-grad --tensorboard-dir ";
-  const auto one = testing::run_command(std::string(MG_BINARY) + flags + (d / "one").string());
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  const auto two = testing::run_command(testing::mpirun_prefix(2) + MG_BINARY + flags +
-                                        (d / "two").string() +
-                                        " --use-distributed-optimizer --overlap-param-gather");
-  ASSERT_EQ(two.exit_code, 0) << two.output;
-  const Events a = read_events(d / "one").scalars, b = read_events(d / "two").scalars;
-  const auto zeros = testing::log_values(two.output, "num zeros"),
-             pnorm = testing::log_values(two.output, "params norm");
-  ASSERT_EQ(zeros.size(), 6u) << two.output;
-  ASSERT_EQ(pnorm.size(), 6u);
-  for (int64_t i = 1; i <= 6; ++i) {
-    EXPECT_EQ(b.at("num-zeros").at(i), kUnusedPositionGrads) << "iteration " << i;
-    EXPECT_EQ(zeros[size_t(i - 1)], kUnusedPositionGrads);
-    EXPECT_NEAR(b.at("params-norm").at(i), a.at("params-norm").at(i),
-                1e-5 * a.at("params-norm").at(i));
-    expect_printed(b.at("params-norm").at(i), pnorm[size_t(i - 1)], 1e-3, "params norm");
-  }
-  fs::remove_all(d);
-}
+INSTANTIATE_TEST_SUITE_P(
+    E2E, TensorBoardLayout,
+    ::testing::Values(
+        Layout{"tp2pp2", 4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
+        Layout{"dp2_distopt", 2, "--use-distributed-optimizer --overlap-param-gather"}),
+    [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
 // A run killed at iteration 13 (stopped there, then SIGKILLed) with --log-interval 5 leaves a
 // whole, readable file holding every iteration up to the last flushed interval (10); the
@@ -256,7 +246,7 @@ TEST(TensorBoardE2E, KilledRunKeepsEveryFlushedInterval) {
       " --train-iters 100 --log-interval 5 --tensorboard-dir " + (d / "tb").string() + " > " +
       (d / "log").string() + " 2>&1 & p=$!; s=; for i in $(seq 1200); do"
       " s=$(awk '{print $3}' /proc/$p/stat 2>/dev/null); [ \"$s\" = T ] && break; sleep 0.05;"
-      " done; kill -9 $p; wait $p; echo \"state $s\"");
+      " done; { kill -9 $p; wait $p; } 2>/dev/null; echo \"state $s\"");
   ASSERT_NE(r.output.find("state T"), std::string::npos) << r.output;
   std::ifstream lf(d / "log");
   const std::string log((std::istreambuf_iterator<char>(lf)), std::istreambuf_iterator<char>());
