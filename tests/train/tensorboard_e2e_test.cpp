@@ -190,6 +190,7 @@ struct Layout {
   int ranks;
   const char* flags;
 };
+void PrintTo(const Layout& l, std::ostream* os) { *os << "np " << l.ranks << " " << l.flags; }
 class TensorBoardLayout : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(TensorBoardLayout, LastRankWritesWhatTheLogSaysAndOneRankStatistics) {
