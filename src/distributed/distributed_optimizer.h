@@ -36,6 +36,8 @@ class DistributedOptimizer {
   int64_t buckets_launched_early() const { return early_; }
   // L2 norm over all ranks' shards, each parameter counted once (collective over the world).
   double grad_norm();
+  // The grad elements grad_norm() counts on this rank (--log-num-zeros-in-grad counts the same).
+  const std::vector<ops::Range>& counted_ranges() const { return counted_; }
   // Clip + update the owned shard, then all-gather every bucket's params.
   void step(float lr, float wd, double grad_norm);
   size_t state_bytes() const { return optim_->state_bytes(); }

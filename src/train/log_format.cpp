@@ -25,6 +25,8 @@ std::string format_iteration(const IterationLog& l) {
   s += fmt(" lm loss: %.6E |", l.lm_loss);
   s += fmt(" loss scale: %.1f |", l.loss_scale);
   s += fmt(" grad norm: %.3f |", l.grad_norm);
+  if (l.num_zeros >= 0) s += fmt(" num zeros: %.1f |", l.num_zeros);
+  if (l.params_norm >= 0) s += fmt(" params norm: %.3f |", l.params_norm);
   s += fmt(" number of skipped iterations: %3lld |", (long long)l.skipped_iterations);
   s += fmt(" number of nan iterations: %3lld |", (long long)l.nan_iterations);
   s += fmt(" tp comm bytes: %lld |", (long long)l.tp_bytes);
@@ -34,10 +36,12 @@ std::string format_iteration(const IterationLog& l) {
   return s;
 }
 
+double validation_ppl(double lm_loss) { return std::exp(std::min(20.0, lm_loss)); }
+
 std::string format_validation(int64_t iteration, double lm_loss) {
   const std::string body =
       fmt(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
-          (long long)iteration, lm_loss, std::exp(std::min(20.0, lm_loss)));
+          (long long)iteration, lm_loss, validation_ppl(lm_loss));
   const std::string rule(body.size() + 1, '-');
   return rule + "\n" + body + "\n" + rule;
 }

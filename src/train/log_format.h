@@ -16,11 +16,15 @@ struct IterationLog {
   int64_t iteration = 0, train_iters = 0, consumed_samples = 0, global_batch_size = 0;
   double ms_per_iter = 0, tflops = 0, lr = 0, lm_loss = 0, loss_scale = 1.0, grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
+  // --log-num-zeros-in-grad, --log-params-norm (< 0: off, the field is left out).
+  double num_zeros = -1, params_norm = -1;
   // Bytes this rank sent per step in each process group (ring-algorithm accounting).
   int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0;
 };
 
 std::string format_iteration(const IterationLog& l);
+// Megatron's validation perplexity: exp of the loss, capped at exp(20).
+double validation_ppl(double lm_loss);
 std::string format_validation(int64_t iteration, double lm_loss);
 std::string memory_report(int64_t param_bytes, int64_t grad_bytes, size_t optimizer_bytes,
                           size_t activation_bytes, double optimizer_formula_bytes);

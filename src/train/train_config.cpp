@@ -117,6 +117,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
+  tensorboard.validate();  // TensorBoard part
   MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
   MG_USER_CHECK(eval_iters >= 0, "--eval-iters must be >= 0 (got ", eval_iters, ")");
   // Each schedule length, named as the user gave it.

@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_config.h"
+#include "train/tensorboard_log.h"
 
 namespace mg {
 
@@ -95,6 +96,11 @@ struct TrainConfig {
   int64_t exit_interval = 0;        // --exit-interval N
   double exit_duration_in_mins = 0; // --exit-duration-in-mins X
   std::vector<std::string> argv;    // the command line, recorded in checkpoints
+
+  // TensorBoard and the log line's optional statistics (issue 25, TensorBoard part).
+  TensorBoardConfig tensorboard;      // --tensorboard-dir, --tensorboard-log-interval, ...
+  bool log_params_norm = false;       // --log-params-norm: "params norm" (log line, TensorBoard)
+  bool log_num_zeros_in_grad = false; // --log-num-zeros-in-grad: "num zeros" (likewise)
 
   int data_parallel_size = 1;     // derived: world / (TP x PP)
 

@@ -23,11 +23,13 @@
 #include "distributed/distributed_optimizer.h"
 #include "distributed/finalize_grads.h"
 #include "distributed/grad_reducer.h"
+#include "distributed/model_stats.h"
 #include "model/gpt.h"
 #include "pipeline/schedule.h"
 #include "train/batch_source.h"
 #include "train/log_format.h"
 #include "train/rank_memory.h"
+#include "train/tensorboard_log.h"
 
 namespace mg {
 
@@ -44,8 +46,8 @@ void install_sigterm_handler() {
 bool sigterm_received() { return g_sigterm != 0; }
 
 // Megatron's timer printout: each enabled phase as (min, max) over ranks of its ms per
-// iteration in this log interval.
-void log_timers(const ProcessGroups& g, int64_t iters) {
+// iteration in this log interval. Returns each printed phase's max (for TensorBoard).
+std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g, int64_t iters) {
   std::vector<double> t = timers::totals();
   timers::reset();
   std::vector<float> mx(t.size()), neg_mn(t.size());
@@ -54,9 +56,11 @@ void log_timers(const ProcessGroups& g, int64_t iters) {
   g.world->all_reduce(mx.data(), int64_t(mx.size()), ReduceOp::Max);
   g.world->all_reduce(neg_mn.data(), int64_t(neg_mn.size()), ReduceOp::Max);
   std::string out = "(min, max) time across ranks (ms):";
+  std::vector<std::pair<std::string, double>> max_ms;
   for (int p = 0; p < timers::kNumPhases; ++p) {
     const auto phase = timers::Phase(p);
     if (timers::level(phase) > timers::enabled_level() || mx[size_t(p)] <= 0.f) continue;
+    max_ms.emplace_back(timers::name(phase), double(mx[size_t(p)]));
     std::string name = timers::name(phase);
     name += ' ';
     name.resize(48, '.');
@@ -65,6 +69,7 @@ void log_timers(const ProcessGroups& g, int64_t iters) {
     out += "\n    " + name + buf;
   }
   log_line(out);
+  return max_ms;
 }
 
 // The last stage's mean loss, averaged over DP, delivered to every rank (a world reduction
@@ -82,6 +87,8 @@ struct StepResult {
   double grad_norm = 0;   // before clipping (0 when skipped)
   bool skipped = false;   // an fp16 overflow skipped the update
   double seconds = 0;     // wall time, the step's GPU work included
+  double num_zeros = -1;    // --log-num-zeros-in-grad: zero grad elements (-1: not counted)
+  double params_norm = -1;  // --log-params-norm: L2 norm of the updated params (-1: not)
 };
 
 // One rank's training run: its pipeline stage of the model, the optimizer (plain, or
@@ -115,6 +122,8 @@ class Trainer {
   void record(int64_t iter, const StepResult& step);
   // Megatron's iteration line (and --timing-log-level's timers) for the interval ending at iter.
   void log_interval(int64_t iter, const StepResult& step);
+  // The iteration's TensorBoard scalars (the last rank, every --tensorboard-log-interval).
+  void write_tensorboard(int64_t iter, const StepResult& step);
   // --eval-iters validation batches, reported as Megatron's validation line.
   void evaluate(int64_t iter);
   // A checkpoint of the state after iteration iter, under --save.
@@ -160,6 +169,7 @@ class Trainer {
   double interval_loss_ = 0, interval_seconds_ = 0;
   int64_t interval_iters_ = 0;
   CommStats interval_comm_[4] = {};
+  std::unique_ptr<TensorBoardWriter> tb_;  // --tensorboard-dir, on the last rank only
 };
 
 Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
@@ -182,6 +192,9 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
   timers::set_sync(ops::on_cuda() ? &ops::synchronize : nullptr);
   timers::reset();
   log_setup();
+  tb_ = open_tensorboard(cfg.tensorboard, g.world_rank, g.grid.world());
+  if (tb_) log_line(str_cat(" > tensorboard: rank ", g.world_rank, " writes ", tb_->path()),
+                    /*all_ranks=*/true);
 }
 
 void Trainer::build_model_and_optimizer() {
@@ -250,8 +263,13 @@ TrainResult Trainer::run() {
   run_timer_.reset();
   const bool do_valid = cfg_.eval_interval > 0 && cfg_.eval_iters > 0;
   for (int64_t iter = progress_.iteration + 1; iter <= cfg_.train_iters; ++iter) {
-    const StepResult step = train_step(iter);
+    StepResult step = train_step(iter);
+    if (cfg_.log_params_norm) {
+      if (dist_optim_) dist_optim_->wait_params();
+      step.params_norm = params_l2_norm(*model_, g_);
+    }
     record(iter, step);
+    if (tb_ && iter % cfg_.tensorboard.log_interval == 0) write_tensorboard(iter, step);
     if (iter % cfg_.log_interval == 0 || iter == cfg_.train_iters) log_interval(iter, step);
     if (do_valid && (iter % cfg_.eval_interval == 0 || iter == cfg_.train_iters)) evaluate(iter);
     if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0)
@@ -327,6 +345,9 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
   if (!step.skipped) {
     timers::Scope timer(timers::kOptimizerClipMainGrad);
     step.grad_norm = dist_optim_ ? dist_optim_->grad_norm() : global_grad_norm(*model_, g_);
+    if (cfg_.log_num_zeros_in_grad)
+      step.num_zeros = double(count_zero_grads(
+          *model_, g_, dist_optim_ ? &dist_optim_->counted_ranges() : nullptr));
   }
   // Every rank holds the same loss and norm, so every rank stops here together.
   MG_USER_CHECK(!cfg_.check_for_nan_in_loss_and_grad ||
@@ -380,12 +401,20 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.nan_iterations = nan_iters_;
   l.skipped_iterations = skipped_iters_;
   l.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  l.num_zeros = step.num_zeros;
+  l.params_norm = step.params_norm;
   l.tp_bytes = interval_comm_[0].p2p_bytes / interval_iters_;
   l.pp_bytes = interval_comm_[1].p2p_bytes / interval_iters_;
   l.dp_bytes = interval_comm_[2].p2p_bytes / interval_iters_;
   l.embedding_bytes = interval_comm_[3].p2p_bytes / interval_iters_;
   log_line(format_iteration(l));
-  if (timers::enabled_level() > 0) log_timers(g_, interval_iters_);
+  std::vector<std::pair<std::string, double>> timer_max_ms;
+  if (timers::enabled_level() > 0) timer_max_ms = log_timers(g_, interval_iters_);
+  if (tb_) {
+    if (cfg_.tensorboard.log_timers)
+      write_interval_scalars(*tb_, iter, l.ms_per_iter / 1e3, l.tflops, timer_max_ms);
+    tb_->flush();  // a killed run loses at most this interval
+  }
   interval_loss_ = interval_seconds_ = 0;
   interval_iters_ = 0;
   for (CommStats& c : interval_comm_) c = {};
@@ -400,6 +429,26 @@ void Trainer::evaluate(int64_t iter) {
   v = report_loss(v / double(cfg_.eval_iters), g_);
   result_.valid_losses.push_back(v);
   log_line(format_validation(iter, v));
+  if (tb_) {
+    write_validation_scalars(*tb_, cfg_.tensorboard, iter, consumed_, v);
+    tb_->flush();
+  }
+}
+
+void Trainer::write_tensorboard(int64_t iter, const StepResult& step) {
+  TrainingScalars s;
+  s.iteration = iter;
+  s.consumed_samples = consumed_;
+  s.batch_size = cfg_.global_batch_size;
+  s.world_size = g_.grid.world();
+  s.lr = step.lr;
+  s.lm_loss = step.loss;
+  s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  s.grad_norm = step.grad_norm;
+  s.skipped = step.skipped;
+  s.num_zeros = step.num_zeros;
+  s.params_norm = step.params_norm;
+  write_training_scalars(*tb_, cfg_.tensorboard, s);
 }
 
 void Trainer::save(int64_t iter) {
