@@ -81,6 +81,7 @@ struct StepResult {
   double loss = 0;        // lm loss, averaged over DP
   double grad_norm = 0;   // before clipping (0 when skipped)
   bool skipped = false;   // an fp16 overflow skipped the update
+  int64_t global_batch_size = 0;  // its samples (--rampup-batch-size: growing)
   double seconds = 0;     // wall time, the step's GPU work included
 };
 
@@ -115,8 +116,9 @@ class Trainer {
   void record(int64_t iter, const StepResult& step);
   // Megatron's iteration line (and --timing-log-level's timers) for the interval ending at iter.
   void log_interval(int64_t iter, const StepResult& step);
-  // --eval-iters validation batches, reported as Megatron's validation line.
-  void evaluate(int64_t iter);
+  // --eval-iters batches of `batches` (validation or test), reported as Megatron's validation
+  // line; `set` names the set after training (" on validation set", " on test set").
+  void evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set = "");
   // A checkpoint of the state after iteration iter, under --save.
   void save(int64_t iter);
   // Whether to stop after iter: --exit-interval, SIGTERM (--exit-signal-handler) or
@@ -144,21 +146,22 @@ class Trainer {
   std::unique_ptr<GradReducer> reducer_;
   size_t state_bytes_ = 0;  // the optimizer's state on this rank
   TrainProgress progress_;  // as loaded, then as last saved
-  std::unique_ptr<BatchSource> train_batches_, valid_batches_;
+  std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
   // The TP, PP, DP and embedding groups, whose bytes each log line reports.
   Communicator* comm_groups_[4] = {};
 
   // Counters of the run.
   TrainResult result_;
-  int64_t consumed_ = 0, valid_consumed_ = 0;  // samples
+  int64_t consumed_ = 0, valid_consumed_ = 0, test_consumed_ = 0;  // samples
   int64_t scheduler_samples_ = 0;  // samples of successful steps: the LR schedule's clock
-  int64_t nan_iters_ = 0, skipped_iters_ = 0;
+  int64_t skipped_iters_ = 0;  // over the run, as checkpoints save it
   int64_t last_saved_ = 0;
   double total_seconds_ = 0;  // of every iteration but the first
   Timer run_timer_;           // from the first iteration (--exit-duration-in-mins)
   // This log interval's sums.
   double interval_loss_ = 0, interval_seconds_ = 0;
   int64_t interval_iters_ = 0;
+  int64_t interval_skipped_ = 0, interval_nan_ = 0;  // Megatron counts these per interval
   CommStats interval_comm_[4] = {};
 };
 
@@ -212,6 +215,8 @@ void Trainer::load_or_init() {
                                                  progress_.consumed_train_samples);
   valid_batches_ = std::make_unique<BatchSource>(data_.split[1], cfg_, g_, batch_options_,
                                                  /*prefetch=*/false);
+  test_batches_ = std::make_unique<BatchSource>(data_.split[2], cfg_, g_, batch_options_,
+                                                /*prefetch=*/false);
   consumed_ = progress_.consumed_train_samples;
   valid_consumed_ = progress_.consumed_valid_samples;
   skipped_iters_ = progress_.skipped_iterations;
@@ -248,15 +253,22 @@ void Trainer::log_setup() const {
 
 TrainResult Trainer::run() {
   run_timer_.reset();
-  const bool do_valid = cfg_.eval_interval > 0 && cfg_.eval_iters > 0;
+  const bool do_valid = cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && split_built(cfg_, 1);
   for (int64_t iter = progress_.iteration + 1; iter <= cfg_.train_iters; ++iter) {
     const StepResult step = train_step(iter);
     record(iter, step);
     if (iter % cfg_.log_interval == 0 || iter == cfg_.train_iters) log_interval(iter, step);
-    if (do_valid && (iter % cfg_.eval_interval == 0 || iter == cfg_.train_iters)) evaluate(iter);
+    if (do_valid && iter % cfg_.eval_interval == 0)
+      evaluate(iter, *valid_batches_, valid_consumed_);
     if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0)
       save(iter);
     if (exit_early(iter)) break;
+  }
+  // As Megatron after training: a last validation and the test evaluation (--eval-iters batches
+  // each), when their splits exist. The ranks that read no data learn it from the same config.
+  if (do_valid && !result_.exited_early) {
+    evaluate(cfg_.train_iters, *valid_batches_, valid_consumed_, " on validation set");
+    if (split_built(cfg_, 2)) evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
   }
   finish();
   return std::move(result_);
@@ -268,6 +280,8 @@ StepResult Trainer::train_step(int64_t iter) {
   for (Communicator* c : comm_groups_)
     if (c) c->reset_stats();
   StepResult step;
+  step.global_batch_size = cfg_.rampup.at(consumed_);
+  const int64_t M = step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp);
   step.lr = sched_.at(scheduler_samples_);
   model_->zero_grads();
   const double wd = sched_.weight_decay_at(scheduler_samples_);
@@ -276,7 +290,7 @@ StepResult Trainer::train_step(int64_t iter) {
   {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(
-        *model_, *g_.pp, M_, train_batches_->at(consumed_),
+        *model_, *g_.pp, M, train_batches_->at(consumed_),
         [&] {
           if (reducer_) reducer_->arm();
           if (dist_optim_) dist_optim_->arm();
@@ -291,9 +305,9 @@ StepResult Trainer::train_step(int64_t iter) {
     finalize_grads(*model_, g_);
   }
   inject_grad_overflow(iter);
-  step.loss = report_loss(local_loss / double(M_), g_);
+  step.loss = report_loss(local_loss / double(M), g_);
   optimizer_phase(iter, wd, step);
-  consumed_ += cfg_.global_batch_size;
+  consumed_ += step.global_batch_size;
   ops::synchronize();  // the step's GPU work belongs to its time
   step.seconds = timer.seconds();
   return step;
@@ -345,14 +359,15 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
     else
       optim_->step(model_->param_data(), model_->grads(), float(step.lr), float(wd),
                    step.grad_norm);
-    scheduler_samples_ += cfg_.global_batch_size;
+    scheduler_samples_ += step.global_batch_size;
   }
 }
 
 void Trainer::record(int64_t iter, const StepResult& step) {
   for (int k = 0; k < 4; ++k)
     if (comm_groups_[k]) interval_comm_[k].p2p_bytes += comm_groups_[k]->stats().total();
-  if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++nan_iters_;
+  if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++interval_nan_;
+  if (step.skipped) ++interval_skipped_;
   result_.losses.push_back(step.loss);
   result_.grad_norms.push_back(step.grad_norm);
   result_.loss_scales.push_back(step.loss_scale);
@@ -365,7 +380,7 @@ void Trainer::record(int64_t iter, const StepResult& step) {
 
 void Trainer::log_interval(int64_t iter, const StepResult& step) {
   const double flops_per_iter =
-      cfg_.model.train_flops_per_token() * double(cfg_.global_batch_size * cfg_.model.seq_length);
+      cfg_.model.train_flops_per_token() * double(step.global_batch_size * cfg_.model.seq_length);
   IterationLog l;
   l.iteration = iter;
   l.train_iters = cfg_.train_iters;
@@ -374,11 +389,11 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.tflops = flops_per_iter / (interval_seconds_ / double(interval_iters_)) / 1e12 /
              double(g_.grid.world());
   l.lr = step.lr;
-  l.global_batch_size = cfg_.global_batch_size;
+  l.global_batch_size = step.global_batch_size;
   l.lm_loss = interval_loss_ / double(interval_iters_);
   l.grad_norm = step.grad_norm;
-  l.nan_iterations = nan_iters_;
-  l.skipped_iterations = skipped_iters_;
+  l.nan_iterations = interval_nan_;          // per log interval, as Megatron
+  l.skipped_iterations = interval_skipped_;
   l.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   l.tp_bytes = interval_comm_[0].p2p_bytes / interval_iters_;
   l.pp_bytes = interval_comm_[1].p2p_bytes / interval_iters_;
@@ -387,19 +402,19 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   log_line(format_iteration(l));
   if (timers::enabled_level() > 0) log_timers(g_, interval_iters_);
   interval_loss_ = interval_seconds_ = 0;
-  interval_iters_ = 0;
+  interval_iters_ = interval_skipped_ = interval_nan_ = 0;
   for (CommStats& c : interval_comm_) c = {};
 }
 
-void Trainer::evaluate(int64_t iter) {
+void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set) {
   double v = 0;
   for (int64_t it = 0; it < cfg_.eval_iters; ++it) {
-    v += forward_only(*model_, *g_.pp, M_, valid_batches_->at(valid_consumed_)) / double(M_);
-    valid_consumed_ += cfg_.global_batch_size;
+    v += forward_only(*model_, *g_.pp, M_, batches.at(consumed)) / double(M_);
+    consumed += cfg_.global_batch_size;
   }
   v = report_loss(v / double(cfg_.eval_iters), g_);
-  result_.valid_losses.push_back(v);
-  log_line(format_validation(iter, v));
+  (&batches == test_batches_.get() ? result_.test_losses : result_.valid_losses).push_back(v);
+  log_line(format_validation(iter, v, set));
 }
 
 void Trainer::save(int64_t iter) {
