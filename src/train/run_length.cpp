@@ -1,6 +1,8 @@
 #include "train/run_length.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/parse_number.h"
@@ -55,23 +57,25 @@ void resolve_run_length(TrainConfig& c) {
                 ")");
   MG_USER_CHECK(c.train_iters > 0 || c.train_samples > 0,
                 "give the run's length: --train-iters N or --train-samples N");
-  if (c.train_iters > 0) {
-    MG_USER_CHECK(c.train_samples == 0, "pass only one of --train-iters (iteration-based "
-                  "training) and --train-samples (sample-based training)");
-    MG_USER_CHECK(c.lr_decay_samples == 0, "--lr-decay-samples is for sample-based training "
-                  "(--train-samples); with --train-iters use --lr-decay-iters");
-    MG_USER_CHECK(c.lr_warmup_samples == 0, "--lr-warmup-samples is for sample-based training "
-                  "(--train-samples); with --train-iters use --lr-warmup-iters or "
-                  "--lr-warmup-fraction");
-    c.rampup = parse_rampup(c);
-    return;
+  MG_USER_CHECK(c.train_iters == 0 || c.train_samples == 0, "pass only one of --train-iters "
+                "(iteration-based training) and --train-samples (sample-based training)");
+  // The schedule flags of the other kind of run, each named with its counterpart.
+  const bool by_iters = c.train_iters > 0;
+  const std::pair<std::string, int64_t> foreign[2] = {
+      by_iters ? std::pair{"--lr-decay-samples", c.lr_decay_samples}
+               : std::pair{"--lr-decay-iters", c.lr_decay_iters},
+      by_iters ? std::pair{"--lr-warmup-samples", c.lr_warmup_samples}
+               : std::pair{"--lr-warmup-iters", c.lr_warmup_iters}};
+  for (const auto& [flag, value] : foreign) {
+    const std::string kind = by_iters ? "samples" : "iters";
+    const std::string counterpart =
+        flag.substr(0, flag.rfind('-') + 1) + (by_iters ? "iters" : "samples");
+    MG_USER_CHECK(value == 0, flag, " is for ", by_iters ? "sample" : "iteration",
+                  "-based training (--train-", kind, "); with --train-",
+                  by_iters ? "iters" : "samples", " use ", counterpart);
   }
-  MG_USER_CHECK(c.lr_decay_iters == 0, "--lr-decay-iters is for iteration-based training "
-                "(--train-iters); with --train-samples use --lr-decay-samples");
-  MG_USER_CHECK(c.lr_warmup_iters == 0, "--lr-warmup-iters is for iteration-based training "
-                "(--train-iters); with --train-samples use --lr-warmup-samples or "
-                "--lr-warmup-fraction");
   c.rampup = parse_rampup(c);
+  if (by_iters) return;
   // Megatron's update_train_iters: the ramp's iterations while at most SAMPLES (and at most
   // --train-samples) are consumed, then whole global batches of the rest.
   int64_t consumed = 0, iters = 0;

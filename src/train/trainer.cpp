@@ -155,6 +155,7 @@ class Trainer {
   int64_t consumed_ = 0, valid_consumed_ = 0, test_consumed_ = 0;  // samples
   int64_t scheduler_samples_ = 0;  // samples of successful steps: the LR schedule's clock
   int64_t skipped_iters_ = 0;  // over the run, as checkpoints save it
+  int64_t ramp_batch_ = 0;     // --rampup-batch-size: the last iteration's global batch
   int64_t last_saved_ = 0;
   double total_seconds_ = 0;  // of every iteration but the first
   Timer run_timer_;           // from the first iteration (--exit-duration-in-mins)
@@ -281,6 +282,11 @@ StepResult Trainer::train_step(int64_t iter) {
     if (c) c->reset_stats();
   StepResult step;
   step.global_batch_size = cfg_.rampup.at(consumed_);
+  if (cfg_.rampup.start > 0 && step.global_batch_size != ramp_batch_)  // upstream's lines
+    log_line(ramp_batch_ == 0 ? str_cat("setting initial batch size to ", step.global_batch_size)
+                              : str_cat("ramping up batch size from ", ramp_batch_, " to ",
+                                        step.global_batch_size));
+  ramp_batch_ = step.global_batch_size;
   const int64_t M = step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp);
   step.lr = sched_.at(scheduler_samples_);
   model_->zero_grads();
