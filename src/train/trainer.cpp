@@ -269,7 +269,8 @@ TrainResult Trainer::run() {
   // each), when their splits exist. The ranks that read no data learn it from the same config.
   if (do_valid && !result_.exited_early) {
     evaluate(cfg_.train_iters, *valid_batches_, valid_consumed_, " on validation set");
-    if (split_built(cfg_, 2)) evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
+    if (split_built(cfg_, 2))
+      evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
   }
   finish();
   return std::move(result_);

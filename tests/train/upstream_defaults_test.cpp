@@ -57,8 +57,9 @@ TEST(UpstreamDefaultsRun, SampleBasedRunRampsTheBatchUp) {
   EXPECT_EQ(ints(log_values(r.output, "consumed samples")),
             (std::vector<int64_t>{2, 4, 8, 14, 22, 30, 38}));
   EXPECT_NE(r.output.find(" iteration        7/       7 |"), std::string::npos) << r.output;
-  for (const char* line : {"setting initial batch size to 2\n", "ramping up batch size from 2 to 4\n",
-                           "ramping up batch size from 4 to 6\n", "ramping up batch size from 6 to 8\n"})
+  for (const char* line :
+       {"setting initial batch size to 2\n", "ramping up batch size from 2 to 4\n",
+        "ramping up batch size from 4 to 6\n", "ramping up batch size from 6 to 8\n"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
   // The schedule counts samples: warmup over 4 (lr at 0, 2 samples: 0, 5e-4), then linear
   // decay to 0 at 30: at 4 -> 1e-3, at 8 -> 1e-3 x (1 - 4/26), at 14 -> 1e-3 x (1 - 10/26).
