@@ -119,12 +119,17 @@ class Trainer {
   // --eval-iters batches of `batches` (validation or test), reported as Megatron's validation
   // line; `set` names the set after training (" on validation set", " on test set").
   void evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set = "");
+  // Whether the run validates: --eval-interval and --eval-iters on and a validation split.
+  bool validates() const {
+    return cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && split_built(cfg_, 1);
+  }
   // A checkpoint of the state after iteration iter, under --save.
   void save(int64_t iter);
   // Whether to stop after iter: --exit-interval, SIGTERM (--exit-signal-handler) or
   // --exit-duration-in-mins, decided alike on every rank; saves first if --save is set.
   bool exit_early(int64_t iter);
-  // The last checkpoint, the closing reports and --dump-final-params.
+  // The last checkpoint, the evaluations after training, the closing reports and
+  // --dump-final-params.
   void finish();
 
   CheckpointIO checkpoint_io() {
@@ -254,7 +259,7 @@ void Trainer::log_setup() const {
 
 TrainResult Trainer::run() {
   run_timer_.reset();
-  const bool do_valid = cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && split_built(cfg_, 1);
+  const bool do_valid = validates();
   for (int64_t iter = progress_.iteration + 1; iter <= cfg_.train_iters; ++iter) {
     const StepResult step = train_step(iter);
     record(iter, step);
@@ -264,13 +269,6 @@ TrainResult Trainer::run() {
     if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0)
       save(iter);
     if (exit_early(iter)) break;
-  }
-  // As Megatron after training: a last validation and the test evaluation (--eval-iters batches
-  // each), when their splits exist. The ranks that read no data learn it from the same config.
-  if (do_valid && !result_.exited_early) {
-    evaluate(cfg_.train_iters, *valid_batches_, valid_consumed_, " on validation set");
-    if (split_built(cfg_, 2))
-      evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
   }
   finish();
   return std::move(result_);
@@ -462,6 +460,14 @@ void Trainer::finish() {
   if (!cfg_.save.empty() && !result_.exited_early && last_saved_ != cfg_.train_iters &&
       progress_.iteration < cfg_.train_iters)
     save(cfg_.train_iters);
+  // As Megatron after training (and after its last save): a last validation and the test
+  // evaluation (--eval-iters batches each), when their splits exist. The ranks that read no
+  // data know it from the same config.
+  if (validates() && !result_.exited_early) {
+    evaluate(cfg_.train_iters, *valid_batches_, valid_consumed_, " on validation set");
+    if (split_built(cfg_, 2))
+      evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
+  }
   result_.mean_iteration_seconds =
       cfg_.train_iters > 1 ? total_seconds_ / double(cfg_.train_iters - 1) : interval_seconds_;
   if (dist_optim_) dist_optim_->wait_params();
