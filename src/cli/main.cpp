@@ -12,6 +12,7 @@
 #include "backend/dispatch.h"
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
+#include "comm/rank_threads.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -32,7 +33,8 @@ const char* kUsage =
     "  merge-datasets   concatenate .bin/.idx datasets\n"
     "  generate         continue prompts with a trained model\n"
     "  convert          Hugging Face GPT-2, Llama, Mistral, Qwen2 <-> megatron-cpp checkpoints\n\n"
-    "Threads: set OMP_NUM_THREADS (default: all cores).\n"
+    "Threads: train divides a node's cores among the ranks on it; OMP_NUM_THREADS overrides\n"
+    "(other commands: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
 
 bool wants_help(const std::vector<std::string>& args) {
@@ -79,6 +81,9 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   // an NCCL group down while the other ranks sit in its collectives could hang).
   std::optional<mg::ProcessGroups> groups;
   try {
+    // d25-defaults: the node's cores divided among its ranks (OMP_NUM_THREADS wins). Every
+    // rank calls it (local_size() is collective while MPI runs); logged once the run starts.
+    const mg::RankThreads threads = mg::set_rank_threads();
     // A GPU run selects its GPU before any NCCL group exists.
     if (cfg.device == "cuda") mg::ops::set_device(mg::Device::CUDA, mg::local_rank());
     // Before anything is allocated, each rank measures what it will need against what is
@@ -91,6 +96,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
     groups.emplace(!mpi.active()          ? mg::make_single_process_groups()
                    : cfg.device == "cuda" ? mg::make_gpu_process_groups(grid, cfg.distributed_backend)
                                           : mg::make_mpi_process_groups(grid));
+    mg::log_line(mg::describe(threads), /*all_ranks=*/true);
     mg::run_training(cfg, *groups);
   } catch (const std::exception& e) {
     // Past validation an error may hit some ranks only (no GPU on one node, a bad file on the

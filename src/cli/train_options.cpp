@@ -18,13 +18,22 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "samples per optimizer step over all DP ranks (0: B x DP)",
                 MG_FIELD(global_batch_size)),
       valued<C>("--train-iters", "N", "optimizer steps to run", MG_FIELD(train_iters)),
+      // d25-defaults: sample-based training
+      valued<C>("--train-samples", "N",
+                "samples to train on, instead of --train-iters (iterations: N / "
+                "--global-batch-size; schedules then take --lr-*-samples)",
+                MG_FIELD(train_samples)),
+      valued<C>("--rampup-batch-size", "START INCREMENT SAMPLES...",
+                "with --train-samples: the global batch starts at START and grows by INCREMENT "
+                "evenly over SAMPLES samples up to --global-batch-size",
+                MG_FIELD(rampup_batch_size)),
       // optimizer and schedule
       valued<C>("--optimizer", "NAME", "adam (AdamW) | sgd", MG_FIELD(optimizer)),
       valued<C>("--sgd-momentum", "X", "SGD momentum", MG_FIELD(sgd_momentum)),
       on_off<C>("--use-distributed-optimizer",
                 "shard fp32 main params and optimizer state over data-parallel ranks (ZeRO-1)",
                 MG_FIELD(use_distributed_optimizer)),
-      valued<C>("--lr", "X", "peak learning rate", MG_FIELD(lr)),
+      valued<C>("--lr", "X", "peak learning rate (required)", MG_FIELD(lr)),
       valued<C>("--min-lr", "X", "learning-rate floor", MG_FIELD(min_lr)),
       valued<C>("--lr-decay-style", "NAME", "constant | linear | cosine | inverse-square-root | WSD",
                 MG_FIELD(lr_decay_style)),
@@ -70,7 +79,8 @@ const std::vector<Option<TrainConfig>>& train_options() {
       valued<C>("--decoder-last-pipeline-num-layers", "N",
                 "layers on the last pipeline stage (0: even split)",
                 MG_FIELD(parallel.decoder_last_pipeline_num_layers)),
-      valued<C>("--ddp-bucket-size", "N", "gradient elements per data-parallel all-reduce",
+      valued<C>("--ddp-bucket-size", "N", "gradient elements per data-parallel all-reduce "
+                "(0: Megatron's max(40M, 1M x data-parallel size))",
                 MG_FIELD(parallel.ddp_bucket_size)),
       on_off<C>("--overlap-grad-reduce",
                 "start each bucket's DP all-reduce during the last backward, once its grads are final",
@@ -90,7 +100,8 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(valid_data_path)),
       valued<C>("--test-data-path", "[W] PREFIX...", "test blend", MG_FIELD(test_data_path)),
       valued<C>("--data-cache-path", "DIR",
-                "index cache directory (default: <dataset dir>/cache/GPTDataset_indices)",
+                "index cache directory (default, as Megatron: <prefix>/cache/GPTDataset_indices, "
+                "a directory named after each dataset's prefix)",
                 MG_FIELD(data_cache_path)),
       valued<C>("--split", "A,B,C", "train/valid/test weights", MG_FIELD(split)),
       on_off<C>("--eod-mask-loss", "exclude positions whose input is EOD from the loss",

@@ -92,6 +92,12 @@ int64_t blend_part_samples(int64_t n, double weight, double surplus) {
   return int64_t(std::ceil(std::ceil(double(n) * weight) * (1.0 + surplus)));
 }
 
+int64_t blend_size(int64_t n, const std::vector<double>& weights) {
+  int64_t total = 0;
+  for (double w : weights) total += blend_part_samples(n, w, 0.0);
+  return total;
+}
+
 BlendedDataset::BlendedDataset(std::vector<const SampleDataset*> parts,
                                const std::vector<double>& weights, int64_t n)
     : parts_(std::move(parts)) {

@@ -48,5 +48,8 @@ class BlendedDataset : public SampleDataset {
 
 // Samples per constituent of a weighted blend of n: ceil(ceil(n * w) * (1 + surplus)).
 int64_t blend_part_samples(int64_t n, double weight, double surplus = 0.005);
+// The size of a weighted blend asked for n samples, as Megatron's builder sizes it: the sum
+// over datasets of ceil(n * w_i) (so at least n; e.g. 48 at 0.3/0.7 gives 15 + 34 = 49).
+int64_t blend_size(int64_t n, const std::vector<double>& weights);
 
 }  // namespace mg

@@ -27,7 +27,9 @@ const SampleDataset* build_split(BuiltData& out, const DataSpec& spec, int s,
     c.seq_length = spec.seq_length;
     c.num_samples = samples;
     c.seed = spec.seed;
-    c.cache_dir = spec.cache_dir;
+    c.cache_dir = spec.cache_dir.empty() && srcs[i].second != "mock"
+                      ? default_cache_dir(srcs[i].second)
+                      : spec.cache_dir;
     c.cache_key = srcs[i].second;
     c.split_name = kSplitNames[s];
     c.write_cache = spec.write_cache;
@@ -44,7 +46,8 @@ const SampleDataset* build_split(BuiltData& out, const DataSpec& spec, int s,
                                                           ranges[i].second, cfg(i, samples))));
   }
   if (parts.size() == 1) return parts[0];
-  auto blend = std::make_unique<BlendedDataset>(parts, weights, n);
+  auto blend = std::make_unique<BlendedDataset>(parts, weights,
+                                                weights.empty() ? n : blend_size(n, weights));
   MG_USER_CHECK(blend->size() >= n, "the unweighted blend holds ", blend->size(), " ",
                 kSplitNames[s], " samples, fewer than the ", n,
                 " needed; add data, weight the blend, or lower --train-iters");
@@ -52,6 +55,16 @@ const SampleDataset* build_split(BuiltData& out, const DataSpec& spec, int s,
 }
 
 }  // namespace
+
+std::string default_cache_dir(const std::string& prefix) {
+  return prefix + "/cache/GPTDataset_indices";
+}
+
+bool split_built(const DataSpec& spec, int s) {
+  if (spec.num_samples[size_t(s)] == 0) return false;
+  if (spec.mock || !spec.data_path.empty()) return split_weights(spec.split)[size_t(s)] > 0.0;
+  return s != 2 || !spec.split_paths[2].empty();
+}
 
 BuiltData build_datasets(const DataSpec& spec) {
   BuiltData out;
@@ -70,7 +83,7 @@ BuiltData build_datasets(const DataSpec& spec) {
       }
     }
     for (int s = 0; s < 3; ++s) {
-      if (spec.num_samples[s] == 0) continue;
+      if (!split_built(spec, s)) continue;
       std::vector<std::pair<int64_t, int64_t>> ranges;
       for (auto& src : srcs) ranges.push_back(split_ranges(spec.split, src.first->num_sequences())[s]);
       out.split[s] = build_split(out, spec, s, srcs, ranges, weights);
@@ -78,7 +91,7 @@ BuiltData build_datasets(const DataSpec& spec) {
     return out;
   }
   for (int s = 0; s < 3; ++s) {
-    if (spec.num_samples[s] == 0) continue;
+    if (!split_built(spec, s)) continue;
     MG_USER_CHECK(!spec.split_paths[s].empty(), kSplitFlags[s], " is needed (the run uses the ",
                   kSplitNames[s], " split)");
     const Blend b = parse_blend(spec.split_paths[s], kSplitFlags[s]);

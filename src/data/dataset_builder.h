@@ -23,7 +23,7 @@ struct DataSpec {
   int64_t seq_length = 0;
   uint32_t seed = 1234;
   std::array<int64_t, 3> num_samples = {0, 0, 0};     // requested per split (0: not built)
-  std::string cache_dir;
+  std::string cache_dir;  // --data-cache-path; empty: each dataset's default_cache_dir
   bool write_cache = true;
 };
 
@@ -33,6 +33,16 @@ struct BuiltData {
   std::array<const SampleDataset*, 3> split = {nullptr, nullptr, nullptr};  // train, valid, test
 };
 
+// Whether build_datasets builds split s (0 train, 1 valid, 2 test): it is requested (samples
+// > 0) and, as Megatron, its --split weight is not 0 (--mock-data, --data-path) or, for the
+// test split in per-split mode, --test-data-path is given.
+bool split_built(const DataSpec& spec, int s);
+
+// The requested splits (split_built); the others stay nullptr.
 BuiltData build_datasets(const DataSpec& spec);
+
+// Where a dataset's index cache goes without --data-cache-path: Megatron's default,
+// <prefix>/cache/GPTDataset_indices (a directory named after the dataset's prefix).
+std::string default_cache_dir(const std::string& prefix);
 
 }  // namespace mg

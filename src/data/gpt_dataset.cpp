@@ -72,15 +72,20 @@ bool cached_indices_valid(const TokenSource& source, int64_t begin, int64_t end,
 }
 }  // namespace
 
-std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
-                                                        int64_t num_sequences) {
+std::array<double, 3> split_weights(const std::string& split) {
+  // Megatron reads every run of digits and dots as a number (parse_and_normalize_split), so
+  // the forms bash passes through unchanged -- '99,1,0' with its quotes, "969, 30, 1" with
+  // spaces -- mean what they say. Fields are separated by commas and/or spaces; quotes around
+  // the whole value or a field are ignored.
+  std::string text;
+  for (char c : split) text += (c == '\'' || c == '"') ? ' ' : c == ',' ? ' ' : c;
   std::vector<double> w;
-  std::stringstream ss(split);
-  for (std::string field; std::getline(ss, field, ',');) {
+  std::stringstream ss(text);
+  for (std::string field; ss >> field;) {
     char* end = nullptr;
     const double v = std::strtod(field.c_str(), &end);
-    MG_USER_CHECK(!field.empty() && end && *end == '\0' && v >= 0 && std::isfinite(v), "--split '",
-                  split, "': '", field, "' is not a finite non-negative number");
+    MG_USER_CHECK(end && *end == '\0' && v >= 0 && std::isfinite(v), "--split '", split, "': '",
+                  field, "' is not a finite non-negative number");
     w.push_back(v);
   }
   MG_USER_CHECK(!w.empty() && w.size() <= 3, "--split '", split,
@@ -88,10 +93,16 @@ std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split
   w.resize(3, 0.0);
   const double sum = w[0] + w[1] + w[2];
   MG_USER_CHECK(sum > 0.0, "--split '", split, "' has weights summing to 0");
+  return {w[0] / sum, w[1] / sum, w[2] / sum};
+}
+
+std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
+                                                        int64_t num_sequences) {
+  const std::array<double, 3> w = split_weights(split);
   std::array<std::pair<int64_t, int64_t>, 3> out;
   double lo = 0.0;
   for (int s = 0; s < 3; ++s) {
-    const double hi = lo + w[s] / sum;
+    const double hi = lo + w[s];
     // Python's round() is round-half-even, as nearbyint under the default rounding mode.
     out[s] = {int64_t(std::nearbyint(lo * double(num_sequences))),
               int64_t(std::nearbyint(hi * double(num_sequences)))};
@@ -194,7 +205,9 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
   if (!cache_prefix_.empty()) {  // Megatron's dtypes: int32 indices, uint32 shuffle
     std::error_code ec;
     std::filesystem::create_directories(cfg.cache_dir, ec);
-    MG_USER_CHECK(!ec, "--data-cache-path '", cfg.cache_dir, "': cannot create: ", ec.message());
+    MG_USER_CHECK(!ec, "index cache directory '", cfg.cache_dir, "' (--data-cache-path; default "
+                  "<prefix>/cache/GPTDataset_indices, as Megatron) cannot be created: ",
+                  ec.message(), "; pass --data-cache-path DIR");
     std::ofstream(cache_prefix_ + "description.txt") << description << "\n";
     write_npy(cache_prefix_ + "document_index.npy", "<i4", {int64_t(document_index_.size())},
               document_index_.data(), document_index_.size() * 4);

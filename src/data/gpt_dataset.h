@@ -12,7 +12,9 @@
 
 namespace mg {
 
-// Megatron's --split "a,b,c": normalized weights turned into [begin, end) sequence ranges.
+// Megatron's --split "a,b,c": the normalized train/valid/test weights (fewer than three are
+// padded with zeros), and those weights turned into [begin, end) sequence ranges.
+std::array<double, 3> split_weights(const std::string& split);
 std::array<std::pair<int64_t, int64_t>, 3> split_ranges(const std::string& split,
                                                         int64_t num_sequences);
 

@@ -9,14 +9,14 @@ namespace mg {
 
 double LRSchedule::at(int64_t samples) const {
   if (warmup_steps > 0 && samples <= warmup_steps)
-    return lr_warmup_init + (lr - lr_warmup_init) * double(samples) / double(warmup_steps);
+    return lr_warmup_init + (lr - lr_warmup_init) * double(samples) / warmup_steps;
   if (style == "constant") return lr;
   if (samples > decay_steps) return min_lr;
   if (style == "inverse-square-root") {
-    const double w = double(std::max<int64_t>(warmup_steps, 1));
+    const double w = std::max(warmup_steps, 1.0);
     return std::max(min_lr, lr * std::sqrt(w) / std::sqrt(double(std::max<int64_t>(samples, 1))));
   }
-  const double ratio = double(samples - warmup_steps) / double(decay_steps - warmup_steps);
+  const double ratio = (double(samples) - warmup_steps) / (double(decay_steps) - warmup_steps);
   double coeff = 1.0 - ratio;  // linear
   if (style == "cosine") {
     coeff = 0.5 * (std::cos(M_PI * ratio) + 1.0);
@@ -56,7 +56,7 @@ void LRSchedule::validate() const {
                 "]");
   MG_USER_CHECK(warmup_steps >= 0, "the warmup (--lr-warmup-iters / -samples / -fraction) must "
                 "be >= 0 samples (got ", warmup_steps, ")");
-  MG_USER_CHECK(style == "constant" || decay_steps > warmup_steps, "the decay horizon (",
+  MG_USER_CHECK(style == "constant" || double(decay_steps) > warmup_steps, "the decay horizon (",
                 decay_steps, " samples) must be longer than the warmup (", warmup_steps,
                 " samples)");
   MG_USER_CHECK(style != "WSD" || (wsd_decay_steps > 0 && wsd_decay_steps <= decay_steps),

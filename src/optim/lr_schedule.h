@@ -13,7 +13,8 @@ struct LRSchedule {
   double lr = 0.0;              // --lr: peak learning rate
   double min_lr = 0.0;          // --min-lr: floor
   double lr_warmup_init = 0.0;  // --lr-warmup-init: first warmup value
-  int64_t warmup_steps = 0;     // in samples (--lr-warmup-iters|-samples|-fraction)
+  double warmup_steps = 0;      // in samples (--lr-warmup-iters|-samples|-fraction); as
+                                // Megatron, a fraction of the decay horizon is kept unrounded
   int64_t decay_steps = 0;      // in samples (--lr-decay-iters|-samples)
   std::string style = "linear"; // --lr-decay-style: constant, linear, cosine, inverse-square-root, WSD
   int64_t wsd_decay_steps = 0;  // --lr-wsd-decay-iters|-samples, in samples

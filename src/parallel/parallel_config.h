@@ -19,13 +19,20 @@ struct ModelDims {
   int64_t seq_length = 0;           // S
 };
 
+// Megatron's gradient bucket size when --ddp-bucket-size is not given: max(40M, 1M x DP)
+// elements (megatron/training resolve_ddp_bucket_size).
+inline int64_t default_ddp_bucket_size(int64_t dp) {
+  return dp * 1000000 > 40000000 ? dp * 1000000 : 40000000;
+}
+
 struct ParallelConfig {
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size: TP
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size: PP
   bool sequence_parallel = false;        // --sequence-parallel (needs TP > 1)
   int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
-  int64_t ddp_bucket_size = 40000000;    // --ddp-bucket-size: elements per DP all-reduce
+  int64_t ddp_bucket_size = 0;  // --ddp-bucket-size: elements per DP all-reduce (0: Megatron's
+                                // default, max(40M, 1M x DP), set by validate)
   bool overlap_grad_reduce = false;      // --overlap-grad-reduce
   bool overlap_param_gather = false;     // --overlap-param-gather (distributed optimizer)
 

@@ -22,12 +22,16 @@ DataSpec data_spec(const TrainConfig& cfg) {
 
 }  // namespace
 
+bool split_built(const TrainConfig& cfg, int s) { return split_built(data_spec(cfg), s); }
+
 BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod) {
   const bool needed = g.first_stage() || g.last_stage() || cfg.reset_attention_mask;
   DataSpec spec = data_spec(cfg);
   eod = cfg.mock_data ? spec.mock_eod : make_tokenizer(cfg.tokenizer)->eod();
   BuiltData data;
-  if (!spec.cache_dir.empty()) {
+  // Real data always has an index cache (--data-cache-path or Megatron's default next to each
+  // dataset); mock data only with --data-cache-path.
+  if (!spec.cache_dir.empty() || !cfg.mock_data) {
     if (g.world_rank == 0) data = build_datasets(spec);
     g.world->barrier();
     spec.write_cache = false;
@@ -45,7 +49,9 @@ BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const 
     LoaderSpec spec;
     spec.micro_batch_size = cfg.micro_batch_size;
     spec.seq_length = cfg.model.seq_length;
-    spec.global_batch_size = cfg.global_batch_size;
+    // The loader walks micro-batches in order (each iteration's samples follow the last's), so
+    // its stride is one micro-batch per DP rank whatever the global batch (--rampup-batch-size).
+    spec.global_batch_size = cfg.micro_batch_size * dp_size_;
     spec.dp_size = dp_size_;
     spec.dp_rank = dp_rank_;
     spec.consumed_samples = consumed;

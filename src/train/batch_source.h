@@ -21,6 +21,10 @@ namespace mg {
 // to the tokenizer's end-of-document token.
 BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod);
 
+// Whether the run has split s (0 train, 1 valid, 2 test), alike on every rank, whether or not
+// it reads data (data/dataset_builder.h).
+bool split_built(const TrainConfig& cfg, int s);
+
 // Micro-batch m of an iteration: the training loader's next batch, or a validation batch.
 class BatchSource {
  public:

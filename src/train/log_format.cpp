@@ -38,10 +38,10 @@ std::string format_iteration(const IterationLog& l) {
 
 double validation_ppl(double lm_loss) { return std::exp(std::min(20.0, lm_loss)); }
 
-std::string format_validation(int64_t iteration, double lm_loss) {
+std::string format_validation(int64_t iteration, double lm_loss, const std::string& set) {
   const std::string body =
-      fmt(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
-          (long long)iteration, lm_loss, validation_ppl(lm_loss));
+      fmt(" validation loss at iteration %lld%s | lm loss value: %.6E | lm loss PPL: %.6E | ",
+          (long long)iteration, set.c_str(), lm_loss, validation_ppl(lm_loss));
   const std::string rule(body.size() + 1, '-');
   return rule + "\n" + body + "\n" + rule;
 }

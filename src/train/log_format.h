@@ -25,7 +25,8 @@ struct IterationLog {
 std::string format_iteration(const IterationLog& l);
 // Megatron's validation perplexity: exp of the loss, capped at exp(20).
 double validation_ppl(double lm_loss);
-std::string format_validation(int64_t iteration, double lm_loss);
+// " validation loss at iteration N<set> | lm loss value: ...", set e.g. " on test set".
+std::string format_validation(int64_t iteration, double lm_loss, const std::string& set = "");
 std::string memory_report(int64_t param_bytes, int64_t grad_bytes, size_t optimizer_bytes,
                           size_t activation_bytes, double optimizer_formula_bytes);
 

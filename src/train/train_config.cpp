@@ -6,45 +6,56 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "train/run_length.h"
 
 namespace mg {
 
-// Megatron's step counts in samples: decay = --lr-decay-iters x G, or --lr-decay-samples, or
-// the whole run; warmup = --lr-warmup-fraction x decay, or --lr-warmup-iters x G, or
-// --lr-warmup-samples.
+// Megatron's step counts in samples (get_optimizer_param_scheduler). Iteration-based runs:
+// decay = (--lr-decay-iters or --train-iters) x G, warmup = --lr-warmup-fraction x decay or
+// --lr-warmup-iters x G, WSD anneal = --lr-wsd-decay-iters x G. Sample-based runs
+// (--train-samples): decay = --lr-decay-samples or --train-samples, warmup = the fraction x
+// decay or --lr-warmup-samples, WSD anneal = --lr-wsd-decay-samples. A fraction stays
+// unrounded, as Megatron's float lr_warmup_steps.
 LRSchedule TrainConfig::lr_schedule() const {
   const char* what = "learning-rate schedule samples (iterations x --global-batch-size)";
+  const bool by_samples = train_samples > 0;
   LRSchedule s;
-  s.lr = lr;
+  s.lr = std::isnan(lr) ? 0.0 : lr;
   s.min_lr = min_lr;
   s.lr_warmup_init = lr_warmup_init;
-  s.decay_steps = lr_decay_iters > 0     ? checked_mul(lr_decay_iters, global_batch_size, what)
-                  : lr_decay_samples > 0 ? lr_decay_samples
-                                         : checked_mul(train_iters, global_batch_size, what);
-  s.warmup_steps = !std::isnan(lr_warmup_fraction)
-                       ? int64_t(lr_warmup_fraction * double(s.decay_steps))
-                   : lr_warmup_iters > 0 ? checked_mul(lr_warmup_iters, global_batch_size, what)
-                                         : lr_warmup_samples;
+  if (by_samples) {
+    s.decay_steps = lr_decay_samples > 0 ? lr_decay_samples : train_samples;
+    s.wsd_decay_steps = lr_wsd_decay_samples;
+    s.wd_incr_steps = train_samples;
+  } else {
+    s.decay_steps = checked_mul(lr_decay_iters > 0 ? lr_decay_iters : train_iters,
+                                global_batch_size, what);
+    s.wsd_decay_steps = checked_mul(lr_wsd_decay_iters, global_batch_size, what);
+    s.wd_incr_steps = checked_mul(train_iters, global_batch_size, what);
+  }
+  s.warmup_steps = !std::isnan(lr_warmup_fraction) ? lr_warmup_fraction * double(s.decay_steps)
+                   : by_samples ? double(lr_warmup_samples)
+                                : double(checked_mul(lr_warmup_iters, global_batch_size, what));
   s.style = lr_decay_style;
   s.wsd_style = lr_wsd_decay_style;
-  s.wsd_decay_steps = lr_wsd_decay_iters > 0
-                          ? checked_mul(lr_wsd_decay_iters, global_batch_size, what)
-                          : lr_wsd_decay_samples;
   s.start_wd = std::isnan(start_weight_decay) ? adam.weight_decay : start_weight_decay;
   s.end_wd = std::isnan(end_weight_decay) ? adam.weight_decay : end_weight_decay;
   s.wd_style = weight_decay_incr_style;
-  s.wd_incr_steps = checked_mul(train_iters, global_batch_size, what);
   return s;
 }
 
 std::array<int64_t, 3> TrainConfig::split_samples() const {
   std::array<int64_t, 3> n = {0, 0, 0};
-  n[0] = checked_mul(train_iters, global_batch_size,
-                     "training samples (--train-iters x --global-batch-size)");
+  n[0] = train_samples > 0 ? train_samples
+                           : checked_mul(train_iters, global_batch_size,
+                                         "training samples (--train-iters x --global-batch-size)");
   if (eval_interval > 0 && eval_iters > 0) {
     const char* what = "validation samples ((--train-iters / --eval-interval + 1) x "
                        "--eval-iters x --global-batch-size)";
     n[1] = checked_product({train_iters / eval_interval + 1, eval_iters, global_batch_size}, what);
+    // Megatron's test split: one evaluation of --eval-iters batches after training.
+    n[2] = checked_mul(eval_iters, global_batch_size,
+                       "test samples (--eval-iters x --global-batch-size)");
   }
   return n;
 }
@@ -89,7 +100,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                         global_batch_size);
   data_parallel_size = int(world_size / model_parallel);
   model.vocab_pad_tp = parallel.tp();
-  MG_USER_CHECK(train_iters > 0, "--train-iters must be positive (got ", train_iters, ")");
+  MG_USER_CHECK(train_iters >= 0, "--train-iters must be positive (got ", train_iters, ")");
   MG_USER_CHECK(device == "cpu" || device == "cuda", "--device '", device,
                 "' is not available; use cpu or cuda");
   if (distributed_backend.empty()) distributed_backend = device == "cuda" ? "nccl" : "mpi";
@@ -128,6 +139,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                                 std::pair{"--lr-wsd-decay-iters", lr_wsd_decay_iters},
                                 std::pair{"--lr-wsd-decay-samples", lr_wsd_decay_samples}})
     MG_USER_CHECK(v >= 0, flag, " must be >= 0 (got ", v, ")");
+  resolve_run_length(*this);  // d25-defaults: --train-iters | --train-samples, --lr
   MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
                 "' is not available; use adam or sgd");
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +
@@ -195,11 +207,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   // Megatron's rule, named by the flags that set each length.
   const char* decay_flag = lr_decay_iters > 0     ? "--lr-decay-iters"
                            : lr_decay_samples > 0 ? "--lr-decay-samples"
+                           : train_samples > 0    ? "--train-samples"
                                                   : "--train-iters";
   const char* warmup_flag = !std::isnan(lr_warmup_fraction) ? "--lr-warmup-fraction"
                             : lr_warmup_samples > 0          ? "--lr-warmup-samples"
                                                              : "--lr-warmup-iters";
-  MG_USER_CHECK(sched.style == "constant" || sched.decay_steps > sched.warmup_steps,
+  MG_USER_CHECK(sched.style == "constant" || double(sched.decay_steps) > sched.warmup_steps,
                 "the decay horizon (", decay_flag, ": ", sched.decay_steps,
                 " samples) must be longer than the warmup (", warmup_flag, ": ",
                 sched.warmup_steps, " samples)");

@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_config.h"
+#include "train/run_length.h"
 #include "train/tensorboard_log.h"
 
 namespace mg {
@@ -25,8 +26,13 @@ struct TrainConfig {
   int64_t micro_batch_size = 1;   // --micro-batch-size: samples per micro-batch
   int64_t global_batch_size = 0;  // --global-batch-size: samples per step; 0 means micro batch
   int64_t train_iters = 0;        // --train-iters: optimizer steps
+  // d25-defaults: sample-based training (Megatron's --train-samples). finalize_and_validate
+  // derives train_iters = train_samples / global_batch_size, as Megatron's update_train_iters.
+  int64_t train_samples = 0;      // --train-samples: samples to train on (0: iteration-based)
+  std::vector<std::string> rampup_batch_size;  // --rampup-batch-size START INCREMENT SAMPLES
+  BatchRampup rampup;             // derived from it: the global batch of each iteration
 
-  double lr = 0.0;                   // --lr: peak learning rate
+  double lr = NAN;                   // --lr: peak learning rate (required, as Megatron's None)
   double min_lr = 0.0;               // --min-lr
   std::string lr_decay_style = "linear";  // --lr-decay-style
   int64_t lr_warmup_iters = 0;       // --lr-warmup-iters

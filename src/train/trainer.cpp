@@ -86,6 +86,7 @@ struct StepResult {
   double loss = 0;        // lm loss, averaged over DP
   double grad_norm = 0;   // before clipping (0 when skipped)
   bool skipped = false;   // an fp16 overflow skipped the update
+  int64_t global_batch_size = 0;  // its samples (--rampup-batch-size: growing)
   double seconds = 0;     // wall time, the step's GPU work included
   double num_zeros = -1;    // --log-num-zeros-in-grad: zero grad elements (-1: not counted)
   double params_norm = -1;  // --log-params-norm: L2 norm of the updated params (-1: not)
@@ -124,14 +125,20 @@ class Trainer {
   void log_interval(int64_t iter, const StepResult& step);
   // The iteration's TensorBoard scalars (the last rank, every --tensorboard-log-interval).
   void write_tensorboard(int64_t iter, const StepResult& step);
-  // --eval-iters validation batches, reported as Megatron's validation line.
-  void evaluate(int64_t iter);
+  // --eval-iters batches of `batches` (validation or test), reported as Megatron's validation
+  // line; `set` names the set after training (" on validation set", " on test set").
+  void evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set = "");
+  // Whether the run validates: --eval-interval and --eval-iters on and a validation split.
+  bool validates() const {
+    return cfg_.eval_interval > 0 && cfg_.eval_iters > 0 && split_built(cfg_, 1);
+  }
   // A checkpoint of the state after iteration iter, under --save.
   void save(int64_t iter);
   // Whether to stop after iter: --exit-interval, SIGTERM (--exit-signal-handler) or
   // --exit-duration-in-mins, decided alike on every rank; saves first if --save is set.
   bool exit_early(int64_t iter);
-  // The last checkpoint, the closing reports and --dump-final-params.
+  // The last checkpoint, the evaluations after training, the closing reports and
+  // --dump-final-params.
   void finish();
 
   CheckpointIO checkpoint_io() {
@@ -153,21 +160,23 @@ class Trainer {
   std::unique_ptr<GradReducer> reducer_;
   size_t state_bytes_ = 0;  // the optimizer's state on this rank
   TrainProgress progress_;  // as loaded, then as last saved
-  std::unique_ptr<BatchSource> train_batches_, valid_batches_;
+  std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
   // The TP, PP, DP and embedding groups, whose bytes each log line reports.
   Communicator* comm_groups_[4] = {};
 
   // Counters of the run.
   TrainResult result_;
-  int64_t consumed_ = 0, valid_consumed_ = 0;  // samples
+  int64_t consumed_ = 0, valid_consumed_ = 0, test_consumed_ = 0;  // samples
   int64_t scheduler_samples_ = 0;  // samples of successful steps: the LR schedule's clock
-  int64_t nan_iters_ = 0, skipped_iters_ = 0;
+  int64_t skipped_iters_ = 0;  // over the run, as checkpoints save it
+  int64_t ramp_batch_ = 0;     // --rampup-batch-size: the last iteration's global batch
   int64_t last_saved_ = 0;
   double total_seconds_ = 0;  // of every iteration but the first
   Timer run_timer_;           // from the first iteration (--exit-duration-in-mins)
   // This log interval's sums.
   double interval_loss_ = 0, interval_seconds_ = 0;
   int64_t interval_iters_ = 0;
+  int64_t interval_skipped_ = 0, interval_nan_ = 0;  // Megatron counts these per interval
   CommStats interval_comm_[4] = {};
   std::unique_ptr<TensorBoardWriter> tb_;  // --tensorboard-dir, on the last rank only
 };
@@ -225,6 +234,8 @@ void Trainer::load_or_init() {
                                                  progress_.consumed_train_samples);
   valid_batches_ = std::make_unique<BatchSource>(data_.split[1], cfg_, g_, batch_options_,
                                                  /*prefetch=*/false);
+  test_batches_ = std::make_unique<BatchSource>(data_.split[2], cfg_, g_, batch_options_,
+                                                /*prefetch=*/false);
   consumed_ = progress_.consumed_train_samples;
   valid_consumed_ = progress_.consumed_valid_samples;
   skipped_iters_ = progress_.skipped_iterations;
@@ -261,7 +272,7 @@ void Trainer::log_setup() const {
 
 TrainResult Trainer::run() {
   run_timer_.reset();
-  const bool do_valid = cfg_.eval_interval > 0 && cfg_.eval_iters > 0;
+  const bool do_valid = validates();
   for (int64_t iter = progress_.iteration + 1; iter <= cfg_.train_iters; ++iter) {
     StepResult step = train_step(iter);
     if (cfg_.log_params_norm) {
@@ -271,7 +282,8 @@ TrainResult Trainer::run() {
     record(iter, step);
     if (tb_ && iter % cfg_.tensorboard.log_interval == 0) write_tensorboard(iter, step);
     if (iter % cfg_.log_interval == 0 || iter == cfg_.train_iters) log_interval(iter, step);
-    if (do_valid && (iter % cfg_.eval_interval == 0 || iter == cfg_.train_iters)) evaluate(iter);
+    if (do_valid && iter % cfg_.eval_interval == 0)
+      evaluate(iter, *valid_batches_, valid_consumed_);
     if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0)
       save(iter);
     if (exit_early(iter)) break;
@@ -286,6 +298,13 @@ StepResult Trainer::train_step(int64_t iter) {
   for (Communicator* c : comm_groups_)
     if (c) c->reset_stats();
   StepResult step;
+  step.global_batch_size = cfg_.rampup.at(consumed_);
+  if (cfg_.rampup.start > 0 && step.global_batch_size != ramp_batch_)  // upstream's lines
+    log_line(ramp_batch_ == 0 ? str_cat("setting initial batch size to ", step.global_batch_size)
+                              : str_cat("ramping up batch size from ", ramp_batch_, " to ",
+                                        step.global_batch_size));
+  ramp_batch_ = step.global_batch_size;
+  const int64_t M = step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp);
   step.lr = sched_.at(scheduler_samples_);
   model_->zero_grads();
   const double wd = sched_.weight_decay_at(scheduler_samples_);
@@ -294,7 +313,7 @@ StepResult Trainer::train_step(int64_t iter) {
   {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(
-        *model_, *g_.pp, M_, train_batches_->at(consumed_),
+        *model_, *g_.pp, M, train_batches_->at(consumed_),
         [&] {
           if (reducer_) reducer_->arm();
           if (dist_optim_) dist_optim_->arm();
@@ -309,9 +328,9 @@ StepResult Trainer::train_step(int64_t iter) {
     finalize_grads(*model_, g_);
   }
   inject_grad_overflow(iter);
-  step.loss = report_loss(local_loss / double(M_), g_);
+  step.loss = report_loss(local_loss / double(M), g_);
   optimizer_phase(iter, wd, step);
-  consumed_ += cfg_.global_batch_size;
+  consumed_ += step.global_batch_size;
   ops::synchronize();  // the step's GPU work belongs to its time
   step.seconds = timer.seconds();
   return step;
@@ -366,14 +385,15 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
     else
       optim_->step(model_->param_data(), model_->grads(), float(step.lr), float(wd),
                    step.grad_norm);
-    scheduler_samples_ += cfg_.global_batch_size;
+    scheduler_samples_ += step.global_batch_size;
   }
 }
 
 void Trainer::record(int64_t iter, const StepResult& step) {
   for (int k = 0; k < 4; ++k)
     if (comm_groups_[k]) interval_comm_[k].p2p_bytes += comm_groups_[k]->stats().total();
-  if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++nan_iters_;
+  if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++interval_nan_;
+  if (step.skipped) ++interval_skipped_;
   result_.losses.push_back(step.loss);
   result_.grad_norms.push_back(step.grad_norm);
   result_.loss_scales.push_back(step.loss_scale);
@@ -386,7 +406,7 @@ void Trainer::record(int64_t iter, const StepResult& step) {
 
 void Trainer::log_interval(int64_t iter, const StepResult& step) {
   const double flops_per_iter =
-      cfg_.model.train_flops_per_token() * double(cfg_.global_batch_size * cfg_.model.seq_length);
+      cfg_.model.train_flops_per_token() * double(step.global_batch_size * cfg_.model.seq_length);
   IterationLog l;
   l.iteration = iter;
   l.train_iters = cfg_.train_iters;
@@ -395,11 +415,11 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.tflops = flops_per_iter / (interval_seconds_ / double(interval_iters_)) / 1e12 /
              double(g_.grid.world());
   l.lr = step.lr;
-  l.global_batch_size = cfg_.global_batch_size;
+  l.global_batch_size = step.global_batch_size;
   l.lm_loss = interval_loss_ / double(interval_iters_);
   l.grad_norm = step.grad_norm;
-  l.nan_iterations = nan_iters_;
-  l.skipped_iterations = skipped_iters_;
+  l.nan_iterations = interval_nan_;          // per log interval, as Megatron
+  l.skipped_iterations = interval_skipped_;
   l.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   l.num_zeros = step.num_zeros;
   l.params_norm = step.params_norm;
@@ -416,20 +436,20 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
     tb_->flush();  // a killed run loses at most this interval
   }
   interval_loss_ = interval_seconds_ = 0;
-  interval_iters_ = 0;
+  interval_iters_ = interval_skipped_ = interval_nan_ = 0;
   for (CommStats& c : interval_comm_) c = {};
 }
 
-void Trainer::evaluate(int64_t iter) {
+void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set) {
   double v = 0;
   for (int64_t it = 0; it < cfg_.eval_iters; ++it) {
-    v += forward_only(*model_, *g_.pp, M_, valid_batches_->at(valid_consumed_)) / double(M_);
-    valid_consumed_ += cfg_.global_batch_size;
+    v += forward_only(*model_, *g_.pp, M_, batches.at(consumed)) / double(M_);
+    consumed += cfg_.global_batch_size;
   }
   v = report_loss(v / double(cfg_.eval_iters), g_);
-  result_.valid_losses.push_back(v);
-  log_line(format_validation(iter, v));
-  if (tb_) {
+  (&batches == test_batches_.get() ? result_.test_losses : result_.valid_losses).push_back(v);
+  log_line(format_validation(iter, v, set));
+  if (tb_) {  // after training too, under the same tags, as Megatron writes them
     write_validation_scalars(*tb_, cfg_.tensorboard, iter, consumed_, v);
     tb_->flush();
   }
@@ -439,7 +459,7 @@ void Trainer::write_tensorboard(int64_t iter, const StepResult& step) {
   TrainingScalars s;
   s.iteration = iter;
   s.consumed_samples = consumed_;
-  s.batch_size = cfg_.global_batch_size;
+  s.batch_size = step.global_batch_size;
   s.world_size = g_.grid.world();
   s.lr = step.lr;
   s.lm_loss = step.loss;
@@ -489,6 +509,14 @@ void Trainer::finish() {
   if (!cfg_.save.empty() && !result_.exited_early && last_saved_ != cfg_.train_iters &&
       progress_.iteration < cfg_.train_iters)
     save(cfg_.train_iters);
+  // As Megatron after training (and after its last save): a last validation and the test
+  // evaluation (--eval-iters batches each), when their splits exist. The ranks that read no
+  // data know it from the same config.
+  if (validates() && !result_.exited_early) {
+    evaluate(cfg_.train_iters, *valid_batches_, valid_consumed_, " on validation set");
+    if (split_built(cfg_, 2))
+      evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
+  }
   result_.mean_iteration_seconds =
       cfg_.train_iters > 1 ? total_seconds_ / double(cfg_.train_iters - 1) : interval_seconds_;
   if (dist_optim_) dist_optim_->wait_params();

@@ -180,9 +180,9 @@ TEST(CliSizes, EachScheduleLengthIsNamedAsGiven) {
   expect_usage_error(kTiny + " --lr-wsd-decay-iters -1", "--lr-wsd-decay-iters must be >= 0");
   expect_usage_error(kTiny + " --lr-warmup-fraction -1", "--lr-warmup-fraction must be in [0, 1]");
   expect_usage_error(kTiny + " --end-weight-decay -1", "--end-weight-decay must be >= 0");
-  expect_usage_error(kTiny + " --lr-warmup-samples 4",
+  expect_usage_error(kTiny + " --lr-warmup-iters 2",
                      "the decay horizon (--train-iters: 2 samples) must be longer than the "
-                     "warmup (--lr-warmup-samples: 4 samples)");
+                     "warmup (--lr-warmup-iters: 4 samples)");
 }
 
 TEST(CliSizes, NonFiniteValuesAreRefusedNamingTheFlag) {

@@ -74,6 +74,12 @@ TEST(Split, MatchesMegatronRounding) {
   EXPECT_EQ(r[2], Range(99900, 100000));
   EXPECT_THROW(split_ranges("90,-5,5", 10), UsageError);
   EXPECT_THROW(split_ranges(".", 10), UsageError);
+  // The forms bash hands over from launch scripts read as Megatron reads them: quotes kept
+  // by an unquoted expansion, spaces after the commas.
+  for (const char* form : {"'969,30,1'", "969, 30, 1", "\"969,30,1\"", " 969 ,30,1 "})
+    EXPECT_EQ(split_ranges(form, 100000), r) << form;
+  EXPECT_EQ(split_weights("'99,1,0'"), split_weights("99,1,0"));
+  EXPECT_DOUBLE_EQ(split_weights("99, 1")[0], 0.99);
   auto two = split_ranges("99,1", 7);  // padded with a zero test weight
   EXPECT_EQ(two[0].second, 7);
   EXPECT_EQ(two[2].first, two[2].second);

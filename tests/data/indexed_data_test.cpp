@@ -225,5 +225,32 @@ TEST(Blending, IndicesFollowTheGreedyRule) {
   EXPECT_THROW(parse_blend({"-1", "a"}, "--data-path"), UsageError);
 }
 
+// Megatron sizes a weighted blend of N samples per split as the sum of ceil(N * w_i) over its
+// datasets (upstream's valid blend of 48 at 0.3/0.7 holds 15 + 34 = 49 entries); the blend's
+// indices are then the greedy rule's first that-many entries.
+TEST(Blending, SizedPerSplitAsMegatron) {
+  EXPECT_EQ(blend_size(48, {0.3, 0.7}), 49);
+  struct Case {
+    int64_t n;
+    std::vector<double> w;
+  };
+  for (const Case& c : {Case{48, {0.3, 0.7}}, Case{1000, {0.5, 0.3, 0.2}}, Case{7, {0.1, 0.9}},
+                        Case{96, {1.0 / 3, 1.0 / 3, 1.0 / 3}}, Case{12345, {0.25, 0.75}}}) {
+    std::string args = "blend-size " + std::to_string(c.n);
+    for (double w : c.w) args += " " + std::to_string(w);
+    const std::vector<double> w = parse_blend(
+        [&] {
+          std::vector<std::string> t;
+          for (double x : c.w) t.insert(t.end(), {std::to_string(x), "p"});
+          return t;
+        }(),
+        "--data-path").weights;
+    auto r = reference(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(blend_size(c.n, w), std::stoll(r.output)) << args;
+    EXPECT_GE(blend_size(c.n, w), c.n) << args;
+  }
+}
+
 }  // namespace
 }  // namespace mg

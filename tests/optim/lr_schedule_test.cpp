@@ -85,9 +85,12 @@ TEST(LRSchedule, WarmupFromIterationsSamplesOrFraction) {
   c.lr_warmup_iters = 10;
   EXPECT_EQ(c.lr_schedule().warmup_steps, 80);
   EXPECT_EQ(c.lr_schedule().decay_steps, 800);
+  // Sample-based (--train-samples): the -samples flags, as they are.
   c.lr_warmup_iters = 0;
+  c.train_samples = 800;
   c.lr_warmup_samples = 33;
   EXPECT_EQ(c.lr_schedule().warmup_steps, 33);
+  EXPECT_EQ(c.lr_schedule().decay_steps, 800);
   c.lr_warmup_samples = 0;
   c.lr_warmup_fraction = 0.25;
   c.lr_decay_samples = 400;

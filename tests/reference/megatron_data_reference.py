@@ -9,8 +9,11 @@ usage:
       document / sample / shuffle indices of sequences [BEGIN, END) of PREFIX.idx ->
       OUT_PREFIX{document_index,sample_index,shuffle_index}.npy
   megatron_data_reference.py blend N W1 W2 ...   -> dataset_index and sample index, one pair a line
+  megatron_data_reference.py blend-size N W1 W2 ...  -> the samples a weighted blend asked for N
+      holds: the sum over datasets of ceil(N * w_i), w normalized (the builder's per-split sizing)
 """
 import json
+import math
 import struct
 import sys
 
@@ -108,11 +111,19 @@ def blend(n, weights):
         count[i] += 1
 
 
+def blend_size(n, weights):
+    w = np.array(weights, dtype=np.float64)
+    w = w / w.sum()
+    print(sum(int(math.ceil(n * float(x))) for x in w))
+
+
 if __name__ == "__main__":
     cmd, a = sys.argv[1], sys.argv[2:]
     if cmd == "write-idx":
         write_idx(a[0], a[1], int(a[2]), a[3] == "1")
     elif cmd == "gpt-indices":
         gpt_indices(a[0], int(a[1]), int(a[2]), int(a[3]), int(a[4]), int(a[5]), a[6])
+    elif cmd == "blend-size":
+        blend_size(int(a[0]), [float(x) for x in a[1:]])
     elif cmd == "blend":
         blend(int(a[0]), [float(x) for x in a[1:]])
