@@ -37,7 +37,7 @@ class DistributedOptimizer {
   // L2 norm over all ranks' shards, each parameter counted once (collective over the world).
   double grad_norm();
   // Clip + update the owned shard, then all-gather every bucket's params.
-  void step(float lr, float wd, double grad_norm);
+  void step(float lr, float wd, double grad_norm, float decoupled_lr = NAN);
   size_t state_bytes() const { return optim_->state_bytes(); }
   // The optimizer over this rank's shard (its runs are the owned elements).
   Optimizer& shard_optimizer() { return *optim_; }
