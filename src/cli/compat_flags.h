@@ -93,7 +93,8 @@ std::vector<Option<Config>> compat_options(const std::string& command) {
   for (const DefaultOnlyFlag& f : t.default_only) {
     const std::string flag = f.flag, accepted = f.accepted, what = f.what;
     out.push_back({flag, f.metavar,
-                   "only " + accepted + " (the default) is supported by megatron-cpp yet",
+                   accepted + " (the default layout); other values are not supported by "
+                   "megatron-cpp yet: " + what,
                    [flag, accepted, what](Config&, const std::vector<std::string>& values) {
                      const std::string v = values.empty() ? accepted : values.front();
                      if (parse_number<int64_t>(flag, v) != parse_number<int64_t>(flag, accepted))
