@@ -1,6 +1,7 @@
 // `megatron preprocess` and `megatron merge-datasets` flags (Megatron's tools/preprocess_data.py
 // and tools/merge_datasets.py names).
 #include "cli/commands.h"
+#include "cli/compat_flags.h"
 #include "cli/tokenizer_options.h"
 
 namespace mg {
@@ -43,6 +44,9 @@ const std::vector<Option<PreprocessConfig>>& preprocess_options() {
     };
     const auto tok = tokenizer_options<C>([](C& c) -> auto& { return c.tokenizer; });
     t.insert(t.end(), tok.begin(), tok.end());
+    // flag surface (issue 25, d25-flags): tools/preprocess_data.py's other flags, as data.
+    const auto compat = compat_options<C>("preprocess");
+    t.insert(t.end(), compat.begin(), compat.end());
     return t;
   }();
   return table;

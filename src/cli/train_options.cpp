@@ -1,5 +1,6 @@
 // `megatron train` flags: Megatron-LM's names and meanings.
 #include "cli/commands.h"
+#include "cli/compat_flags.h"
 #include "cli/model_options.h"
 #include "cli/tokenizer_options.h"
 
@@ -221,6 +222,19 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "count the zero gradient elements each iteration: \"num zeros\" in the log line "
                 "and num-zeros in TensorBoard",
                 MG_FIELD(log_num_zeros_in_grad)),
+      // flag surface (issue 25, d25-flags): Megatron's switch for the throughput field
+      on_off<C>("--log-throughput",
+                "add 'throughput per GPU (TFLOP/s/GPU)' to each iteration line (as upstream, "
+                "only when given)",
+                MG_FIELD(log_throughput)),
+      valued<C>("--decoupled-lr", "X",
+                "peak learning rate of the word embeddings and output layer (same warmup and "
+                "decay)", MG_FIELD(decoupled_lr)),
+      on_off<C>("--calculate-per-token-loss",
+                "loss = sum over the global batch's unmasked tokens / their count (not the mean "
+                "of per-micro-batch means)", MG_FIELD(calculate_per_token_loss)),
+      valued<C>("--decoupled-min-lr", "X", "their learning-rate floor (unset: --min-lr)",
+                MG_FIELD(decoupled_min_lr)),
       valued<C>("--dump-final-params", "PATH",
                 "after training, write all parameters in the single-rank layout (raw fp32 to "
                 "PATH, names/shapes/offsets to PATH.json)",
@@ -229,6 +243,10 @@ const std::vector<Option<TrainConfig>>& train_options() {
     t.insert(t.end(), rest.begin(), rest.end());
     const auto tok = tokenizer_options<C>(MG_FIELD(tokenizer));
     t.insert(t.end(), tok.begin(), tok.end());
+    // flag surface (issue 25, d25-flags): the rest of Megatron's flags, as data
+    // (cli/compat_flags.cpp: no-op, not yet, default only, renamed).
+    const auto compat = compat_options<C>("train");
+    t.insert(t.end(), compat.begin(), compat.end());
     return t;
   }();
   return table;

@@ -21,7 +21,7 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
     for (const ParamSpec& p : layout.params()) {
       const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel());
       if (a >= b) continue;
-      owned_runs_.push_back({a, b - a, p.weight_decay});
+      owned_runs_.push_back({a, b - a, p.weight_decay, is_embedding_or_output(p)});
       owned_ += b - a;
       if (counted_once(p, g.coord.tp))
         counted_.push_back({a, b - a});
@@ -101,8 +101,8 @@ double DistributedOptimizer::grad_norm() {
   return std::sqrt(all_reduce_sum(*g_.world, local));
 }
 
-void DistributedOptimizer::step(float lr, float wd, double grad_norm) {
-  optim_->step(model_.param_data(), model_.grads(), lr, wd, grad_norm);
+void DistributedOptimizer::step(float lr, float wd, double grad_norm, float decoupled_lr) {
+  optim_->step(model_.param_data(), model_.grads(), lr, wd, grad_norm, decoupled_lr);
   char* P = static_cast<char*>(model_.param_data());
   const DType t = model_.dtype();
   const int64_t esize = int64_t(dtype_size(t)), d = g_.dp->rank();

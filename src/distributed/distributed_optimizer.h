@@ -39,7 +39,7 @@ class DistributedOptimizer {
   // The grad elements grad_norm() counts on this rank (--log-num-zeros-in-grad counts the same).
   const std::vector<ops::Range>& counted_ranges() const { return counted_; }
   // Clip + update the owned shard, then all-gather every bucket's params.
-  void step(float lr, float wd, double grad_norm);
+  void step(float lr, float wd, double grad_norm, float decoupled_lr = NAN);
   size_t state_bytes() const { return optim_->state_bytes(); }
   // The optimizer over this rank's shard (its runs are the owned elements).
   Optimizer& shard_optimizer() { return *optim_; }

@@ -337,12 +337,17 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
                                            s.labels.data<int32_t>(), N, V_local);
   s.mask_sum = 0;
   for (int64_t n = 0; n < N; ++n) s.mask_sum += s.mask.data<float>()[n];
+  tokens_ += s.mask_sum;
+  // Per-token loss: the plain sum (a divisor of 1; nothing to add when every token is masked).
   ops::masked_mean_accumulate(reinterpret_cast<double*>(loss_sum_.raw()), s.losses.data<float>(),
                               (s.mask_d.empty() ? s.mask : s.mask_d).data<float>(), N,
-                              s.mask_sum);
+                              per_token_loss_ ? std::min(s.mask_sum, 1.0) : s.mask_sum);
 }
 
-void GPTModel::reset_loss() { ops::memset_zero(loss_sum_.raw(), sizeof(double), dev_); }
+void GPTModel::reset_loss() {
+  ops::memset_zero(loss_sum_.raw(), sizeof(double), dev_);
+  tokens_ = 0;
+}
 
 double GPTModel::take_loss() {
   if (!spec_.shard.last_stage) return 0.0;
@@ -358,7 +363,8 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   const int64_t V_local = cfg_.padded_vocab_size() / dims_.tp;
   const ShardSpec& sh = spec_.shard;
   if (sh.last_stage) {
-    const float inv = s.mask_sum > 0 ? float(loss_scale / s.mask_sum) : 0.f;
+    const float inv = per_token_loss_ ? loss_scale
+                      : s.mask_sum > 0 ? float(loss_scale / s.mask_sum) : 0.f;
     for (int64_t n = 0; n < N; ++n) dlosses_h_.data<float>()[n] = s.mask.data<float>()[n] * inv;
     ops::copy(dlosses_.raw(), dev_, dlosses_h_.raw(), Device::CPU, dlosses_.nbytes());
     float* dlogits = s.logits.data<float>();  // the gradient replaces the logits in place

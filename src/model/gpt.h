@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/ops.h"
@@ -84,6 +85,12 @@ class GPTModel {
     forward_step(slot, mb);
     return take_loss();
   }
+  // --calculate-per-token-loss (Megatron's calculate_per_token_loss): the last stage adds
+  // sum(loss * mask) itself, not divided by sum(mask), and backward seeds each unmasked token
+  // with loss_scale; the caller divides by the global batch's token count (take_tokens, summed).
+  void set_per_token_loss(bool on) { per_token_loss_ = on; }
+  // The loss-mask count of the micro-batches since the last call (0 on other stages), then 0.
+  double take_tokens() { return std::exchange(tokens_, 0.0); }
   // Backpropagates loss_scale * loss (last stage) or d_output (R, H) (other stages); grads +=.
   void backward(int64_t slot, const float* d_output, float loss_scale);
   // dL/d(input activation) (R, H) after backward, on stages other than the first.
@@ -171,6 +178,8 @@ class GPTModel {
   Tensor dlosses_, ce_scratch_;      // (S*B)
   Tensor dlosses_h_;                 // (S*B) host: dlosses is formed from the host mask
   Tensor loss_sum_;                  // one double on the compute device: take_loss()'s sum
+  bool per_token_loss_ = false;      // set_per_token_loss
+  double tokens_ = 0;                // take_tokens()'s count
   Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
   Tensor rope_positions_;            // (S*B) RoPE position of each row
   Device dev_ = Device::CPU;         // the compute device every model buffer lives on

@@ -25,6 +25,12 @@ struct ParamSpec {
   int64_t numel() const { return shape_numel(shape); }
 };
 
+// Megatron's is_embedding_or_output_parameter: the word embeddings (every copy) and the untied
+// output layer, which --decoupled-lr gives a learning rate of their own.
+inline bool is_embedding_or_output(const ParamSpec& p) {
+  return p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight";
+}
+
 // Which part of the model a rank holds.
 struct ShardSpec {
   int64_t tp_size = 1, tp_rank = 0;

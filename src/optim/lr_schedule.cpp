@@ -42,6 +42,14 @@ double LRSchedule::weight_decay_at(int64_t samples) const {
   return start_wd + coeff * (end_wd - start_wd);
 }
 
+double LRSchedule::decoupled_at(int64_t samples) const {
+  if (std::isnan(decoupled_lr)) return NAN;
+  LRSchedule d = *this;
+  d.lr = decoupled_lr;
+  if (!std::isnan(decoupled_min_lr)) d.min_lr = decoupled_min_lr;
+  return d.at(samples);
+}
+
 void LRSchedule::validate() const {
   MG_USER_CHECK(style == "constant" || style == "linear" || style == "cosine" ||
                     style == "inverse-square-root" || style == "WSD",
@@ -52,6 +60,10 @@ void LRSchedule::validate() const {
                 "--lr-wsd-decay-style must be one of linear, cosine, exponential, minus_sqrt (got '",
                 wsd_style, "')");
   MG_USER_CHECK(lr >= 0.0, "--lr must be >= 0 (got ", lr, ")");
+  MG_USER_CHECK(std::isnan(decoupled_lr) || decoupled_lr >= 0.0,
+                "--decoupled-lr must be >= 0 (got ", decoupled_lr, ")");
+  MG_USER_CHECK(std::isnan(decoupled_min_lr) || decoupled_min_lr >= 0.0,
+                "--decoupled-min-lr must be >= 0 (got ", decoupled_min_lr, ")");
   MG_USER_CHECK(min_lr >= 0.0 && min_lr <= lr, "--min-lr ", min_lr, " must be in [0, --lr ", lr,
                 "]");
   MG_USER_CHECK(warmup_steps >= 0, "the warmup (--lr-warmup-iters / -samples / -fraction) must "

@@ -4,6 +4,7 @@
 // down to min_lr by decay_steps; min_lr afterwards. Weight decay follows its own schedule from
 // start_wd to end_wd (constant, linear or cosine) over wd_incr_steps.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -19,6 +20,10 @@ struct LRSchedule {
   std::string style = "linear"; // --lr-decay-style: constant, linear, cosine, inverse-square-root, WSD
   int64_t wsd_decay_steps = 0;  // --lr-wsd-decay-iters|-samples, in samples
   std::string wsd_style = "exponential";  // --lr-wsd-decay-style
+  // --decoupled-lr / --decoupled-min-lr (NaN: unset): the embedding and output layer's peak and
+  // floor, on the same warmup and decay (Megatron's param-group max_lr / min_lr override; an
+  // unset floor is --min-lr).
+  double decoupled_lr = NAN, decoupled_min_lr = NAN;
 
   double start_wd = 0.0, end_wd = 0.0;  // --start-weight-decay / --end-weight-decay
   int64_t wd_incr_steps = 0;            // in samples (the whole run)
@@ -27,6 +32,8 @@ struct LRSchedule {
   // The learning rate / weight decay after `samples` samples have been consumed.
   double at(int64_t samples) const;
   double weight_decay_at(int64_t samples) const;
+  // The decoupled learning rate after `samples` samples (NaN when --decoupled-lr is unset).
+  double decoupled_at(int64_t samples) const;
   void validate() const;
 };
 

@@ -20,11 +20,12 @@ void OptimizerConfig::validate() const {
 std::vector<ParamRun> param_runs(const ParamLayout& layout) {
   std::vector<ParamRun> runs;
   for (const ParamSpec& p : layout.params()) {
+    const bool decoupled = is_embedding_or_output(p);
     if (!runs.empty() && runs.back().decay == p.weight_decay &&
-        runs.back().offset + runs.back().numel == p.offset)
+        runs.back().decoupled == decoupled && runs.back().offset + runs.back().numel == p.offset)
       runs.back().numel += p.numel();
     else
-      runs.push_back({p.offset, p.numel(), p.weight_decay});
+      runs.push_back({p.offset, p.numel(), p.weight_decay, decoupled});
   }
   return runs;
 }
@@ -74,7 +75,8 @@ Optimizer::StateSlice Optimizer::state_of(int64_t offset, int64_t n) {
   return {};
 }
 
-void Optimizer::step(void* model_params, float* grads, float lr, float wd, double norm) {
+void Optimizer::step(void* model_params, float* grads, float lr_default, float wd, double norm,
+                     float decoupled_lr) {
   // Megatron / torch clip_grad_norm_: scale by clip / (norm + 1e-6) only when that is < 1.
   const double coeff = cfg_.clip_grad > 0.f ? cfg_.clip_grad / (norm + 1e-6) : 1.0;
   ++t_;
@@ -85,6 +87,7 @@ void Optimizer::step(void* model_params, float* grads, float lr, float wd, doubl
     const float* g = grads + r.offset;
     const float clip = coeff < 1.0 ? float(coeff) : 1.0f;  // applied as the update reads g
     const float decay = r.decay ? wd : 0.f;
+    const float lr = r.decoupled && !std::isnan(decoupled_lr) ? decoupled_lr : lr_default;
     float* p = main_.empty() ? static_cast<float*>(model_params) + r.offset : main_.data<float>() + s;
     if (cfg_.kind == "adam")
       ops::adamw_update(p, g, state + s, state + numel_ + s, r.numel, lr, cfg_.beta1, cfg_.beta2,

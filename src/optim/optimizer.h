@@ -7,6 +7,7 @@
 // keeps fp32 main params for the runs (copied from the model at construction), steps them, and
 // writes them back to the model rounded to its dtype.
 #pragma once
+#include <cmath>
 #include <vector>
 
 #include "model/param_layout.h"
@@ -25,10 +26,12 @@ struct OptimizerConfig {
   void validate() const;
 };
 
-// A contiguous range of the flat buffers sharing one weight-decay setting.
+// A contiguous range of the flat buffers sharing one weight-decay setting and one learning
+// rate (--decoupled-lr's, for the embedding and output layer, or the schedule's).
 struct ParamRun {
   int64_t offset, numel;
   bool decay;
+  bool decoupled = false;  // the embedding or output layer: steps with the decoupled lr
 };
 // Runs covering every parameter of the layout (adjacent params with equal decay merged).
 std::vector<ParamRun> param_runs(const ParamLayout& layout);
@@ -45,8 +48,9 @@ class Optimizer {
   // Clips the runs' grads given the global grad norm (computed over all ranks by the caller; the
   // clip factor is applied as the update reads each grad, the grad buffer is not rewritten),
   // then updates the runs' params (the model's flat buffer, in model_dtype) with learning rate
-  // lr and weight decay wd.
-  void step(void* params, float* grads, float lr, float wd, double grad_norm);
+  // lr (decoupled_lr for decoupled runs; NaN: lr) and weight decay wd.
+  void step(void* params, float* grads, float lr, float wd, double grad_norm,
+            float decoupled_lr = NAN);
   // Single-rank convenience (AdamW with the configured weight decay): computes the norm of all
   // runs' grads, then steps. Returns the norm.
   double step(float* params, float* grads, float lr);

@@ -66,8 +66,9 @@ class StageLinks {
 
 double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch,
                         const std::function<void()>& before_last_backward,
-                        double loss_scale) {
-  const float scale = float(loss_scale / double(M));
+                        double loss_scale, bool per_token_loss) {
+  // Per-token loss: no mean over micro-batches (the caller divides by the token count).
+  const float scale = float(per_token_loss ? loss_scale : loss_scale / double(M));
   model.reset_loss();
   auto backward = [&](int64_t m, int64_t slot, const float* d_output) {
     if (m == M - 1 && before_last_backward) before_last_backward();

@@ -20,10 +20,11 @@ int64_t pipeline_slots(int stage, int stages, int64_t M);
 // Returns the sum over micro-batches of the per-micro-batch loss on the last stage (0 elsewhere).
 // before_last_backward (optional) runs right before the last micro-batch's backward.
 // loss_scale multiplies the loss that is backpropagated (fp16 loss scaling); the returned
-// loss is unscaled.
+// loss is unscaled. per_token_loss: the gradient of the loss sum (not of the mean over the M
+// micro-batches), for a model set to per-token loss.
 double forward_backward(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch,
                         const std::function<void()>& before_last_backward = nullptr,
-                        double loss_scale = 1.0);
+                        double loss_scale = 1.0, bool per_token_loss = false);
 // Forward passes only (evaluation), one micro-batch at a time through the stages.
 double forward_only(GPTModel& model, Communicator& pp, int64_t M, const BatchFn& batch);
 

@@ -19,7 +19,7 @@ std::string format_iteration(const IterationLog& l) {
   s += fmt(" iteration %8lld/%8lld |", (long long)l.iteration, (long long)l.train_iters);
   s += fmt(" consumed samples: %12lld |", (long long)l.consumed_samples);
   s += fmt(" elapsed time per iteration (ms): %.1f |", l.ms_per_iter);
-  s += fmt(" throughput per GPU (TFLOP/s/GPU): %.3f |", l.tflops);
+  if (l.show_throughput) s += fmt(" throughput per GPU (TFLOP/s/GPU): %.3f |", l.tflops);
   s += fmt(" learning rate: %.6E |", l.lr);
   s += fmt(" global batch size: %5lld |", (long long)l.global_batch_size);
   s += fmt(" lm loss: %.6E |", l.lm_loss);

@@ -1,10 +1,11 @@
 // Megatron-LM's stdout lines (training_log / evaluate_and_print_results), so existing log
 // parsers keep working:
 //  iteration        N/       T | consumed samples: ... | elapsed time per iteration (ms): ... |
-//  throughput per GPU (TFLOP/s/GPU): ... | learning rate: 1.234567E-04 | global batch size: ... |
+//  [throughput per GPU (TFLOP/s/GPU): ... |] learning rate: 1.234567E-04 | global batch size: ... |
 //  lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations:
 //  ... | number of nan iterations: ... |
-// followed by this rank's per-step communication volume:
+// (the throughput field only with --log-throughput, as upstream), followed by this rank's
+// per-step communication volume:
 //  tp comm bytes: ... | pp comm bytes: ... | dp comm bytes: ... | embedding comm bytes: ... |
 #pragma once
 #include <cstdint>
@@ -18,6 +19,7 @@ struct IterationLog {
   int64_t skipped_iterations = 0, nan_iterations = 0;
   // --log-num-zeros-in-grad, --log-params-norm (< 0: off, the field is left out).
   double num_zeros = -1, params_norm = -1;
+  bool show_throughput = false;  // --log-throughput: print the tflops field
   // Bytes this rank sent per step in each process group (ring-algorithm accounting).
   int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0;
 };

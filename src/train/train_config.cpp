@@ -41,6 +41,8 @@ LRSchedule TrainConfig::lr_schedule() const {
   s.start_wd = std::isnan(start_weight_decay) ? adam.weight_decay : start_weight_decay;
   s.end_wd = std::isnan(end_weight_decay) ? adam.weight_decay : end_weight_decay;
   s.wd_style = weight_decay_incr_style;
+  s.decoupled_lr = decoupled_lr;  // flag surface (issue 25, d25-flags)
+  s.decoupled_min_lr = decoupled_min_lr;
   return s;
 }
 
@@ -158,7 +160,10 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 "dataset), --train-data-path, or --mock-data");
   MG_USER_CHECK(sources == 1, "pass only one of --mock-data, --data-path, --train-data-path");
   MG_USER_CHECK(mock_data || !tokenizer.tokenizer_type.empty(),
-                "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)");
+                "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)",
+                // flag surface (issue 25): upstream's GPT-3 and SC21 scripts leave it out
+                tokenizer.merge_file.empty() ? "" : "; with --vocab-file and --merge-file, "
+                "pass --tokenizer-type GPT2BPETokenizer (Megatron-LM needs it too)");
   MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,
                 "--overlap-param-gather needs --use-distributed-optimizer");
   MG_USER_CHECK(!(bf16 && fp16), "pass only one of --bf16 and --fp16");

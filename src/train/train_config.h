@@ -72,6 +72,13 @@ struct TrainConfig {
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
   int64_t timing_log_level = 0;   // --timing-log-level 0|1|2: phase timers in the log
+  // flag surface (issue 25, d25-flags)
+  bool log_throughput = false;    // --log-throughput: the TFLOP/s/GPU field in iteration lines
+  double decoupled_lr = NAN;      // --decoupled-lr: embedding + output layer peak LR (NaN: --lr)
+  double decoupled_min_lr = NAN;  // --decoupled-min-lr: their floor (NaN: --min-lr)
+  // --calculate-per-token-loss: the loss (and its gradient) summed over the global batch's
+  // tokens and divided by their count, not averaged per micro-batch then over micro-batches
+  bool calculate_per_token_loss = false;
   int64_t eval_interval = 0;      // --eval-interval: iterations between evaluations; 0 = never
   int64_t eval_iters = 100;       // --eval-iters: global batches per evaluation
 

@@ -79,9 +79,19 @@ double report_loss(double local_mean, const ProcessGroups& g) {
   return all_reduce_sum(*g.world, reporter ? local_mean : 0.0) / double(g.grid.dp);
 }
 
+// --calculate-per-token-loss: the loss sum and the token count of the whole global batch (the
+// last stage's TP rank 0 of every DP rank reports), delivered to every rank.
+std::pair<double, double> global_loss_and_tokens(double local_sum, double local_tokens,
+                                                 const ProcessGroups& g) {
+  const bool reporter = g.last_stage() && g.coord.tp == 0;
+  return {all_reduce_sum(*g.world, reporter ? local_sum : 0.0),
+          all_reduce_sum(*g.world, reporter ? local_tokens : 0.0)};
+}
+
 // What one iteration's step produced.
 struct StepResult {
   double lr = 0;          // the scheduled learning rate it used
+  double decoupled_lr = NAN;  // --decoupled-lr's schedule (embedding and output layer)
   double loss_scale = 1;  // fp16: the loss scale it used
   double loss = 0;        // lm loss, averaged over DP
   double grad_norm = 0;   // before clipping (0 when skipped)
@@ -211,6 +221,7 @@ void Trainer::build_model_and_optimizer() {
   const StageSpec spec = train_stage_spec(cfg, g_.world_rank);
   model_ = std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size, spec, g_.tp.get());
   model_->init(cfg.seed);
+  model_->set_per_token_loss(cfg.calculate_per_token_loss);
   sync_tied_embedding_params(*model_, g_);
   if (cfg.use_distributed_optimizer)
     dist_optim_ = std::make_unique<DistributedOptimizer>(*model_, g_, cfg.adam,
@@ -306,6 +317,7 @@ StepResult Trainer::train_step(int64_t iter) {
   ramp_batch_ = step.global_batch_size;
   const int64_t M = step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp);
   step.lr = sched_.at(scheduler_samples_);
+  step.decoupled_lr = sched_.decoupled_at(scheduler_samples_);
   model_->zero_grads();
   const double wd = sched_.weight_decay_at(scheduler_samples_);
   step.loss_scale = scaler_ ? scaler_->scale() : 1.0;
@@ -318,7 +330,7 @@ StepResult Trainer::train_step(int64_t iter) {
           if (reducer_) reducer_->arm();
           if (dist_optim_) dist_optim_->arm();
         },
-        step.loss_scale);
+        step.loss_scale, cfg_.calculate_per_token_loss);
   }
   // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
   {
@@ -327,8 +339,17 @@ StepResult Trainer::train_step(int64_t iter) {
     if (reducer_) reducer_->finish();
     finalize_grads(*model_, g_);
   }
+  if (cfg_.calculate_per_token_loss) {
+    // Megatron's finalize_model_grads: the DP-summed grads of the loss sum over the global
+    // token count (ours are DP-averaged, hence the factor DP).
+    const auto [sum, tokens] = global_loss_and_tokens(local_loss, model_->take_tokens(), g_);
+    step.loss = sum / std::max(tokens, 1.0);
+    ops::scale_inplace(model_->grads(), float(double(g_.grid.dp) / std::max(tokens, 1.0)),
+                       model_->num_params());
+  } else {
+    step.loss = report_loss(local_loss / double(M), g_);
+  }
   inject_grad_overflow(iter);
-  step.loss = report_loss(local_loss / double(M), g_);
   optimizer_phase(iter, wd, step);
   consumed_ += step.global_batch_size;
   ops::synchronize();  // the step's GPU work belongs to its time
@@ -381,10 +402,10 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
   } else {
     timers::Scope timer(timers::kOptimizerInnerStep);
     if (dist_optim_)
-      dist_optim_->step(float(step.lr), float(wd), step.grad_norm);
+      dist_optim_->step(float(step.lr), float(wd), step.grad_norm, float(step.decoupled_lr));
     else
       optim_->step(model_->param_data(), model_->grads(), float(step.lr), float(wd),
-                   step.grad_norm);
+                   step.grad_norm, float(step.decoupled_lr));
     scheduler_samples_ += step.global_batch_size;
   }
 }
@@ -414,6 +435,7 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.ms_per_iter = 1e3 * interval_seconds_ / double(interval_iters_);
   l.tflops = flops_per_iter / (interval_seconds_ / double(interval_iters_)) / 1e12 /
              double(g_.grid.world());
+  l.show_throughput = cfg_.log_throughput;
   l.lr = step.lr;
   l.global_batch_size = step.global_batch_size;
   l.lm_loss = interval_loss_ / double(interval_iters_);
@@ -441,12 +463,19 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
 }
 
 void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set) {
-  double v = 0;
+  double v = 0, tokens = 0;
+  const double per_batch = cfg_.calculate_per_token_loss ? 1.0 : double(M_);
   for (int64_t it = 0; it < cfg_.eval_iters; ++it) {
-    v += forward_only(*model_, *g_.pp, M_, batches.at(consumed)) / double(M_);
+    v += forward_only(*model_, *g_.pp, M_, batches.at(consumed)) / per_batch;
+    tokens += model_->take_tokens();
     consumed += cfg_.global_batch_size;
   }
-  v = report_loss(v / double(cfg_.eval_iters), g_);
+  if (cfg_.calculate_per_token_loss) {
+    const auto [sum, count] = global_loss_and_tokens(v, tokens, g_);
+    v = sum / std::max(count, 1.0);
+  } else {
+    v = report_loss(v / double(cfg_.eval_iters), g_);
+  }
   (&batches == test_batches_.get() ? result_.test_losses : result_.valid_losses).push_back(v);
   log_line(format_validation(iter, v, set));
   if (tb_) {  // after training too, under the same tags, as Megatron writes them
