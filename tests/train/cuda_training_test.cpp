@@ -147,7 +147,7 @@ std::string megatron_binary() {
 const std::string kTrainArgs =
     " train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 2"
     " --seq-length 64 --vocab-size 256 --micro-batch-size 2 --global-batch-size 4"
-    " --train-iters 20 --lr 1e-3 --log-interval 1";
+    " --train-iters 20 --lr 1e-3 --log-interval 1 --attention-dropout 0 --hidden-dropout 0";
 
 testing::RunResult run_ok(const std::string& command) {
   auto r = testing::run_command(command);
