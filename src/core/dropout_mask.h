@@ -16,7 +16,12 @@ namespace mg {
 
 // Megatron's three dropout places (spec: embedding output and the two bias-dropout-adds use
 // --hidden-dropout, the attention probabilities --attention-dropout).
-enum class DropoutSite : uint32_t { Embedding = 0, AttentionProbs = 1, AttentionOut = 2, MlpOut = 3 };
+enum class DropoutSite : uint32_t {
+  Embedding = 0,
+  AttentionProbs = 1,
+  AttentionOut = 2,
+  MlpOut = 3
+};
 
 struct DropoutKey {
   uint32_t k0 = 0, k1 = 0;  // Philox key from (seed, iteration, layer, site)

@@ -181,6 +181,19 @@ TEST(CudaTraining, TrainCommandOnTheGpuMatchesTheCpu) {
   expect_same_losses_as_cpu(megatron_binary() + kTrainArgs + " --device cuda");
 }
 
+// [d25-dropout] With dropout on (0.1 / 0.1), the GPU draws the CPU's masks (core/dropout_mask.h):
+// the same losses, on one GPU and with TP2 + SP on two ranks sharing it.
+TEST(CudaTraining, DropoutOnTheGpuMatchesTheCpu) {
+  MG_REQUIRE_GPU();
+  const std::string drop = " --attention-dropout 0.1 --hidden-dropout 0.1";
+  expect_same_losses_as_cpu(megatron_binary() + kTrainArgs + " --device cuda" + drop, drop);
+  if (!std::filesystem::exists(MG_MPIEXEC)) return;  // the two-rank run needs mpirun
+  expect_same_losses_as_cpu(testing::mpirun_prefix(2) + megatron_binary() + kTrainArgs +
+                                " --device cuda --distributed-backend mpi"
+                                " --tensor-model-parallel-size 2 --sequence-parallel" + drop,
+                            drop);
+}
+
 // The test name of a two-rank layout's flags: tp2, tp2_sp, pp2 or dp2_distributed_optimizer.
 std::string layout_name(const ::testing::TestParamInfo<std::string>& info) {
   const std::string& f = info.param;

@@ -9,41 +9,35 @@
 namespace mg::cpu {
 
 namespace {
-float* row_buffer(int64_t C) {
-  thread_local std::vector<float> f;
-  if (f.size() < size_t(C)) f.resize(size_t(C));
-  return f.data();
+// body(o, f) for each row r: o = r * C, f = its C factors (a per-thread buffer).
+template <typename Body>
+void for_each_row(int64_t R, int64_t C, const DropoutRows& d, Body&& body) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r) {
+    thread_local std::vector<float> f;
+    if (f.size() < size_t(C)) f.resize(size_t(C));
+    d.row(f.data(), r, C);
+    body(r * C, f.data());
+  }
 }
 }  // namespace
 
 void dropout_forward(float* out, const float* x, const float* residual, int64_t R, int64_t C,
                      const DropoutRows& d) {
   timers::Scope timer(timers::kGeluResidual);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r) {
-    float* f = row_buffer(C);
-    d.row(f, r, C);
-    const int64_t o = r * C;
-    if (residual)
-      for (int64_t c = 0; c < C; ++c) out[o + c] = residual[o + c] + x[o + c] * f[c];
-    else
-      for (int64_t c = 0; c < C; ++c) out[o + c] = x[o + c] * f[c];
-  }
+  for_each_row(R, C, d, [&](int64_t o, const float* f) {
+    for (int64_t c = 0; c < C; ++c)
+      out[o + c] = (residual ? residual[o + c] : 0.f) + x[o + c] * f[c];
+  });
 }
 
 void dropout_backward(float* dx, const float* dout, int64_t R, int64_t C, const DropoutRows& d,
                       GradWrite write) {
   timers::Scope timer(timers::kGeluResidual);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r) {
-    float* f = row_buffer(C);
-    d.row(f, r, C);
-    const int64_t o = r * C;
-    if (write == GradWrite::Set)
-      for (int64_t c = 0; c < C; ++c) dx[o + c] = dout[o + c] * f[c];
-    else
-      for (int64_t c = 0; c < C; ++c) dx[o + c] += dout[o + c] * f[c];
-  }
+  const bool set = write == GradWrite::Set;
+  for_each_row(R, C, d, [&](int64_t o, const float* f) {
+    for (int64_t c = 0; c < C; ++c) dx[o + c] = (set ? 0.f : dx[o + c]) + dout[o + c] * f[c];
+  });
 }
 
 }  // namespace mg::cpu

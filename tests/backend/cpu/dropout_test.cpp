@@ -60,8 +60,8 @@ TEST(Dropout, AttentionMatchesTheMaskedPlainAttention) {
         for (int64_t j = 0; j <= t; ++j) {
           const double p = probs[((b * NH + h) * S + t) * S + j] *
                            double(dropout_factor(a.dropout.key, 5 + b, h, t, j));
-          for (int64_t e = 0; e < HD; ++e)
-            want[(t * B + b) * H + h * HD + e] += p * qkv[j * ld + b * 3 * H + h * 3 * HD + 2 * HD + e];
+          const float* vj = qkv.data() + j * ld + b * 3 * H + h * 3 * HD + 2 * HD;
+          for (int64_t e = 0; e < HD; ++e) want[(t * B + b) * H + h * HD + e] += p * vj[e];
         }
   EXPECT_LT(testing::rel_l2(got, want), 1e-5);
   // And it is not the undropped attention.
