@@ -4,7 +4,7 @@
 # bf16, in one run: the two settings alternate ROUNDS times per precision so machine drift hits
 # both alike. Validates first: with dropout the first iteration's loss differs from the
 # no-dropout loss (the masks are live) and both are finite.
-#   [THREADS=2] [ROUNDS=2] [ITERS=4] [MG_BINARY=path] bench/dropout_cost.sh
+#   [THREADS=2] [ROUNDS=2] [ITERS=3] [MG_BINARY=path] bench/dropout_cost.sh
 # Prints per round ms/iteration (mean over the iterations after the first) and tokens/s, then per
 # precision: dropout_cost=(t_dropout / t_plain - 1) in percent, and the load average around the
 # run (the machine is shared: a load above THREADS means other processes took CPU time).
@@ -12,11 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-2}
-ITERS=${ITERS:-4}
+ITERS=${ITERS:-3}
 BIN=${MG_BINARY:-./build/megatron}
 [ -n "${MG_BINARY:-}" ] || ./scripts/build.sh megatron >/dev/null
-B=4 S=256
-MODEL="train --mock-data --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length $S
+B=4 S=256 L=${L:-12} H=${H:-768} NH=${NH:-12}  # L/H/NH smaller only to try the script
+MODEL="train --mock-data --num-layers $L --hidden-size $H --num-attention-heads $NH --seq-length $S
   --vocab-size 50257 --micro-batch-size $B --global-batch-size $B --lr 1e-4 --log-interval 1
   --seed 1234 --train-iters $ITERS"
 DROP="--hidden-dropout 0.1 --attention-dropout 0.1"
@@ -31,10 +31,10 @@ ms_per_iter() {  # mean elapsed ms over iterations 2..ITERS
 }
 first_loss() { sed -n 's/.*lm loss: \([0-9.E+-]*\).*/\1/p' | head -1; }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), threads $THREADS, B $B, S $S"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), threads $THREADS, L $L H $H NH $NH B $B S $S"
 for P in fp32 bf16; do
   PF=""; [ "$P" = bf16 ] && PF="--bf16"
-  d=$(run "$PF" "$DROP"); p=$(run "$PF" "$PLAIN")
+  d=$(run "$PF --train-iters 1" "$DROP"); p=$(run "$PF --train-iters 1" "$PLAIN")
   ld=$(echo "$d" | first_loss); lp=$(echo "$p" | first_loss)
   awk -v a="$ld" -v b="$lp" 'BEGIN { exit !(a == a + 0 && b == b + 0 && a != b) }' ||
     { echo "validation failed ($P): loss with dropout '$ld', without '$lp'" >&2; exit 1; }
