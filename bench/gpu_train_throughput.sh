@@ -30,7 +30,7 @@ for CONFIG in $CONFIGS; do
   ours=$(timeout "$TIMEOUT" "$BIN" train --mock-data --device cuda --bf16 --num-layers $L \
       --hidden-size $H --num-attention-heads $NH --seq-length $S --vocab-size $V \
       --micro-batch-size $B --global-batch-size $B --train-iters $((ITERS + WARM)) --lr 1e-4 \
-      --log-interval 1 2>&1)
+      --log-interval 1 --attention-dropout 0 --hidden-dropout 0 2>&1)
   A=$(echo "$ours" | sed -n 's/.*elapsed time per iteration (ms): \([0-9.]*\).*/\1/p' |
       awk -v w=$WARM -v tok=$((B * S)) 'NR > w { s += $1; n++ } END { if (n) printf "%.1f", tok / (s / n / 1000) }')
   [ -n "$A" ] || { echo "megatron failed or timed out:"; echo "$ours" | tail -5; }

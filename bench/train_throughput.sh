@@ -50,12 +50,14 @@ case "$PRECISION" in
 esac
 # Both programs take the model by Megatron's flag names.
 MODEL="--num-layers $L --hidden-size $H --num-attention-heads $NH --seq-length $S --vocab-size $V"
+# The PyTorch references train without dropout: ours too (bench/dropout_cost.sh times its cost).
+NODROP="--attention-dropout 0 --hidden-dropout 0"
 if [ -n "$NG" ]; then
-  OURS_MODEL="$MODEL --normalization RMSNorm --swiglu --ffn-hidden-size $F --position-embedding-type rope
+  OURS_MODEL="$MODEL $NODROP --normalization RMSNorm --swiglu --ffn-hidden-size $F --position-embedding-type rope
     --group-query-attention --num-query-groups $NG --disable-bias-linear --untie-embeddings-and-output-weights"
   TORCH="bench/torch_llama_train.py $MODEL --num-query-groups $NG --ffn-hidden-size $F"
 else
-  OURS_MODEL=$MODEL TORCH="bench/torch_gpt2_train.py $MODEL"
+  OURS_MODEL="$MODEL $NODROP" TORCH="bench/torch_gpt2_train.py $MODEL"
 fi
 
 [ -n "${MG_BINARY:-}" ] || ./scripts/build.sh megatron fma_peak >/dev/null

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dropout_mask.h"
 #include "tensor/dtype.h"
 
 namespace mg::cpu {
@@ -61,6 +62,7 @@ struct AttentionShape {
   int64_t B, Sq, Sk, NH, NKV, HD;
   int64_t q_pos0 = 0, k_pos0 = 0;
   bool causal = true;
+  AttentionDropout dropout{};  // attention-probability dropout (inactive by default)
 };
 
 // Elements [offset, offset + n) of a flat buffer.

@@ -2,18 +2,13 @@
 
 #include <cmath>
 
+#include "core/philox.h"
+
 namespace mg {
 
 std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_t, 2> k) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u, kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(kM0) * c[0], p1 = uint64_t(kM1) * c[2];
-    c = {uint32_t(p1 >> 32) ^ c[1] ^ k[0], uint32_t(p1), uint32_t(p0 >> 32) ^ c[3] ^ k[1],
-         uint32_t(p0)};
-    k[0] += kW0;
-    k[1] += kW1;
-  }
-  return c;
+  const Philox4 r = philox4x32_10({{c[0], c[1], c[2], c[3]}}, k[0], k[1]);
+  return {r.v[0], r.v[1], r.v[2], r.v[3]};
 }
 
 void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint64_t stream,

@@ -58,6 +58,27 @@ void head_norm_backward(const ops::Heads& dheads, int64_t n_heads, const Tensor&
   ops::heads_scatter(dheads, s.d_qk.data<float>(), N, n_heads, HD);
 }
 
+// The rows (R, H) of this rank's residual stream under dropout site `site` (the bias-dropout-add
+// after a block): SP ranks hold tokens [rank S/TP, ..), others all S.
+DropoutRows hidden_dropout(const tp::TPGroup& g, const LayerDims& d, const LayerInputs& in,
+                           DropoutSite site) {
+  const DropoutStep& st = *in.dropout;
+  return {st.key(st.hidden, in.layer, site), st.sample0, d.B, d.sp ? g.rank() * (d.S / d.tp) : 0,
+          0};
+}
+bool hidden_dropout_on(const LayerInputs& in) { return in.dropout && in.dropout->hidden > 0.f; }
+
+// The attention call's shape with its probability dropout: this rank's query heads are the
+// global heads [rank NH/TP, ..).
+ops::AttentionShape attention_shape(const tp::TPGroup& g, const ops::FusedQKV& v,
+                                    const LayerDims& d, const LayerInputs& in) {
+  ops::AttentionShape a = v.shape;
+  if (in.dropout && in.dropout->attention > 0.f)
+    a.dropout = {in.dropout->key(in.dropout->attention, in.layer, DropoutSite::AttentionProbs),
+                 in.dropout->sample0, g.rank() * d.NH_local()};
+  return a;
+}
+
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
 ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
   return ops::fused_qkv(t.raw(), t.dtype(), d.B, d.S, d.NH_local(), d.NG_local(), d.HD());
@@ -139,10 +160,16 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
     ops::rope_forward(v.k, in.positions, in.inv_freq, N, d.NG_local(), d.HD(), d.rotary_dim,
                       d.rotary_interleaved);
   }
-  ops::attention_forward(store(c.attn), c.lse.data<float>(), v.q, v.k, v.v, v.shape,
-                         in.seg_start);
+  ops::attention_forward(store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
+                         attention_shape(g, v, d, in), in.seg_start);
+  const bool drop = hidden_dropout_on(in);
+  DropoutRows attn_drop, mlp_drop;
+  if (drop) {
+    attn_drop = hidden_dropout(g, d, in, DropoutSite::AttentionOut);
+    mlp_drop = hidden_dropout(g, d, in, DropoutSite::MlpOut);
+  }
   tp::row_parallel_forward(g, c.x_mid.data<float>(), full, act(c.attn), weight(w.proj_w, d),
-                           w.proj_b, x, {N, d.attn_local(), H});
+                           w.proj_b, x, {N, d.attn_local(), H}, drop ? &attn_drop : nullptr);
   // MLP block.
   norm_forward(c.ln2, c.ln2_mean, c.ln2_rstd, c.x_mid.data<float>(), w.ln2_w, w.ln2_b, d);
   tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
@@ -152,7 +179,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   else
     ops::gelu_forward(store(c.act), act(c.fc1), N * d.F_local());
   tp::row_parallel_forward(g, y, full, act(c.act), weight(w.fc2_w, d), w.fc2_b,
-                           c.x_mid.data<float>(), {N, d.F_local(), H});
+                           c.x_mid.data<float>(), {N, d.F_local(), H}, drop ? &mlp_drop : nullptr);
 }
 
 // d_resid is the residual-stream gradient: it passes through both residual adds unchanged, and
@@ -165,9 +192,19 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   float* full = s.full.data<float>();
   const cpu::Mat ln2_used = act(d.sp ? c.ln2_full : c.ln2);
   const cpu::Mat ln1_used = act(d.sp ? c.ln1_full : c.ln1);
+  // Under dropout a block's output gradient is the residual's through the mask (into d_ln,
+  // free until the block's norm backward).
+  const bool drop = hidden_dropout_on(in);
+  auto branch_grad = [&](DropoutSite site) -> const float* {
+    if (!drop) return d_resid;
+    ops::dropout_backward(s.d_ln.data<float>(), d_resid, d.local_rows(), H,
+                          hidden_dropout(g, d, in, site));
+    return s.d_ln.data<float>();
+  };
   // MLP block.
-  tp::row_parallel_backward(g, s.d_act.data<float>(), f32(gw.fc2_w), gw.fc2_b, d_resid, full,
-                            act(c.act), weight(w.fc2_w, d), {N, d.F_local(), H});
+  tp::row_parallel_backward(g, s.d_act.data<float>(), f32(gw.fc2_w), gw.fc2_b,
+                            branch_grad(DropoutSite::MlpOut), full, act(c.act),
+                            weight(w.fc2_w, d), {N, d.F_local(), H});
   if (swiglu(d))
     ops::swiglu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(), N,
                          d.F_local(), ops::GradWrite::Set);
@@ -180,11 +217,13 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   norm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(), c.x_mid.data<float>(),
                 w.ln2_w, c.ln2_mean, c.ln2_rstd, d);
   // Attention block.
-  tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b, d_resid, full,
-                            act(c.attn), weight(w.proj_w, d), {N, d.attn_local(), H});
+  tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b,
+                            branch_grad(DropoutSite::AttentionOut), full, act(c.attn),
+                            weight(w.proj_w, d), {N, d.attn_local(), H});
   const ops::FusedQKV v = qkv_views(c.qkv, d), dv = qkv_views(s.d_qkv, d);
   ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k, v.v,
-                          c.lse.data<float>(), v.shape, in.seg_start, ops::GradWrite::Set);
+                          c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
+                          ops::GradWrite::Set);
   if (d.spec.rope) {  // back through the rotation: the transpose rotates by the opposite angles
     ops::rope_backward(dv.q, in.positions, in.inv_freq, N, d.NH_local(), d.HD(), d.rotary_dim,
                        d.rotary_interleaved);

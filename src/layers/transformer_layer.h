@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dropout_mask.h"
 #include "layers/layer_spec.h"
 #include "tensor/tensor.h"
 #include "tensor_parallel/mappings.h"
@@ -65,11 +66,27 @@ struct LayerDims {
   bool low_precision() const { return dtype != DType::F32; }
 };
 
+// Dropout of one training micro-batch (Megatron's places: the attention probabilities, and the
+// bias-dropout-add after the attention and the MLP blocks; the embedding's is the model's). The
+// masks are keyed by (seed, iteration, layer, site) and each element's global sample, token,
+// unit or head (core/dropout_mask.h), so every layout draws the same ones.
+struct DropoutStep {
+  float hidden = 0.f, attention = 0.f;  // --hidden-dropout, --attention-dropout
+  uint64_t seed = 0;                    // --seed
+  int64_t iteration = 0;
+  int64_t sample0 = 0;                  // global index of the micro-batch's first sample
+  DropoutKey key(float p, int64_t layer, DropoutSite site) const {
+    return dropout_key(p, seed, iteration, layer, site);
+  }
+};
+
 // Per-micro-batch inputs every layer reads (device pointers; null when unused).
 struct LayerInputs {
   const int32_t* seg_start = nullptr;   // (B, S): first position each token attends to
   const int32_t* positions = nullptr;   // (S*B): RoPE positions of the rows
   const float* inv_freq = nullptr;      // (rotary_dim / 2): RoPE inverse frequencies
+  const DropoutStep* dropout = nullptr; // training with dropout; null: none (eval, generate)
+  int64_t layer = 0;                    // the layer's global index (keys its dropout masks)
 };
 
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).

@@ -132,6 +132,10 @@ void GPTConfig::validate() const {
                     position_embedding_type == "none",
                 "--position-embedding-type '", position_embedding_type,
                 "' is not known; use learned_absolute, rope or none");
+  MG_USER_CHECK(hidden_dropout >= 0.f && hidden_dropout < 1.f,
+                "--hidden-dropout must be in [0, 1) (got ", hidden_dropout, ")");
+  MG_USER_CHECK(attention_dropout >= 0.f && attention_dropout < 1.f,
+                "--attention-dropout must be in [0, 1) (got ", attention_dropout, ")");
   // RoPE's values are checked even when RoPE is off: a typo should not wait for the day it is on.
   MG_USER_CHECK(rotary_percent > 0.f && rotary_percent <= 1.f,
                 "--rotary-percent must be in (0, 1] (got ", rotary_percent, ")");

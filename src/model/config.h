@@ -48,6 +48,9 @@ struct GPTConfig {
   bool add_qkv_bias = false;             // a QKV bias even without the others (Qwen2)
   bool untie_embeddings_and_output_weights = false;  // an output layer of its own
   bool qk_layernorm = false;             // normalize each Q and K head before RoPE
+  // Dropout while training (Megatron's defaults; no dropout in evaluation or generation):
+  float hidden_dropout = 0.1f;           // embedding output and after the attention and MLP blocks
+  float attention_dropout = 0.1f;        // attention probabilities
 
   int64_t ffn() const {
     if (ffn_hidden_size > 0) return ffn_hidden_size;

@@ -58,6 +58,12 @@ const std::vector<ModelField>& model_fields() {
        &C::vocab_size, false},
       {"--make-vocab-size-divisible-by", "make_vocab_size_divisible_by", "K",
        "pad the vocabulary to a multiple of K x TP", &C::make_vocab_size_divisible_by, false},
+      {"--hidden-dropout", "hidden_dropout", "P",
+       "dropout rate of the embedding output and of each attention and MLP block's output "
+       "(training only)", &C::hidden_dropout, false},
+      {"--attention-dropout", "attention_dropout", "P",
+       "dropout rate of the attention probabilities (training only)", &C::attention_dropout,
+       false},
       {"--init-method-std", "init_method_std", "X", "std of the N(0, std) weight init",
        &C::init_method_std, false},
   };

@@ -209,7 +209,20 @@ LayerInputs GPTModel::layer_inputs(const Slot& s) const {
     in.positions = rope_positions_.data<int32_t>();
     in.inv_freq = rope_inv_freq_.data<float>();
   }
+  if (s.dropout_on) in.dropout = &s.dropout;
   return in;
+}
+
+LayerInputs GPTModel::layer_inputs(const Slot& s, int64_t l) const {
+  LayerInputs in = layer_inputs(s);
+  in.layer = spec_.shard.layer_begin + l;
+  return in;
+}
+
+DropoutRows GPTModel::embedding_dropout(const Slot& s) const {
+  const DropoutStep& st = s.dropout;
+  return {st.key(st.hidden, 0, DropoutSite::Embedding), st.sample0, dims_.B,
+          dims_.sp ? tp_.rank() * (dims_.S / dims_.tp) : 0, 0};
 }
 
 void GPTModel::final_norm_forward(Slot& s) {
@@ -305,7 +318,12 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
   s.has_attention_start = mb.attention_start != nullptr;
   if (s.has_attention_start)
     ops::copy(s.attention_start.raw(), dev_, mb.attention_start, Device::CPU, ids_bytes);
-  const LayerInputs in = layer_inputs(s);
+  s.dropout_on = dropout_enabled_;
+  if (s.dropout_on) {
+    MG_CHECK(mb.first_sample >= 0, "dropout needs the micro-batch's global sample index");
+    s.dropout = dropout_;
+    s.dropout.sample0 = mb.first_sample;
+  }
   if (sh.first_stage) {
     need(embedding_params_);
     float* x0 = s.resid.front().data<float>();
@@ -318,11 +336,13 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
                                              : cpu::Mat{nullptr, dtype()},
                                          V_local, N, H);
     if (dims_.sp) tp::scatter_to_sp_region_forward(tp_, emb, x0, R * H);
+    if (s.dropout_on && s.dropout.hidden > 0.f)
+      ops::dropout_forward(x0, x0, nullptr, R, H, embedding_dropout(s));
   }
   for (int64_t l = 0; l < num_layers_; ++l) {
     need(layer_param_ids_[size_t(l)]);
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
-                              layer_params_[l], cache(s, l), scratch_, dims_, in);
+                              layer_params_[l], cache(s, l), scratch_, dims_, layer_inputs(s, l));
   }
   if (!sh.last_stage) return;
   need(head_params_);
@@ -381,7 +401,6 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   } else {
     ops::copy(d_resid_.raw(), dev_, d_output, dev_, R * H * sizeof(float));
   }
-  const LayerInputs in = layer_inputs(s);
   for (int64_t l = num_layers_ - 1; l >= 0; --l) {
     // Full recompute: entering a chunk from its top, re-run its forward from the stored chunk
     // input (same kernels, same inputs: the same bits) to refill the shared caches.
@@ -389,13 +408,17 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                           !recomputed(l + 1)))
       for (int64_t r = chunk_begin(l); r <= l; ++r)
         transformer_layer_forward(tp_, s.resid[r + 1].data<float>(), s.resid[r].data<float>(),
-                                  layer_params_[r], cache(s, r), scratch_, dims_, in);
+                                  layer_params_[r], cache(s, r), scratch_, dims_,
+                                  layer_inputs(s, r));
     transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
                                layer_params_[l], layer_grads_[l], cache(s, l), scratch_, dims_,
-                               in);
+                               layer_inputs(s, l));
     notify(layer_param_ids_[size_t(l)]);
   }
   if (sh.first_stage) {
+    if (s.dropout_on && s.dropout.hidden > 0.f)
+      ops::dropout_backward(d_resid_.data<float>(), d_resid_.data<float>(), R, H,
+                            embedding_dropout(s));
     const float* d_emb = d_resid_.data<float>();
     if (dims_.sp) {
       tp::scatter_to_sp_region_backward(tp_, d_resid_.data<float>(), d_full_.data<float>(), R * H);

@@ -30,6 +30,7 @@ struct MicroBatch {
   const int32_t* labels;
   const float* loss_mask;  // 0 excludes a token from the loss
   const int32_t* attention_start = nullptr;  // optional: first position each token attends to
+  int64_t first_sample = -1;  // global index of the first sample (keys dropout masks); -1: unknown
 };
 
 struct StageSpec {
@@ -72,6 +73,14 @@ class GPTModel {
   float* input_activation(int64_t slot) { return slots_[slot].resid.front().data<float>(); }
   float* output_activation(int64_t slot) { return slots_[slot].resid.back().data<float>(); }
 
+  // Dropout (--hidden-dropout, --attention-dropout of the config) for the micro-batches that
+  // forward_step takes from now on, keyed by the run's seed and this iteration (training);
+  // dropout_off() for evaluation (the default: generation and tests run without it).
+  void dropout_on(uint64_t seed, int64_t iteration) {
+    dropout_ = {cfg_.hidden_dropout, cfg_.attention_dropout, seed, iteration, 0};
+    dropout_enabled_ = cfg_.hidden_dropout > 0.f || cfg_.attention_dropout > 0.f;
+  }
+  void dropout_off() { dropout_enabled_ = false; }
   // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
   // labels/mask by the last). The last stage adds the micro-batch's sum(loss * mask) /
   // sum(mask) to a running sum kept on the compute device, so a GPU forward does not wait.
@@ -127,6 +136,8 @@ class GPTModel {
     Tensor mask_d;                           // (S*B) its copy on the GPU (GPU runs only)
     Tensor attention_start;                  // (B, S), when the batch restricts attention
     bool has_attention_start = false;
+    DropoutStep dropout;                     // the micro-batch's dropout, when dropout_on
+    bool dropout_on = false;
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
     double mask_sum = 0;
   };
@@ -155,6 +166,10 @@ class GPTModel {
   // stage), else output_layer.weight.
   const char* output_weight_name() const;
   LayerInputs layer_inputs(const Slot& s) const;
+  // The layer inputs of stage-local layer l (its global index keys its dropout masks).
+  LayerInputs layer_inputs(const Slot& s, int64_t l) const;
+  // The embedding output's dropout on this rank's (R, H) rows.
+  DropoutRows embedding_dropout(const Slot& s) const;
   void final_norm_forward(Slot& s);
   void final_norm_backward(Slot& s);
 
@@ -184,6 +199,8 @@ class GPTModel {
   Tensor rope_positions_;            // (S*B) RoPE position of each row
   Device dev_ = Device::CPU;         // the compute device every model buffer lives on
   GradReadyHook grad_ready_, params_needed_;
+  DropoutStep dropout_;              // set by dropout_on: seed, iteration and rates
+  bool dropout_enabled_ = false;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;
   void notify(const std::vector<int>& ids) {

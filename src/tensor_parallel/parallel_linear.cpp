@@ -42,19 +42,25 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
 
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
                           cpu::Mat weight, const float* bias, const float* residual,
-                          const LinearShape& s) {
+                          const LinearShape& s, const DropoutRows* dropout) {
   const int64_t R = local_rows(g, s.rows);
   MG_CHECK(residual, "row_parallel_forward needs the residual stream it adds into");
-  if (g.size() == 1 && !g.sequence_parallel)  // nothing to reduce
+  if (!dropout && g.size() == 1 && !g.sequence_parallel)  // nothing to reduce
     return ops::linear_residual_forward(y_local, x, weight, bias, residual, s.rows, s.in, s.out);
   ops::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
+  // The reduced output (+ bias) lands in `out`; then the residual add, through the mask.
+  float* out = y_local;
   if (g.sequence_parallel) {
     reduce_scatter_to_sp_forward(g, partial, y_local, R * s.out);
   } else {
-    reduce_from_region_forward(g, partial, s.rows * s.out);
-    ops::copy(y_local, ops::device(), partial, ops::device(), s.rows * s.out * sizeof(float));
+    if (g.size() > 1) reduce_from_region_forward(g, partial, s.rows * s.out);
+    if (dropout)
+      out = partial;
+    else
+      ops::copy(y_local, ops::device(), partial, ops::device(), s.rows * s.out * sizeof(float));
   }
-  if (bias) ops::bias_add_forward(y_local, bias, R, s.out);
+  if (bias) ops::bias_add_forward(out, bias, R, s.out);
+  if (dropout) return ops::dropout_forward(y_local, out, residual, R, s.out, *dropout);
   ops::residual_forward(y_local, residual, y_local, R * s.out);
 }
 

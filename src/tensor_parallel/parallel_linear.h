@@ -31,10 +31,11 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
 
 // Row-parallel. x: (rows, in_local); partial: (rows, out) scratch; y_local: (R, out) =
 // residual (R, out) + the layer's output: the residual add of a transformer block, which on a
-// single TP rank rides in the GEMM's epilogue on the GPU.
+// single TP rank rides in the GEMM's epilogue on the GPU. With dropout (Megatron's
+// bias-dropout-add): residual + dropout(output), the mask over this rank's (R, out) rows.
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
                           cpu::Mat weight, const float* bias, const float* residual,
-                          const LinearShape& s);
+                          const LinearShape& s, const DropoutRows* dropout = nullptr);
 // dy_local: (R, out); dy_full: (rows, out) scratch under SP; dx: (rows, in_local) receives (=)
 // the input grad.
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,

@@ -61,17 +61,21 @@ BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const 
 
 BatchFn BatchSource::at(int64_t consumed) {
   return [this, consumed](int64_t m) -> MicroBatch {
-    if (!ds_) return {nullptr, nullptr, nullptr, nullptr};  // a middle pipeline stage
-    if (loader_) {
-      batch_ = loader_->next();
-    } else {
-      const int64_t start =
-          micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
-      batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
+    // Every stage knows which samples it runs (their global indices key the dropout masks).
+    const int64_t start =
+        micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
+    if (!ds_) {  // a middle pipeline stage
+      MicroBatch mb{nullptr, nullptr, nullptr, nullptr};
+      mb.first_sample = start;
+      return mb;
     }
+    if (loader_)
+      batch_ = loader_->next();
+    else
+      batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
     return {batch_.tokens.data(), batch_.position_ids.data(), batch_.labels.data(),
             batch_.loss_mask.data(),
-            batch_.attention_start.empty() ? nullptr : batch_.attention_start.data()};
+            batch_.attention_start.empty() ? nullptr : batch_.attention_start.data(), start};
   };
 }
 

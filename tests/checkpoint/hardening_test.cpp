@@ -66,7 +66,8 @@ const std::string kV2Run =
            " --ffn-hidden-size 32 --position-embedding-type rope --disable-bias-linear --seq-length 8"
            " --vocab-size 60 --make-vocab-size-divisible-by 4 --micro-batch-size 2"
            " --global-batch-size 4 --lr 2e-3 --log-interval 1 --seed 7 --fp16 --initial-loss-scale 1024"
-           " --loss-scale-window 3 --train-iters 8";
+           " --loss-scale-window 3 --train-iters 8"
+           " --attention-dropout 0 --hidden-dropout 0";  // recorded before dropout existed
 
 // The checkpoint b4793f0's binary saved (capture.sh) continues as that binary continued it:
 // the same losses (1e-5: other CPUs round differently) and the same loss scales.

@@ -28,7 +28,10 @@ namespace fs = std::filesystem;
 const std::string kModel =
     " train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16"
     " --vocab-size 500 --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 2e-3"
-    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7";
+    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7"
+    " --attention-dropout 0 --hidden-dropout 0";
+// The same with Megatron's default dropout: layout-independent masks (core/dropout_mask.h).
+const std::string kDropout = kModel + " --attention-dropout 0.1 --hidden-dropout 0.1";
 
 struct RunOut {
   std::vector<double> losses;
@@ -44,7 +47,8 @@ const std::string kLlama =
     " --ffn-hidden-size 96 --position-embedding-type rope --disable-bias-linear"
     " --untie-embeddings-and-output-weights --seq-length 16"
     " --vocab-size 500 --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 2e-3"
-    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7";
+    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7"
+    " --attention-dropout 0 --hidden-dropout 0";
 
 RunOut train(int ranks, const std::string& layout, const std::string& model = kModel) {
   char tmpl[] = "/tmp/mg_layout_XXXXXX";
@@ -112,6 +116,35 @@ INSTANTIATE_TEST_SUITE_P(
                                 "--decoder-first-pipeline-num-layers 2 "
                                 "--decoder-last-pipeline-num-layers 1"}),
     layout_name);
+
+// With dropout on (0.1 / 0.1) every layout draws the single rank's masks: same losses.
+class DropoutLayoutParity : public ::testing::TestWithParam<Layout> {};
+
+std::string dropout_layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  static const char* names[] = {"tp2", "tp2_sp", "pp2", "dp2", "tp2pp2dp2", "dp2_mbs1"};
+  return names[info.index];
+}
+
+TEST_P(DropoutLayoutParity, MatchesSingleRank) { expect_parity(GetParam(), kDropout); }
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DropoutLayoutParity,
+    ::testing::Values(Layout{2, "--tensor-model-parallel-size 2"},
+                      Layout{2, "--tensor-model-parallel-size 2 --sequence-parallel"},
+                      Layout{2, "--pipeline-model-parallel-size 2"},
+                      Layout{2, ""},  // DP 2
+                      Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
+                      Layout{2, "--micro-batch-size 1"}),
+    dropout_layout_name);
+
+// Dropout is on: the runs differ from the no-dropout ones (the parity above is not vacuous),
+// and evaluation runs without it.
+TEST(Dropout, ChangesTrainingLosses) {
+  const RunOut off = train(1, "--train-iters 3");
+  const RunOut on = train(1, "--train-iters 3", kDropout);
+  ASSERT_EQ(on.losses.size(), off.losses.size());
+  EXPECT_NE(on.losses, off.losses);
+}
 
 class LlamaLayoutParity : public ::testing::TestWithParam<Layout> {};
 
@@ -532,6 +565,23 @@ TEST(Recompute, FullRecomputeIsBitwiseIdenticalAndStoresLess) {
         EXPECT_LT(activation_mib(r.log), activation_mib(plain.log)) << layout << " " << recompute;
       }
     }
+  }
+}
+
+// The recomputed forward regenerates the very dropout masks the first forward drew.
+TEST(Recompute, BitwiseIdenticalWithDropout) {
+  for (const auto& [ranks, layout] :
+       {std::pair<int, std::string>{1, ""},
+        {4, "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"}}) {
+    const RunOut plain = train(ranks, layout + " --train-iters 6", kDropout);
+    const RunOut r = train(ranks,
+                           layout + " --train-iters 6 --recompute-granularity full "
+                                    "--recompute-method uniform --recompute-num-layers 1",
+                           kDropout);
+    EXPECT_EQ(r.losses, plain.losses) << layout;
+    ASSERT_EQ(r.params.size(), plain.params.size());
+    EXPECT_EQ(std::memcmp(r.params.data(), plain.params.data(), plain.params.size() * 4), 0)
+        << layout;
   }
 }
 

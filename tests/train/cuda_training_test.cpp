@@ -147,7 +147,7 @@ std::string megatron_binary() {
 const std::string kTrainArgs =
     " train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 2"
     " --seq-length 64 --vocab-size 256 --micro-batch-size 2 --global-batch-size 4"
-    " --train-iters 20 --lr 1e-3 --log-interval 1";
+    " --train-iters 20 --lr 1e-3 --log-interval 1 --attention-dropout 0 --hidden-dropout 0";
 
 testing::RunResult run_ok(const std::string& command) {
   auto r = testing::run_command(command);
@@ -179,6 +179,19 @@ void expect_same_losses_as_cpu(const std::string& gpu_command, const std::string
 TEST(CudaTraining, TrainCommandOnTheGpuMatchesTheCpu) {
   MG_REQUIRE_GPU();
   expect_same_losses_as_cpu(megatron_binary() + kTrainArgs + " --device cuda");
+}
+
+// [d25-dropout] With dropout on (0.1 / 0.1), the GPU draws the CPU's masks (core/dropout_mask.h):
+// the same losses, on one GPU and with TP2 + SP on two ranks sharing it.
+TEST(CudaTraining, DropoutOnTheGpuMatchesTheCpu) {
+  MG_REQUIRE_GPU();
+  const std::string drop = " --attention-dropout 0.1 --hidden-dropout 0.1";
+  expect_same_losses_as_cpu(megatron_binary() + kTrainArgs + " --device cuda" + drop, drop);
+  if (!std::filesystem::exists(MG_MPIEXEC)) return;  // the two-rank run needs mpirun
+  expect_same_losses_as_cpu(testing::mpirun_prefix(2) + megatron_binary() + kTrainArgs +
+                                " --device cuda --distributed-backend mpi"
+                                " --tensor-model-parallel-size 2 --sequence-parallel" + drop,
+                            drop);
 }
 
 // The test name of a two-rank layout's flags: tp2, tp2_sp, pp2 or dp2_distributed_optimizer.

@@ -91,7 +91,8 @@ void expect_golden(const std::string& name, const std::string& log) {
 const std::string kModel =
     " train --mock-data --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16"
     " --vocab-size 500 --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 2e-3"
-    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7";
+    " --lr-warmup-iters 2 --lr-decay-style cosine --weight-decay 0.1 --log-interval 1 --seed 7"
+    " --attention-dropout 0 --hidden-dropout 0";  // captured before dropout existed
 
 struct Case {
   std::string name;
@@ -131,7 +132,8 @@ TEST(GPT2Golden, VersionOneCheckpointLoadsAndContinues) {
       "OMP_NUM_THREADS=1 " + std::string(MG_BINARY) +
       " train --mock-data --num-layers 2 --hidden-size 16 --num-attention-heads 2 --seq-length 8"
       " --vocab-size 100 --make-vocab-size-divisible-by 4 --micro-batch-size 2"
-      " --global-batch-size 4 --lr 2e-3 --log-interval 1 --seed 7 --train-iters 8 --load " +
+      " --global-batch-size 4 --lr 2e-3 --log-interval 1 --seed 7 --train-iters 8"
+      " --attention-dropout 0 --hidden-dropout 0 --load " +
       (dir / "ck").string());
   fs::remove_all(dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;

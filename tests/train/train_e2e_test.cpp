@@ -24,7 +24,7 @@ const std::string kRun =
     " train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64"
     " --vocab-size 512 --micro-batch-size 4 --global-batch-size 8 --train-iters 120 --lr 3e-3"
     " --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 10 --log-interval 10"
-    " --eval-interval 60 --eval-iters 2 --seed 1234";
+    " --eval-interval 60 --eval-iters 2 --seed 1234 --attention-dropout 0 --hidden-dropout 0";
 
 TEST(TrainE2E, MockDataLossFalls) {
   auto r = testing::run_command(kRun);
@@ -74,7 +74,8 @@ void expect_generate_continues_the_count(const std::string& model) {
   auto t = testing::run_command(std::string(MG_BINARY) + " train --mock-data" + model +
                                 " --micro-batch-size 8 --global-batch-size 16 --train-iters 200"
                                 " --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine"
-                                " --lr-warmup-iters 10 --log-interval 50 --dump-final-params " +
+                                " --lr-warmup-iters 10 --log-interval 50"
+                                " --attention-dropout 0 --hidden-dropout 0 --dump-final-params " +
                                 dir + "/p.bin --save " + dir + "/ck");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   auto g = testing::run_command(std::string(MG_BINARY) + " generate" + model +

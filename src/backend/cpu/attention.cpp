@@ -39,7 +39,7 @@ constexpr int64_t kCols = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct Scratch {
-  std::vector<float> s, dp, acc, m, l, d;
+  std::vector<float> s, dp, acc, m, l, d, drop;  // drop: a row's dropout factors (kCols)
   std::vector<float> q, k, v, dout, dq, dk, dv;  // S x HD panels of one (batch, head)
   void reserve(int64_t HD, int64_t S) {
     const auto grow = [](std::vector<float>& x, int64_t n) {
@@ -51,6 +51,7 @@ struct Scratch {
     grow(m, kRows);
     grow(l, kRows);
     grow(d, S);
+    grow(drop, kCols);
     for (auto* x : {&q, &k, &v, &dout, &dq, &dk, &dv}) grow(*x, S * HD);
   }
 };
@@ -159,6 +160,19 @@ void check_shape(const AttentionShape& a) {
            a.NKV, ")");
 }
 
+// Attention dropout: f[c] = the mask factor of query t (of sample b, local head h) against key
+// c0 + c, c < nc; drop_row multiplies a chunk's row by them.
+void row_factors(float* f, const AttentionShape& a, int64_t b, int64_t h, int64_t t, int64_t c0,
+                 int64_t nc) {
+  const AttentionDropout& d = a.dropout;
+  dropout_factors(f, d.key, d.sample0 + b, d.head0 + h, a.q_pos0 + t, a.k_pos0 + c0, nc);
+}
+void drop_row(float* row, float* f, const AttentionShape& a, int64_t b, int64_t h, int64_t t,
+              int64_t c0, int64_t nc) {
+  row_factors(f, a, b, h, t, c0, nc);
+  for (int64_t c = 0; c < nc; ++c) row[c] *= f[c];
+}
+
 }  // namespace
 
 void attention_forward(MatOut out, float* lse, const Heads& q_heads, const Heads& k_heads,
@@ -201,6 +215,8 @@ void attention_forward(MatOut out, float* lse, const Heads& q_heads, const Heads
             const float sum = exp_shifted_sum(row, row, mx, nc);  // exp(-inf) = 0 when masked
             w.l[r] = w.l[r] * corr + sum;
             w.m[r] = mx;
+            // Dropout after the normalizer's sum: l counts every probability, V sees the kept.
+            if (a.dropout.active()) drop_row(row, w.drop.data(), a, b, h, t0 + r, c0, nc);
             if (corr != 1.f) {
               float* acc = w.acc.data() + r * HD;
               for (int64_t e = 0; e < HD; ++e) acc[e] *= corr;
@@ -268,16 +284,38 @@ void attention_backward(const Heads& dq_heads, const Heads& dk_heads, const Head
               else
                 exp_shifted(pr, pr, L[t0 + r], nc);
             }
-            // dV[c0:] += P^T dO[t0:]
-            gemm(true, false, nc, HD, nr, 1.0f, p, kCols, dO + t0 * HD, HD, 1.0f, dv + c0 * HD, HD);
-            // dP = dO V^T, then dS = P (dP - D) in place
             float* ds = w.dp.data();
-            gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * HD, HD, v + c0 * HD, HD, 0.0f, ds, kCols);
-            for (int64_t r = 0; r < nr; ++r) {
-              const float dr = D[t0 + r];
-              float* dsr = ds + r * kCols;
-              const float* pr = p + r * kCols;
-              for (int64_t c = 0; c < nc; ++c) dsr[c] = pr[c] * (dsr[c] - dr);
+            if (!a.dropout.active()) {
+              // dV[c0:] += P^T dO[t0:]
+              gemm(true, false, nc, HD, nr, 1.0f, p, kCols, dO + t0 * HD, HD, 1.0f, dv + c0 * HD,
+                   HD);
+              // dP = dO V^T, then dS = P (dP - D) in place
+              gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * HD, HD, v + c0 * HD, HD, 0.0f, ds,
+                   kCols);
+              for (int64_t r = 0; r < nr; ++r) {
+                const float dr = D[t0 + r];
+                float* dsr = ds + r * kCols;
+                const float* pr = p + r * kCols;
+                for (int64_t c = 0; c < nc; ++c) dsr[c] = pr[c] * (dsr[c] - dr);
+              }
+            } else {
+              // With the mask M (factors 0 or 1/(1-p)), O = (P o M) V: dV += (P o M)^T dO and
+              // dS = P o (M o (dO V^T) - D), D = rowsum(dO O) as without dropout.
+              gemm(false, true, nr, nc, HD, 1.0f, dO + t0 * HD, HD, v + c0 * HD, HD, 0.0f, ds,
+                   kCols);
+              float* f = w.drop.data();
+              for (int64_t r = 0; r < nr; ++r) {
+                const float dr = D[t0 + r];
+                float* dsr = ds + r * kCols;
+                float* pr = p + r * kCols;
+                row_factors(f, a, b, h, t0 + r, c0, nc);
+                for (int64_t c = 0; c < nc; ++c) {
+                  dsr[c] = pr[c] * (f[c] * dsr[c] - dr);
+                  pr[c] *= f[c];
+                }
+              }
+              gemm(true, false, nc, HD, nr, 1.0f, p, kCols, dO + t0 * HD, HD, 1.0f, dv + c0 * HD,
+                   HD);
             }
             gemm(false, false, nr, HD, nc, scale, ds, kCols, k + c0 * HD, HD, 1.0f, dq + t0 * HD,
                  HD);

@@ -72,8 +72,9 @@ __global__ void forward_kernel(float* out, float* lse, QKV<float> x, Geometry g,
       for (int e = 0; e < HD; ++e) s += q[e] * ks[r][e];
       const float mx = fmaxf(m, s);
       const float corr = expf(m - mx), p = expf(s - mx);  // expf(-inf) = 0 on the first key
-      l = l * corr + p;
-      for (int e = 0; e < HD; ++e) acc[e] = acc[e] * corr + p * vs[r][e];
+      l = l * corr + p;  // the normalizer counts every probability, V sees the kept ones
+      const float pv = p * g.drop_factor(b, h, t, k);
+      for (int e = 0; e < HD; ++e) acc[e] = acc[e] * corr + pv * vs[r][e];
       m = mx;
     }
   }
@@ -134,7 +135,8 @@ __global__ void dq_kernel(float* dq_out, const float* dout, QKV<float> x, const 
         s += q[e] * ks[r][e];
         dp += dO[e] * vs[r][e];
       }
-      const float ds = expf(s * scale - L) * (dp - Dt) * scale;
+      // With dropout mask factor f: dS = P (f dP - D).
+      const float ds = expf(s * scale - L) * (g.drop_factor(b, h, t, k) * dp - Dt) * scale;
       for (int e = 0; e < HD; ++e) dq[e] += ds * ks[r][e];
     }
   }
@@ -190,10 +192,10 @@ __global__ void dkv_kernel(Grads d, const float* dout, QKV<float> x, const float
           s += qs[r][e] * k[e];
           dp += dos[r][e] * v[e];
         }
-        const float p = expf(s * scale - ls[r]);
-        const float ds = p * (dp - ds_[r]) * scale;
+        const float p = expf(s * scale - ls[r]), f = g.drop_factor(b, h, t, j);
+        const float ds = p * (f * dp - ds_[r]) * scale;
         for (int e = 0; e < HD; ++e) {
-          dv[e] += p * dos[r][e];
+          dv[e] += p * f * dos[r][e];
           dk[e] += ds * qs[r][e];
         }
       }
@@ -257,6 +259,9 @@ void check_operands(DType out, const Heads& q, const Heads& k, const Heads& v,
            dtype_name(q.dtype), " operands: the tensor-core kernels take bf16/f16");
   MG_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "CUDA attention: ", a.NH,
            " query heads do not split into ", a.NKV, " KV groups");
+  MG_CHECK(q.dtype == DType::F32 || !a.dropout.active(),
+           "attention dropout in the tensor-core (bf16/f16) CUDA kernels is not implemented yet: "
+           "pass --attention-dropout 0 with --bf16/--fp16 on a GPU");
   MG_CHECK(a.B * a.NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
            a.B * a.NH, " exceeds 65535");
 }

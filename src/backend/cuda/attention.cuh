@@ -8,6 +8,7 @@
 
 #include "backend/cuda/heads.cuh"
 #include "backend/ops.h"
+#include "core/dropout_mask.h"
 #include "tensor/dtype.h"
 
 namespace mg::cuda::attn {
@@ -17,6 +18,7 @@ struct Geometry {
   int64_t B, Sq, Sk, NH, NKV, HD, q_pos0, k_pos0;
   bool causal;
   HeadView q, k, v, dq, dk, dv;
+  AttentionDropout drop;  // attention-probability dropout (the f32 kernels apply it)
 
   __host__ __device__ int64_t group() const { return NH / NKV; }  // query heads per KV head
   // Element offsets: query t of (batch b, query head h); key/value j of (b, KV head g); the
@@ -36,6 +38,12 @@ struct Geometry {
     const int64_t kp = k_pos0 + j;
     return (!causal || kp <= q_pos0 + t) && (!seg || kp >= seg[t]);
   }
+  // The dropout factor (0 or 1/(1-p); 1 without dropout) of query t of (b, h) against key j:
+  // the mask core/dropout_mask.h defines, so the CPU and the GPU drop the same elements.
+  __device__ float drop_factor(int64_t b, int64_t h, int64_t t, int64_t j) const {
+    if (!drop.active()) return 1.f;
+    return dropout_factor(drop.key, drop.sample0 + b, drop.head0 + h, q_pos0 + t, k_pos0 + j);
+  }
   // Queries [.., t_end) see no key at or past key_end(t_end) (causal); [0, Sk) otherwise.
   __device__ int64_t key_end(int64_t t_end) const {
     if (!causal) return Sk;
@@ -54,7 +62,7 @@ inline Geometry geometry(const cpu::AttentionShape& a, const cpu::Heads& q, cons
                          const cpu::Heads& v) {
   const HeadView none{0, 0, 1};
   return {a.B, a.Sq, a.Sk, a.NH, a.NKV, a.HD, a.q_pos0, a.k_pos0, a.causal,
-          head_view(q), head_view(k), head_view(v), none, none, none};
+          head_view(q), head_view(k), head_view(v), none, none, none, a.dropout};
 }
 
 // Typed operand pointers (T: float, or the 16-bit storage type) and the f32 gradients.

@@ -616,11 +616,12 @@ struct GqaCase {
   bool causal, segments, fused;
 };
 
-void check_gqa_attention(const GqaCase& c, DType t) {
+void check_gqa_attention(const GqaCase& c, DType t, const AttentionDropout& drop = {}) {
   ASSERT_TRUE(!c.fused || c.Sq == c.Sk);
   const bool lp = t != DType::F32;
   const int64_t G = c.NH / c.NKV, HD = c.HD, Nq = c.Sq * c.B, Nk = c.Sk * c.B;
-  const cpu::AttentionShape a{c.B, c.Sq, c.Sk, c.NH, c.NKV, HD, c.q_pos0, c.k_pos0, c.causal};
+  const cpu::AttentionShape a{c.B,  c.Sq,       c.Sk,       c.NH,     c.NKV,
+                              HD,   c.q_pos0,   c.k_pos0,   c.causal, drop};
   const int64_t nq = c.fused ? Nq * c.NKV * (G + 2) * HD : Nq * c.NH * HD;
   const int64_t nk = c.fused ? 0 : Nk * c.NKV * HD;
   const size_t nx = size_t(nq + 2 * nk), no = size_t(Nq * c.NH * HD);
@@ -676,7 +677,8 @@ void check_gqa_attention(const GqaCase& c, DType t) {
   const std::string s = dims({c.B, c.Sq, c.Sk, c.NH, c.NKV, HD}) + " pos " +
                         std::to_string(c.q_pos0) + "/" + std::to_string(c.k_pos0) +
                         (c.causal ? "" : " non-causal") + (c.segments ? " segments" : "") +
-                        (c.fused ? " fused" : "") + " " + dtype_name(t);
+                        (c.fused ? " fused" : "") + (drop.active() ? " dropout" : "") + " " +
+                        dtype_name(t);
   expect_close("gqa attention forward", s, lp ? down16(go, no, t) : down(go, no),
                lp ? widen(o16, t) : out, lp ? kTol16 : kTolF32);
   expect_close_lse("gqa attention lse", s, down(gl, nl), lse, lp ? kTol16 : kTolF32);
@@ -707,6 +709,38 @@ TEST(CudaParity, TensorCoreGqaAttentionForwardBackward) {
   MG_REQUIRE_GPU();
   for (DType t : {DType::BF16, DType::F16})
     for (const GqaCase& c : kGqaCases) check_gqa_attention(c, t);
+}
+
+// Attention-probability dropout: the f32 kernels draw the CPU's mask (core/dropout_mask.h) for
+// global heads from head0 and samples from sample0, so forward and backward agree with the CPU.
+TEST(CudaParity, GqaAttentionWithDropout) {
+  MG_REQUIRE_GPU();
+  const AttentionDropout drop{dropout_key(0.2f, 1234, 5, 3, DropoutSite::AttentionProbs), 11, 2};
+  for (const GqaCase& c : kGqaCases) check_gqa_attention(c, DType::F32, drop);
+}
+
+// Hidden dropout: the same elements dropped (bitwise-equal outputs and gradients) on rows of an
+// SP rank's block (t0 > 0) of a micro-batch that starts at sample 40.
+TEST(CudaParity, HiddenDropoutMasksIdentical) {
+  MG_REQUIRE_GPU();
+  const int64_t B = 3, R = 7 * B, C = 130;
+  const DropoutRows d{dropout_key(0.1f, 1234, 9, 2, DropoutSite::MlpOut), 40, B, 7, 0};
+  const Vec x = random_vec(size_t(R * C), 71), res = random_vec(size_t(R * C), 72);
+  Vec out(size_t(R * C)), dx = random_vec(size_t(R * C), 73);
+  const Vec dx0 = dx;
+  cpu::dropout_forward(out.data(), x.data(), res.data(), R, C, d);
+  cpu::dropout_backward(dx.data(), x.data(), R, C, d, GradWrite::Add);
+  auto gx = up(x), gr = up(res), go = cuda::Buffer(size_t(R * C) * 4), gdx = up(dx0);
+  cuda::dropout_forward(go.as<float>(), gx.as<float>(), gr.as<float>(), R, C, d);
+  cuda::dropout_backward(gdx.as<float>(), gx.as<float>(), R, C, d, GradWrite::Add);
+  const Vec gout = down(go, size_t(R * C)), gdxh = down(gdx, size_t(R * C));
+  int64_t dropped = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(gout[i], out[i]) << "element " << i;
+    ASSERT_EQ(gdxh[i], dx[i]) << "element " << i;
+    dropped += out[i] == res[i];
+  }
+  EXPECT_GT(dropped, 0);
 }
 
 TEST(CudaParity, CrossEntropy) {
