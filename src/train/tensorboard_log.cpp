@@ -61,10 +61,10 @@ void write_training_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
 }
 
 void write_interval_scalars(TensorBoardWriter& w, int64_t iteration, double seconds_per_iter,
-                            double tflops_per_gpu,
+                            std::optional<double> tflops_per_gpu,
                             const std::vector<std::pair<std::string, double>>& timer_max_ms) {
   w.add_scalar("iteration-time", seconds_per_iter, iteration);
-  w.add_scalar("throughput", tflops_per_gpu, iteration);
+  if (tflops_per_gpu) w.add_scalar("throughput", *tflops_per_gpu, iteration);
   for (const auto& [name, ms] : timer_max_ms) w.add_scalar(name + "-time", ms / 1e3, iteration);
 }
 

@@ -4,13 +4,14 @@
 //    grad-norm (not on a skipped step), and with their flags world-size, num-zeros,
 //    params-norm, mem-*; each but mem-* also as "<tag> vs samples" (x = consumed samples);
 //  every --log-interval iterations, with --log-timers-to-tensorboard: iteration-time (s),
-//    throughput (TFLOP/s per GPU), and each enabled phase timer as "<name>-time" (the max over
+//    throughput (TFLOP/s per GPU; only with --log-throughput too), and each enabled phase timer as "<name>-time" (the max over
 //    ranks, seconds per iteration);
 //  at each validation: "lm loss validation" (+ " ppl" with --log-validation-ppl-to-tensorboard),
 //    each also "vs samples".
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,10 @@ void write_training_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
                             const TrainingScalars& s);
 
 // The log-interval scalars (--log-timers-to-tensorboard). timer_max_ms: (phase name, the max
-// over ranks of its ms per iteration) for each enabled phase that ran.
+// over ranks of its ms per iteration) for each enabled phase that ran. tflops_per_gpu: only
+// with --log-throughput (upstream writes "throughput" only then).
 void write_interval_scalars(TensorBoardWriter& w, int64_t iteration, double seconds_per_iter,
-                            double tflops_per_gpu,
+                            std::optional<double> tflops_per_gpu,
                             const std::vector<std::pair<std::string, double>>& timer_max_ms);
 
 void write_validation_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,

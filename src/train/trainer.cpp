@@ -456,7 +456,9 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   if (timers::enabled_level() > 0) timer_max_ms = log_timers(g_, interval_iters_);
   if (tb_) {
     if (cfg_.tensorboard.log_timers)
-      write_interval_scalars(*tb_, iter, l.ms_per_iter / 1e3, l.tflops, timer_max_ms);
+      write_interval_scalars(*tb_, iter, l.ms_per_iter / 1e3,
+                             cfg_.log_throughput ? std::optional(l.tflops) : std::nullopt,
+                             timer_max_ms);
     tb_->flush();  // a killed run loses at most this interval
   }
   interval_loss_ = interval_seconds_ = 0;

@@ -47,12 +47,6 @@ TEST(CompatFlags, TablesDoNotShadowOptionsOrEachOther) {
     else note(preprocess_options());
     for (const auto& [flag, n] : count) EXPECT_EQ(n, 1) << cmd << ": " << flag << " twice";
   }
-  // Flags of other parts stand in only while they are not options; once merged, empty the map.
-  for (const auto& [flag, owner] : testing::owned_by_other_parts())
-    EXPECT_EQ(testing::real_flags("train").count(flag.substr(0, flag.find(' '))) &&
-                  flag.find(' ') == std::string::npos,
-              false)
-        << flag << " is an option now: remove it from kOwnedByOtherParts";
 }
 
 TEST(CompatFlags, NotYetFlagsSaySo) {

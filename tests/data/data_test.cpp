@@ -102,10 +102,18 @@ class SmallSource : public TokenSource {
   std::vector<int32_t> len_;
 };
 
+GPTDatasetConfig dataset_config(int64_t seq_length, int64_t num_samples, uint32_t seed) {
+  GPTDatasetConfig c;
+  c.seq_length = seq_length;
+  c.num_samples = num_samples;
+  c.seed = seed;
+  return c;
+}
+
 void check_dataset(int64_t num_samples, bool expect_separate) {
   SmallSource src;
   const int64_t S = 16, begin = 5, end = 55;
-  GPTDataset ds(src, begin, end, {S, num_samples, 4321});
+  GPTDataset ds(src, begin, end, dataset_config(S, num_samples, 4321));
   int64_t T = 0;
   for (int64_t d = begin; d < end; ++d) T += src.sequence_length(d);
   const int64_t epochs = ds.num_epochs();
@@ -153,7 +161,7 @@ TEST(GPTDataset, ManyEpochsWithoutSeparation) {
 
 TEST(Batch, TokensLabelsMasksPositions) {
   SmallSource src;
-  GPTDataset ds(src, 0, 60, {8, 10, 1});
+  GPTDataset ds(src, 0, 60, dataset_config(8, 10, 1));
   BatchOptions opt;
   opt.eod = -7;  // never present: the mask stays all ones
   Batch b = make_batch(ds, 2, 3, 8, opt);

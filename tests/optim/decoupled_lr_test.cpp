@@ -43,10 +43,12 @@ TEST(DecoupledLR, RunsOfTheEmbeddingAndOutputLayerOnly) {
   for (const ParamRun& r : param_runs(m.layout())) {
     if (!r.decoupled) continue;
     decoupled += r.numel;
-    for (const ParamSpec& p : m.layout().params())
-      if (p.offset >= r.offset && p.offset < r.offset + r.numel)
+    for (const ParamSpec& p : m.layout().params()) {
+      if (p.offset >= r.offset && p.offset < r.offset + r.numel) {
         EXPECT_TRUE(p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight")
             << p.name;
+      }
+    }
   }
   EXPECT_EQ(decoupled, 2 * m.layout().get("output_layer.weight").numel());
 }

@@ -38,24 +38,6 @@ inline const std::vector<UpstreamScript>& upstream_scripts() {
   return s;
 }
 
-// Flags of these scripts that the other parts of issue 25 implement on their own branches
-// (d25-dropout, d25-tensorboard, d25-defaults), each with the arguments that stand in for it
-// until those branches are merged ("" : dropped). A key with a space is one exact use, flag and
-// values (a form another part makes work). THE LEAD EMPTIES THIS MAP AFTER MERGING them (the unit
-// test checks that no key is an option by then), and regenerates docs/megatron-compat.md's
-// generated part (the unit test writes it to the build directory).
-inline const std::map<std::string, std::pair<std::string, std::string>>& owned_by_other_parts() {
-  // flag -> {the part that owns it, stand-in arguments}
-  static const std::map<std::string, std::pair<std::string, std::string>> kOwnedByOtherParts = {
-      {"--attention-dropout", {"dropout", ""}},
-      {"--hidden-dropout", {"dropout", ""}},
-      {"--tensorboard-dir", {"TensorBoard", ""}},
-      {"--train-samples", {"defaults (sample-based training)", "--train-iters 3"}},
-      {"--split '99,1,0'", {"defaults (the quoted forms bash passes)", "--split 99,1,0"}},
-  };
-  return kOwnedByOtherParts;
-}
-
 // One flag of a list with the values that follow it.
 struct FlagUse {
   std::string flag;
@@ -99,7 +81,6 @@ enum class FlagClass {
   DefaultOnly,     // accepted: its value is the default
   NotYet,          // refused: not supported yet (incl. a default-only flag's other values)
   Renamed,         // refused: removed upstream, the message names the current flag
-  OtherPart,       // owned by another part of issue 25, not merged yet
   Unknown,
 };
 
@@ -126,17 +107,8 @@ const Row* find_row(std::span<const Row> rows, const std::string& flag) {
   return nullptr;
 }
 
-// The map's key for this use, if it has one (the exact use first, then the flag).
-inline std::string owned_key(const FlagUse& u) {
-  std::string joined = u.flag;
-  for (const auto& v : u.values) joined += " " + v;
-  if (owned_by_other_parts().count(joined)) return joined;
-  return owned_by_other_parts().count(u.flag) ? u.flag : "";
-}
-
 inline FlagClass classify(const std::string& command, const FlagUse& u) {
   const CompatTables& t = compat_tables(command);
-  if (owned_key(u).find(' ') != std::string::npos) return FlagClass::OtherPart;
   if (real_flags(command).count(u.flag)) return FlagClass::Option;
   if (find_row(t.no_op, u.flag)) return FlagClass::NoOp;
   if (find_row(t.not_yet, u.flag)) return FlagClass::NotYet;
@@ -144,12 +116,11 @@ inline FlagClass classify(const std::string& command, const FlagUse& u) {
   if (const DefaultOnlyFlag* d = find_row(t.default_only, u.flag))
     return !u.values.empty() && u.values[0] == d->accepted ? FlagClass::DefaultOnly
                                                            : FlagClass::NotYet;
-  if (!owned_key(u).empty()) return FlagClass::OtherPart;
   return FlagClass::Unknown;
 }
 
 // The arguments a user runs once megatron-cpp refused what it refuses: not-yet flags dropped,
-// renamed ones replaced by the current spelling, other parts' flags by their stand-ins.
+// renamed ones replaced by the current spelling.
 inline std::vector<std::string> runnable_args(const std::string& command,
                                               const std::vector<std::string>& tokens) {
   std::vector<std::string> out;
@@ -166,11 +137,6 @@ inline std::vector<std::string> runnable_args(const std::string& command,
         std::istringstream words(find_row(compat_tables(command).renamed, u.flag)->replacement);
         for (std::string w; words >> w;) head.push_back(w);
         break;
-      }
-      case FlagClass::OtherPart: {
-        std::istringstream words(owned_by_other_parts().at(owned_key(u)).second);
-        for (std::string w; words >> w;) out.push_back(w);
-        continue;
       }
       case FlagClass::NotYet:
         continue;
@@ -205,9 +171,7 @@ inline std::string compat_markdown() {
       if (std::find(row.first.begin(), row.first.end(), s.title) == row.first.end())
         row.first.push_back(s.title);
       const CompatTables& t = compat_tables(cmd);
-      FlagClass c = classify(cmd, u);
-      if (c == FlagClass::OtherPart && real_flags(cmd).count(u.flag)) c = FlagClass::Option;
-      switch (c) {
+      switch (classify(cmd, u)) {
         case FlagClass::Option: row.second = "honoured: " + cell(help[u.flag]); break;
         case FlagClass::NoOp:
           row.second = "accepted, no effect: " + cell(find_row(t.no_op, u.flag)->why);
@@ -223,9 +187,6 @@ inline std::string compat_markdown() {
         case FlagClass::Renamed:
           row.second = std::string("removed upstream: use `") +
                        find_row(t.renamed, u.flag)->replacement + "`";
-          break;
-        case FlagClass::OtherPart:
-          row.second = "issue 25, " + owned_by_other_parts().at(u.flag).first + " part";
           break;
         case FlagClass::Unknown: row.second = "UNKNOWN"; break;
       }

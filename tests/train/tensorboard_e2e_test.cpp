@@ -96,7 +96,8 @@ TEST(TensorBoardE2E, EveryTagEqualsTheLogLines) {
       " --initial-loss-scale 4096 --loss-scale-window 3 --timing-log-level 1"
       " --tensorboard-dir " + (d / "tb").string() +
       " --log-params-norm --log-num-zeros-in-grad --log-validation-ppl-to-tensorboard"
-      " --log-timers-to-tensorboard --log-memory-to-tensorboard --log-world-size-to-tensorboard"
+      " --log-timers-to-tensorboard --log-throughput --log-memory-to-tensorboard"
+      " --log-world-size-to-tensorboard"
       " --dump-final-params " + (d / "p.bin").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const EventFile f = read_events(d / "tb");
