@@ -22,10 +22,11 @@ std::string join(const std::vector<std::string>& args) {
   return s;
 }
 
-// The data every script reads, built once: a made-up English-like corpus of 300 documents, and
-// one of 40,000 short ones for the Mixtral script, whose --split 99990,8,2 leaves the validation
-// split 3 documents (a smaller corpus leaves it none, or fewer tokens than one sample: Megatron-LM
-// then skips validation or repeats the split, megatron-cpp refuses both).
+// The data every script reads, built once: a made-up English-like corpus of 1,000 documents
+// (--split 949,50,1 and 969,30,1 leave the test split one), and one of 40,000 short ones for the
+// Mixtral script, whose --split 99990,8,2 leaves the validation split 3 documents (a smaller
+// corpus leaves a split none, or fewer tokens than one sample: megatron-cpp refuses both, naming
+// the split).
 class UpstreamScripts : public ::testing::TestWithParam<std::tuple<int, int>> {
  protected:
   static void SetUpTestSuite() {
@@ -44,7 +45,7 @@ class UpstreamScripts : public ::testing::TestWithParam<std::tuple<int, int>> {
       }
       return d + ".";
     };
-    for (int d = 0; d < 300; ++d) jsonl << "{\"text\": \"" << doc(80) << "\"}\n";
+    for (int d = 0; d < 1000; ++d) jsonl << "{\"text\": \"" << doc(80) << "\"}\n";
     for (int d = 0; d < 40000; ++d) {
       const std::string t = doc(10);
       spm_jsonl << "{\"text\": \"" << t << "\"}\n";

@@ -24,7 +24,8 @@ using Events = std::map<std::string, std::map<int64_t, double>>;
 
 struct EventFile {
   std::string version;
-  Events scalars;
+  Events scalars;  // a step written twice keeps its last value
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> in_order;  // as written
 };
 
 std::vector<fs::path> event_files(const fs::path& dir) {
@@ -55,6 +56,7 @@ EventFile read_events(const fs::path& dir) {
       f.version = col[1];
     } else if (col.size() == 5 && col[0] == "scalar") {
       f.scalars[col[2]][std::stoll(col[1])] = std::stod(col[3]);
+      f.in_order[col[2]].emplace_back(std::stoll(col[1]), std::stod(col[3]));
     } else {
       ADD_FAILURE() << "reader line: " << line;
     }
@@ -157,17 +159,29 @@ TEST(TensorBoardE2E, EveryTagEqualsTheLogLines) {
   EXPECT_TRUE(scale_moved) << "the loss scale should grow every 3 clean steps";
   EXPECT_EQ(e.at("lm loss").size(), size_t(iters));
 
-  // Validation at 6 and 12: loss and PPL as printed, also against consumed samples.
+  // Validation at 6 and 12, then after training (as Megatron) the last validation and the test
+  // evaluation at 12, all under the validation tags: loss and PPL as printed, in that order,
+  // each also against the consumed training samples (Megatron's x axis).
   const auto vloss = log_values(r.output, "lm loss value"), vppl = log_values(r.output, "lm loss PPL");
-  ASSERT_EQ(vloss.size(), 2u) << r.output;
-  ASSERT_EQ(vppl.size(), 2u);
-  for (size_t k = 0; k < 2; ++k) {
-    const int64_t it = 6 * int64_t(k + 1);
-    expect_printed_e(e.at("lm loss validation").at(it), vloss[k], "lm loss validation");
-    expect_printed_e(e.at("lm loss validation ppl").at(it), vppl[k], "lm loss validation ppl");
-    EXPECT_EQ(e.at("lm loss validation vs samples").at(it * G), e.at("lm loss validation").at(it));
-    EXPECT_EQ(e.at("lm loss validation ppl vs samples").at(it * G),
-              e.at("lm loss validation ppl").at(it));
+  ASSERT_EQ(vloss.size(), 4u) << r.output;
+  ASSERT_EQ(vppl.size(), 4u);
+  EXPECT_NE(r.output.find("validation loss at iteration 12 on validation set"), std::string::npos);
+  EXPECT_NE(r.output.find("validation loss at iteration 12 on test set"), std::string::npos);
+  const auto& series = f.in_order.at("lm loss validation");
+  const auto& ppl_series = f.in_order.at("lm loss validation ppl");
+  ASSERT_EQ(series.size(), 4u);
+  ASSERT_EQ(ppl_series.size(), 4u);
+  const int64_t steps[] = {6, 12, 12, 12};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(series[k].first, steps[k]);
+    expect_printed_e(series[k].second, vloss[k], "lm loss validation " + std::to_string(k));
+    expect_printed_e(ppl_series[k].second, vppl[k], "lm loss validation ppl " + std::to_string(k));
+  }
+  const auto& vs = f.in_order.at("lm loss validation vs samples");
+  ASSERT_EQ(vs.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(vs[k].first, steps[k] * G);
+    EXPECT_EQ(vs[k].second, series[k].second);
   }
 
   // params-norm at the end is the L2 norm of the final parameters, as dumped.
