@@ -96,7 +96,7 @@ GPTConfig hf_gpt2_config(const std::string& path, int64_t divisible_by) {
   if (f.has("layer_norm_epsilon")) c.norm_epsilon = float(f.number("layer_norm_epsilon", 1e-30, 1));
   if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
   c.make_vocab_size_divisible_by = divisible_by;
-  // [d25-dropout] GPT-2's residual and attention dropouts (0.1 in the published models; our
+  // GPT-2's residual and attention dropouts (0.1 in the published models; our
   // defaults when absent). HF's embd_pdrop has no flag of its own upstream: --hidden-dropout
   // covers the embedding output too.
   if (f.has("resid_pdrop")) c.hidden_dropout = float(f.number("resid_pdrop", 0, 0.999999));

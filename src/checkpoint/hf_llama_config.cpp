@@ -105,7 +105,7 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
                 "every linear layer or on none, apart from Qwen2's QKV bias)");
   c.add_bias_linear = attention_bias;
   c.add_qkv_bias = arch == "Qwen2ForCausalLM";
-  // [d25-dropout] The family has attention_dropout (0.0 in the published models) and no hidden
+  // The family has attention_dropout (0.0 in the published models) and no hidden
   // dropout, as the upstream Llama recipes pass --attention-dropout 0.0 --hidden-dropout 0.0.
   c.hidden_dropout = 0.f;
   c.attention_dropout = absent_or_null(f, "attention_dropout")

@@ -81,7 +81,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   // an NCCL group down while the other ranks sit in its collectives could hang).
   std::optional<mg::ProcessGroups> groups;
   try {
-    // d25-defaults: the node's cores divided among its ranks (OMP_NUM_THREADS wins). Every
+    // The node's cores divided among its ranks (OMP_NUM_THREADS wins). Every
     // rank calls it (local_size() is collective while MPI runs); logged once the run starts.
     const mg::RankThreads threads = mg::set_rank_threads();
     // A GPU run selects its GPU before any NCCL group exists.

@@ -19,7 +19,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "samples per optimizer step over all DP ranks (0: B x DP)",
                 MG_FIELD(global_batch_size)),
       valued<C>("--train-iters", "N", "optimizer steps to run", MG_FIELD(train_iters)),
-      // d25-defaults: sample-based training
+      // sample-based training
       valued<C>("--train-samples", "N",
                 "samples to train on, instead of --train-iters (iterations: N / "
                 "--global-batch-size; schedules then take --lr-*-samples)",
@@ -222,7 +222,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "count the zero gradient elements each iteration: \"num zeros\" in the log line "
                 "and num-zeros in TensorBoard",
                 MG_FIELD(log_num_zeros_in_grad)),
-      // flag surface (issue 25, d25-flags): Megatron's switch for the throughput field
+      // flag surface: Megatron's switch for the throughput field
       on_off<C>("--log-throughput",
                 "add 'throughput per GPU (TFLOP/s/GPU)' to each iteration line (as upstream, "
                 "only when given)",
@@ -243,7 +243,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
     t.insert(t.end(), rest.begin(), rest.end());
     const auto tok = tokenizer_options<C>(MG_FIELD(tokenizer));
     t.insert(t.end(), tok.begin(), tok.end());
-    // flag surface (issue 25, d25-flags): the rest of Megatron's flags, as data
+    // flag surface: the rest of Megatron's flags, as data
     // (cli/compat_flags.cpp: no-op, not yet, default only, renamed).
     const auto compat = compat_options<C>("train");
     t.insert(t.end(), compat.begin(), compat.end());

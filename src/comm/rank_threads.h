@@ -1,4 +1,4 @@
-// Threads per rank (d25-defaults). Ranks that share a node divide its cores among themselves,
+// Threads per rank. Ranks that share a node divide its cores among themselves,
 // as torchrun's OMP_NUM_THREADS=1 keeps Megatron's ranks from oversubscribing a node: without
 // it, every rank's OpenMP pool would take every core and N ranks would spin-wait on each
 // other (measured: bench/rank_threads.sh). An explicit OMP_NUM_THREADS wins.

@@ -1,4 +1,4 @@
-// How long a run is and how its schedules count (d25-defaults): Megatron's iteration-based
+// How long a run is and how its schedules count: Megatron's iteration-based
 // (--train-iters, schedules in --lr-*-iters) or sample-based (--train-samples, schedules in
 // --lr-*-samples) training, which validate_args keeps apart, and the required --lr.
 #pragma once

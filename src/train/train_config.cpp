@@ -41,7 +41,7 @@ LRSchedule TrainConfig::lr_schedule() const {
   s.start_wd = std::isnan(start_weight_decay) ? adam.weight_decay : start_weight_decay;
   s.end_wd = std::isnan(end_weight_decay) ? adam.weight_decay : end_weight_decay;
   s.wd_style = weight_decay_incr_style;
-  s.decoupled_lr = decoupled_lr;  // flag surface (issue 25, d25-flags)
+  s.decoupled_lr = decoupled_lr;  // flag surface
   s.decoupled_min_lr = decoupled_min_lr;
   return s;
 }
@@ -126,7 +126,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "launch one grid row per (sample, head) and take at most 65535, but "
                   "--micro-batch-size ", micro_batch_size, " x ", heads_local,
                   " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
-    // [d25-dropout] the tensor-core attention kernels (16-bit models) have no dropout yet.
+    // the tensor-core attention kernels (16-bit models) have no dropout yet.
     MG_USER_CHECK(!(bf16 || fp16) || model.attention_dropout == 0.f,
                   "--device cuda with --bf16/--fp16: --attention-dropout is not supported by "
                   "megatron-cpp yet on the tensor-core attention kernels; pass "
@@ -146,7 +146,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                                 std::pair{"--lr-wsd-decay-iters", lr_wsd_decay_iters},
                                 std::pair{"--lr-wsd-decay-samples", lr_wsd_decay_samples}})
     MG_USER_CHECK(v >= 0, flag, " must be >= 0 (got ", v, ")");
-  resolve_run_length(*this);  // d25-defaults: --train-iters | --train-samples, --lr
+  resolve_run_length(*this);  // --train-iters | --train-samples, --lr
   MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
                 "' is not available; use adam or sgd");
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +

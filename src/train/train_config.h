@@ -26,7 +26,7 @@ struct TrainConfig {
   int64_t micro_batch_size = 1;   // --micro-batch-size: samples per micro-batch
   int64_t global_batch_size = 0;  // --global-batch-size: samples per step; 0 means micro batch
   int64_t train_iters = 0;        // --train-iters: optimizer steps
-  // d25-defaults: sample-based training (Megatron's --train-samples). finalize_and_validate
+  // Sample-based training (Megatron's --train-samples). finalize_and_validate
   // derives train_iters = train_samples / global_batch_size, as Megatron's update_train_iters.
   int64_t train_samples = 0;      // --train-samples: samples to train on (0: iteration-based)
   std::vector<std::string> rampup_batch_size;  // --rampup-batch-size START INCREMENT SAMPLES
@@ -72,7 +72,7 @@ struct TrainConfig {
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
   int64_t timing_log_level = 0;   // --timing-log-level 0|1|2: phase timers in the log
-  // flag surface (issue 25, d25-flags)
+  // flag surface
   bool log_throughput = false;    // --log-throughput: the TFLOP/s/GPU field in iteration lines
   double decoupled_lr = NAN;      // --decoupled-lr: embedding + output layer peak LR (NaN: --lr)
   double decoupled_min_lr = NAN;  // --decoupled-min-lr: their floor (NaN: --min-lr)

@@ -322,7 +322,7 @@ StepResult Trainer::train_step(int64_t iter) {
   const double wd = sched_.weight_decay_at(scheduler_samples_);
   step.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   double local_loss = 0;
-  model_->dropout_on(cfg_.seed, iter);  // [d25-dropout] training micro-batches only
+  model_->dropout_on(cfg_.seed, iter);  // training micro-batches only
   {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(

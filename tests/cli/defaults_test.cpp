@@ -1,4 +1,4 @@
-// d25-defaults: the train defaults and rules that match upstream Megatron-LM's (restated from
+// The train defaults and rules that match upstream Megatron-LM's (restated from
 // megatron/training/arguments.py validate_args and training.py):
 //  * --lr has no default; a run without it is refused (upstream's scheduler cannot take None).
 //  * iteration-based (--train-iters) and sample-based (--train-samples) runs take only their own

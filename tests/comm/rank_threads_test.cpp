@@ -1,4 +1,4 @@
-// d25-defaults: threads per rank. The rule (cores / ranks on the node, within the rank's
+// Threads per rank. The rule (cores / ranks on the node, within the rank's
 // affinity, at least 1; OMP_NUM_THREADS wins) on its own, and as `megatron train` applies and
 // logs it under mpirun with 1, 2 and 4 ranks.
 #include "comm/rank_threads.h"

@@ -181,7 +181,7 @@ TEST(CudaTraining, TrainCommandOnTheGpuMatchesTheCpu) {
   expect_same_losses_as_cpu(megatron_binary() + kTrainArgs + " --device cuda");
 }
 
-// [d25-dropout] With dropout on (0.1 / 0.1), the GPU draws the CPU's masks (core/dropout_mask.h):
+// With dropout on (0.1 / 0.1), the GPU draws the CPU's masks (core/dropout_mask.h):
 // the same losses, on one GPU and with TP2 + SP on two ranks sharing it.
 TEST(CudaTraining, DropoutOnTheGpuMatchesTheCpu) {
   MG_REQUIRE_GPU();

@@ -1,4 +1,4 @@
-// d25-defaults, end to end: what `megatron train` does where it now follows upstream
+// End to end: what `megatron train` does where it now follows upstream
 // Megatron-LM (behaviour restated from megatron/training/training.py and
 // megatron/core/datasets/): sample-based runs with a batch-size ramp, per-interval skip counts,
 // the validation and test evaluations after training, the index cache's default place and the
