@@ -38,6 +38,9 @@ GPTConfig model_from_record(const json& record, const std::string& what) {
   MG_USER_CHECK(record.is_object(), what, ": field 'model' must be an object");
   const ckpt::JsonFields r(record, what, "model.");
   GPTConfig c;
+  // A record written before dropout existed holds no rates: that model trained without it, so
+  // a resumed run that does not give them continues without it (not at the 0.1 defaults).
+  c.hidden_dropout = c.attention_dropout = 0.f;
   for (const ModelField& f : model_fields()) {
     if (!r.has(f.key)) continue;
     std::visit(

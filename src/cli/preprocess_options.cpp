@@ -44,7 +44,7 @@ const std::vector<Option<PreprocessConfig>>& preprocess_options() {
     };
     const auto tok = tokenizer_options<C>([](C& c) -> auto& { return c.tokenizer; });
     t.insert(t.end(), tok.begin(), tok.end());
-    // flag surface: tools/preprocess_data.py's other flags, as data.
+    // tools/preprocess_data.py's other flags, as data.
     const auto compat = compat_options<C>("preprocess");
     t.insert(t.end(), compat.begin(), compat.end());
     return t;

@@ -191,7 +191,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
       valued<C>("--eval-interval", "N", "iterations between validations (0: never)",
                 MG_FIELD(eval_interval)),
       valued<C>("--eval-iters", "N", "global batches per validation", MG_FIELD(eval_iters)),
-      // TensorBoard (issue 25, TensorBoard part): Megatron's flags, train/tensorboard_log.h
+      // TensorBoard: Megatron's flags, train/tensorboard_log.h
       valued<C>("--tensorboard-dir", "DIR",
                 "write a TensorBoard event file to DIR (from the last rank, as Megatron does)",
                 MG_FIELD(tensorboard.dir)),
@@ -222,7 +222,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "count the zero gradient elements each iteration: \"num zeros\" in the log line "
                 "and num-zeros in TensorBoard",
                 MG_FIELD(log_num_zeros_in_grad)),
-      // flag surface: Megatron's switch for the throughput field
+      // Megatron's switch for the throughput field
       on_off<C>("--log-throughput",
                 "add 'throughput per GPU (TFLOP/s/GPU)' to each iteration line (as upstream, "
                 "only when given)",
@@ -243,7 +243,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
     t.insert(t.end(), rest.begin(), rest.end());
     const auto tok = tokenizer_options<C>(MG_FIELD(tokenizer));
     t.insert(t.end(), tok.begin(), tok.end());
-    // flag surface: the rest of Megatron's flags, as data
+    // The rest of Megatron's flags, as data
     // (cli/compat_flags.cpp: no-op, not yet, default only, renamed).
     const auto compat = compat_options<C>("train");
     t.insert(t.end(), compat.begin(), compat.end());

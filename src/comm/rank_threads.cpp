@@ -38,9 +38,11 @@ RankThreads set_rank_threads() {
 
 std::string describe(const RankThreads& t) {
   if (t.from_env) return str_cat(" > threads per rank: ", t.threads, " (OMP_NUM_THREADS)");
+  const bool bound = t.usable_cores < t.cores / std::max(t.ranks_on_node, 1);
   return str_cat(" > threads per rank: ", t.threads, " (", t.cores, " cores / ",
-                 t.ranks_on_node, t.ranks_on_node == 1 ? " rank" : " ranks",
-                 " on this node; OMP_NUM_THREADS overrides)");
+                 t.ranks_on_node, t.ranks_on_node == 1 ? " rank" : " ranks", " on this node",
+                 bound ? str_cat(", bound to ", t.usable_cores, " cores") : std::string(),
+                 "; OMP_NUM_THREADS overrides)");
 }
 
 }  // namespace mg

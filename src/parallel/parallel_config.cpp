@@ -66,8 +66,8 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                 "--global-batch-size ", gbs,
                 " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
                 " (world ", world, " / (TP ", T, " x PP ", P, "))");
-  MG_USER_CHECK(ddp_bucket_size >= 0, "--ddp-bucket-size must be positive (got ", ddp_bucket_size,
-                ")");
+  MG_USER_CHECK(ddp_bucket_size >= 0, "--ddp-bucket-size must be positive, or 0 for Megatron's default "
+                "max(40M, 1M x data-parallel size) (got ", ddp_bucket_size, ")");
   if (ddp_bucket_size == 0) ddp_bucket_size = default_ddp_bucket_size(DP);
   std::string warning;
   if (sequence_parallel && T == 1) {

@@ -32,9 +32,10 @@ BatchRampup parse_rampup(const TrainConfig& c) {
   r.start = v[0], r.increment = v[1], r.samples = v[2];
   MG_USER_CHECK(c.train_samples > 0, "--rampup-batch-size needs sample-based training "
                 "(--train-samples), as in Megatron");
-  MG_USER_CHECK(r.start > 0 && r.increment > 0 && r.samples >= 0, "--rampup-batch-size ",
+  // (Megatron accepts SAMPLES 0 and then divides by zero on the first batch.)
+  MG_USER_CHECK(r.start > 0 && r.increment > 0 && r.samples > 0, "--rampup-batch-size ",
                 r.start, " ", r.increment, " ", r.samples,
-                ": START and INCREMENT must be positive, SAMPLES >= 0");
+                ": START, INCREMENT and SAMPLES must be positive");
   MG_USER_CHECK(r.start < r.final_size && (r.final_size - r.start) % r.increment == 0,
                 "--rampup-batch-size START ", r.start, " must be below --global-batch-size ",
                 r.final_size, " by a multiple of INCREMENT ", r.increment);
@@ -47,6 +48,12 @@ BatchRampup parse_rampup(const TrainConfig& c) {
 }
 
 }  // namespace
+
+int64_t samples_consumed(const BatchRampup& rampup, int64_t iterations) {
+  int64_t consumed = 0;
+  for (int64_t i = 0; i < iterations; ++i) consumed += rampup.at(consumed);
+  return consumed;
+}
 
 void resolve_run_length(TrainConfig& c) {
   // Megatron's default --lr is None, which its scheduler cannot use: the run stops there.
@@ -61,11 +68,14 @@ void resolve_run_length(TrainConfig& c) {
                 "(iteration-based training) and --train-samples (sample-based training)");
   // The schedule flags of the other kind of run, each named with its counterpart.
   const bool by_iters = c.train_iters > 0;
-  const std::pair<std::string, int64_t> foreign[2] = {
+  const std::pair<std::string, int64_t> foreign[3] = {
       by_iters ? std::pair{"--lr-decay-samples", c.lr_decay_samples}
                : std::pair{"--lr-decay-iters", c.lr_decay_iters},
       by_iters ? std::pair{"--lr-warmup-samples", c.lr_warmup_samples}
-               : std::pair{"--lr-warmup-iters", c.lr_warmup_iters}};
+               : std::pair{"--lr-warmup-iters", c.lr_warmup_iters},
+      // (Megatron ignores the other kind's WSD flag; refused here rather than dropped.)
+      by_iters ? std::pair{"--lr-wsd-decay-samples", c.lr_wsd_decay_samples}
+               : std::pair{"--lr-wsd-decay-iters", c.lr_wsd_decay_iters}};
   for (const auto& [flag, value] : foreign) {
     const std::string kind = by_iters ? "samples" : "iters";
     const std::string counterpart =

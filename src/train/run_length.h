@@ -18,9 +18,13 @@ struct BatchRampup {
   int64_t at(int64_t consumed) const;
 };
 
+// The samples `iterations` iterations consume (the ramp's batches, then whole global batches).
+// Under a ramp this can pass --train-samples by up to one batch, as in Megatron.
+int64_t samples_consumed(const BatchRampup& rampup, int64_t iterations);
+
 // Refuses what Megatron refuses -- neither or both of --train-iters and --train-samples, a
-// sample-based schedule flag (--lr-decay-samples, --lr-warmup-samples) in an iteration-based
-// run or an iteration-based one (--lr-decay-iters, --lr-warmup-iters) in a sample-based run,
+// sample-based schedule flag (--lr-decay-samples, --lr-warmup-samples, --lr-wsd-decay-samples)
+// in an iteration-based run or an iteration-based one (--lr-*-iters) in a sample-based run,
 // no --lr -- with a UsageError naming the flags. Then, for --train-samples, sets train_iters
 // to train_samples / global_batch_size (Megatron's update_train_iters: a partial last batch
 // is not trained; with --rampup-batch-size, the ramp's iterations first). Needs

@@ -41,14 +41,15 @@ LRSchedule TrainConfig::lr_schedule() const {
   s.start_wd = std::isnan(start_weight_decay) ? adam.weight_decay : start_weight_decay;
   s.end_wd = std::isnan(end_weight_decay) ? adam.weight_decay : end_weight_decay;
   s.wd_style = weight_decay_incr_style;
-  s.decoupled_lr = decoupled_lr;  // flag surface
+  s.decoupled_lr = decoupled_lr;
   s.decoupled_min_lr = decoupled_min_lr;
   return s;
 }
 
 std::array<int64_t, 3> TrainConfig::split_samples() const {
   std::array<int64_t, 3> n = {0, 0, 0};
-  n[0] = train_samples > 0 ? train_samples
+  // Sample-based: what the iterations consume (a ramp's last batch may pass --train-samples).
+  n[0] = train_samples > 0 ? std::max(train_samples, samples_consumed(rampup, train_iters))
                            : checked_mul(train_iters, global_batch_size,
                                          "training samples (--train-iters x --global-batch-size)");
   if (eval_interval > 0 && eval_iters > 0) {
@@ -135,7 +136,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
-  tensorboard.validate();  // TensorBoard part
+  tensorboard.validate();
   MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
   MG_USER_CHECK(eval_iters >= 0, "--eval-iters must be >= 0 (got ", eval_iters, ")");
   // Each schedule length, named as the user gave it.
@@ -166,7 +167,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(sources == 1, "pass only one of --mock-data, --data-path, --train-data-path");
   MG_USER_CHECK(mock_data || !tokenizer.tokenizer_type.empty(),
                 "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)",
-                // flag surface (issue 25): upstream's GPT-3 and SC21 scripts leave it out
+                // upstream's GPT-3 and SC21 scripts leave it out
                 tokenizer.merge_file.empty() ? "" : "; with --vocab-file and --merge-file, "
                 "pass --tokenizer-type GPT2BPETokenizer (Megatron-LM needs it too)");
   MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,

@@ -72,7 +72,7 @@ struct TrainConfig {
   uint32_t seed = 1234;           // --seed: init and data order
   int64_t log_interval = 100;     // --log-interval: iterations per log line
   int64_t timing_log_level = 0;   // --timing-log-level 0|1|2: phase timers in the log
-  // flag surface
+  // Upstream's logging and optimizer switches
   bool log_throughput = false;    // --log-throughput: the TFLOP/s/GPU field in iteration lines
   double decoupled_lr = NAN;      // --decoupled-lr: embedding + output layer peak LR (NaN: --lr)
   double decoupled_min_lr = NAN;  // --decoupled-min-lr: their floor (NaN: --min-lr)
@@ -110,7 +110,7 @@ struct TrainConfig {
   double exit_duration_in_mins = 0; // --exit-duration-in-mins X
   std::vector<std::string> argv;    // the command line, recorded in checkpoints
 
-  // TensorBoard and the log line's optional statistics (issue 25, TensorBoard part).
+  // TensorBoard and the log line's optional statistics.
   TensorBoardConfig tensorboard;      // --tensorboard-dir, --tensorboard-log-interval, ...
   bool log_params_norm = false;       // --log-params-norm: "params norm" (log line, TensorBoard)
   bool log_num_zeros_in_grad = false; // --log-num-zeros-in-grad: "num zeros" (likewise)

@@ -55,6 +55,10 @@ TEST(CheckpointMetadata, ReadsVersionOneAndTwo) {
   EXPECT_EQ(v1.iteration, 4);
   EXPECT_EQ(v1.model.num_layers, 2);
   EXPECT_EQ(v1.model.normalization, "LayerNorm");  // absent from version 1: the GPT-2 default
+  // Written before dropout existed: those runs trained without it, so no rates means 0 (the
+  // 0.1 defaults would switch it on in a resumed run that gives no rates).
+  EXPECT_EQ(v1.model.hidden_dropout, 0.f);
+  EXPECT_EQ(v1.model.attention_dropout, 0.f);
   EXPECT_FALSE(v1.loss_scaler.has_value());
   const CheckpointMetadata v2 = parse_checkpoint_metadata(read(kV2 / "metadata.json"), "v2");
   EXPECT_EQ(v2.version, 2);
@@ -62,6 +66,14 @@ TEST(CheckpointMetadata, ReadsVersionOneAndTwo) {
   EXPECT_EQ(v2.precision, DType::F16);
   EXPECT_TRUE(v2.model.swiglu);
   EXPECT_EQ(v2.model.num_query_groups, 1);
+  EXPECT_EQ(v2.model.hidden_dropout, 0.f);
+  // A record that holds the rates gives them back.
+  const CheckpointMetadata with = parse_checkpoint_metadata(v2_with([](json& j) {
+    j["model"]["hidden_dropout"] = 0.25;
+    j["model"]["attention_dropout"] = 0.125;
+  }), "v2 edited");
+  EXPECT_EQ(with.model.hidden_dropout, 0.25f);
+  EXPECT_EQ(with.model.attention_dropout, 0.125f);
   ASSERT_TRUE(v2.loss_scaler.has_value());
   EXPECT_EQ(v2.loss_scaler->scale, 2048.0);
   ASSERT_EQ(v2.ranks.size(), 1u);

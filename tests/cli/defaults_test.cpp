@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "testing/usage_error.h"
+#include "train/run_length.h"
 
 namespace mg {
 namespace {
@@ -46,6 +47,10 @@ TEST(UpstreamDefaults, IterationAndSampleFlagsDoNotMix) {
            Case{"--train-iters 4 --lr-warmup-samples 2", "--lr-warmup-samples"},
            Case{"--train-samples 16 --lr-decay-iters 4", "--lr-decay-iters"},
            Case{"--train-samples 16 --lr-warmup-iters 1", "--lr-warmup-iters"},
+           Case{"--train-iters 4 --lr-decay-style WSD --lr-wsd-decay-samples 2",
+                "--lr-wsd-decay-samples"},
+           Case{"--train-samples 16 --lr-decay-style WSD --lr-wsd-decay-iters 1",
+                "--lr-wsd-decay-iters"},
            Case{"--train-samples 16 --lr-warmup-samples 2 --lr-warmup-fraction 0.1",
                 "--lr-warmup-fraction"},
            Case{"--train-iters 4 --lr-warmup-iters 1 --lr-warmup-fraction 0.1",
@@ -104,6 +109,26 @@ TEST(UpstreamDefaults, DdpBucketSizeIsMaxOf40MAnd1MPerDataParallelRank) {
             64000000);  // DP = 128 / 2
   EXPECT_EQ(config("--train-iters 1 --lr 1e-3 --ddp-bucket-size 1000", 64).parallel.ddp_bucket_size,
             1000);
+}
+
+// --rampup-batch-size SAMPLES must be positive (upstream divides by it on the first batch), and
+// the train split holds what the ramp's iterations consume: --train-samples 24 with batches
+// 8, 8, 8 (SAMPLES 100 over (32 - 8) / 8 = 3 increments: one per 33.3 samples) runs while the
+// consumed count is <= 24: 0, 8, 16, 24 -> 4 iterations, 32 samples.
+TEST(UpstreamDefaults, RampupSamplesPositiveAndTheSplitHoldsTheRamp) {
+  EXPECT_NE(refusal("--lr 1e-3 --train-samples 24 --global-batch-size 32 "
+                    "--rampup-batch-size 8 8 0")
+                .find("SAMPLES must be positive"),
+            std::string::npos);
+  const TrainConfig c =
+      config("--lr 1e-3 --train-samples 24 --global-batch-size 32 --rampup-batch-size 8 8 100");
+  EXPECT_EQ(c.train_iters, 4);
+  EXPECT_EQ(c.split_samples()[0], 32);
+  EXPECT_EQ(samples_consumed(c.rampup, 4), 32);
+  // Without a ramp, whole global batches of --train-samples: the split holds --train-samples.
+  const TrainConfig plain = config("--lr 1e-3 --train-samples 70 --global-batch-size 16");
+  EXPECT_EQ(plain.train_iters, 4);
+  EXPECT_EQ(plain.split_samples()[0], 70);
 }
 
 }  // namespace
