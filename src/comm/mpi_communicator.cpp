@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm/mpi_bf16.h"
 #include "comm/mpi_split.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
@@ -37,34 +38,11 @@ MPI_Datatype mpi_type(DType t) {
   return MPI_BYTE;
 }
 
-// bf16 sums (communicator.h): MPI has no bf16 type, so a 2-byte type of its own with a
-// user-defined sum that adds in fp32 and rounds every partial sum to bf16, as NCCL does.
-void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = bf16_from_f32(f32_from_bf16(a[i]) + f32_from_bf16(b[i]));
-}
-struct Bf16Sum {
-  MPI_Datatype type;
-  MPI_Op op;
-};
-// Created on first use (after MPI_Init), kept until MPI_Finalize.
-const Bf16Sum& bf16_sum_op() {
-  static const Bf16Sum cached = [] {
-    Bf16Sum s;
-    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &s.type), "MPI_Type_contiguous");
-    check_mpi(MPI_Type_commit(&s.type), "MPI_Type_commit");
-    check_mpi(MPI_Op_create(&bf16_sum, /*commute=*/1, &s.op), "MPI_Op_create");
-    return s;
-  }();
-  return cached;
-}
-
 // The MPI type and op of a reduction (check_reducible: F32, or BF16 sum).
-MPI_Datatype reduce_type(DType t) { return t == DType::BF16 ? bf16_sum_op().type : MPI_FLOAT; }
+MPI_Datatype reduce_type(DType t) { return t == DType::BF16 ? mpi_bf16_sum().type : MPI_FLOAT; }
 MPI_Op reduce_op(DType t, ReduceOp op) {
   check_reducible(t, op);
-  if (t == DType::BF16) return bf16_sum_op().op;
+  if (t == DType::BF16) return mpi_bf16_sum().op;
   return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
 }
 
@@ -192,7 +170,24 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0, size_ = 1;
 };
 
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16_from_f32(f32_from_bf16(a[i]) + f32_from_bf16(b[i]));
+}
+
 }  // namespace
+
+const MpiBf16Sum& mpi_bf16_sum() {
+  static const MpiBf16Sum cached = [] {
+    MpiBf16Sum s;
+    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &s.type), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&s.type), "MPI_Type_commit");
+    check_mpi(MPI_Op_create(&bf16_sum, /*commute=*/1, &s.op), "MPI_Op_create");
+    return s;
+  }();
+  return cached;
+}
 
 // The wait's description is built only when the requests were not already complete.
 void wait_mpi(MPI_Request* reqs, int n, const char* op, const GroupInfo& group,
