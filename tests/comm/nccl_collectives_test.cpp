@@ -102,12 +102,12 @@ TEST(NcclCollectives, Bf16SumsRoundEachPartialSum) {
   auto w = nccl_world();
   const int p = w->size(), r = w->rank();
   const int64_t n_out = 129, n = n_out * p;
-  std::vector<uint16_t> x(size_t(n));
+  std::vector<uint16_t> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[size_t(i)] = testing::bits(testing::input(r, i));
   cuda::Buffer dx(size_t(n) * 2), dout(size_t(n_out) * 2);
   cuda::copy_to_device(dx.get(), x.data(), size_t(n) * 2);
   w->ireduce_scatter(dx.get(), dout.get(), n_out, DType::BF16)->wait();
-  std::vector<uint16_t> out(size_t(n_out));
+  std::vector<uint16_t> out(static_cast<size_t>(n_out));
   cuda::copy_to_host(out.data(), dout.get(), size_t(n_out) * 2);
   testing::expect_bf16_sums(out, r * n_out, p);
   EXPECT_EQ(w->stats().reduce_scatter_bytes, (p - 1) * n_out * 2);

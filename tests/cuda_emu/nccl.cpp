@@ -1,6 +1,7 @@
 // The CUDA emulator's NCCL over MPI (tests/cuda_emu/README.md). Reductions are defined for f32
 // and bf16 sums (what the communicator reduces; bf16 by the MPI communicator's own sum,
-// comm/mpi_bf16.h, which rounds each partial sum as NCCL does); gathers, broadcasts and point-to-point move bytes of any type.
+// comm/mpi_bf16.h, which rounds each partial sum as NCCL does); gathers, broadcasts and
+// point-to-point move bytes of any type.
 // Calls are queued in stream order, as a GPU runs them: each is posted to MPI (non-blocking)
 // once the one before it has finished; event queries progress the queue, and any other stream
 // work (kernels, copies, synchronizations) drains it first (emu.h). Another thread (the NCCL
