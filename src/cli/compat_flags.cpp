@@ -122,8 +122,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--wandb-project", "NAME", "Weights & Biases logging"},
     {"--wandb-exp-name", "NAME", "Weights & Biases logging"},
     {"--wandb-save-dir", "DIR", "Weights & Biases logging"},
-    {"--grad-reduce-in-bf16", "",
-     "data-parallel gradient reduction in bf16 (the communicators reduce fp32 only)"},
 };
 
 constexpr DefaultOnlyFlag kTrainDefaultOnly[] = {

@@ -90,6 +90,9 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "with the distributed optimizer, wait for each bucket's parameter all-gather only "
                 "when the next forward reaches it",
                 MG_FIELD(parallel.overlap_param_gather)),
+      on_off<C>("--grad-reduce-in-bf16",
+                "reduce data-parallel gradients in bf16 (half the bytes; accumulation stays fp32)",
+                MG_FIELD(parallel.grad_reduce_in_bf16)),
       // data
       on_off<C>("--mock-data", "train on Megatron's synthetic mock dataset", MG_FIELD(mock_data)),
       valued<C>("--data-path", "[W] PREFIX...",

@@ -1,9 +1,13 @@
-// The Communicator API: collectives and point-to-point transfers on fp32 buffers (gathers: any
-// dtype) within one
-// process group, with byte counters. Counters record what this rank sends under ring
-// algorithms, the convention of formulas.md and nccl-tests' bus bandwidth: all-reduce of n
-// elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements in total = (p-1)/p n,
-// send = n, broadcast = n on the root. Groups of size 1 move nothing and count nothing.
+// The Communicator API: collectives and point-to-point transfers within one process group
+// (sums: fp32 or bf16; gathers: any dtype; the rest fp32), with byte counters. Counters record
+// what this rank sends under ring algorithms, the convention of formulas.md and nccl-tests' bus
+// bandwidth: all-reduce of n elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements
+// in total = (p-1)/p n, send = n, broadcast = n on the root, each element at its dtype's size
+// (a bf16 sum moves half the bytes of an fp32 one). Groups of size 1 move nothing and count
+// nothing. A bf16 sum (--grad-reduce-in-bf16) adds two bf16 values in fp32 and rounds the
+// result to bf16 (nearest even) at every step of the algorithm, as NCCL's ncclBfloat16 sum
+// does: a ring's or tree's partial sums are rounded, so over p > 2 ranks the result depends on
+// the reduction order and may differ from the exact sum by up to p - 1 bf16 roundings.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -48,18 +52,21 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // In place over n elements.
-  virtual void all_reduce(float* data, int64_t n, ReduceOp op = ReduceOp::Sum) = 0;
+  // In place over n elements of dtype F32, or BF16 with ReduceOp::Sum (the reductions below too).
+  virtual void all_reduce(void* data, int64_t n, ReduceOp op = ReduceOp::Sum,
+                          DType dtype = DType::F32) = 0;
   // Non-blocking in-place sum; the buffer must stay untouched until wait() returns.
-  virtual std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) = 0;
+  virtual std::unique_ptr<CommRequest> iall_reduce(void* data, int64_t n,
+                                                   DType dtype = DType::F32) = 0;
   // Non-blocking reduce-scatter / all-gather; buffers stay untouched until wait() returns.
-  virtual std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
-                                                       int64_t n_out) = 0;
+  virtual std::unique_ptr<CommRequest> ireduce_scatter(const void* in, void* out, int64_t n_out,
+                                                       DType dtype = DType::F32) = 0;
   // Gathers move elements of any dtype (16-bit params and activations under --bf16/--fp16).
   virtual std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
                                                    DType dtype = DType::F32) = 0;
   // in holds size() chunks of n_out elements; out gets the sum of every rank's chunk rank().
-  virtual void reduce_scatter(const float* in, float* out, int64_t n_out) = 0;
+  virtual void reduce_scatter(const void* in, void* out, int64_t n_out,
+                              DType dtype = DType::F32) = 0;
   // out gets size() chunks of n_in elements, chunk r from rank r.
   virtual void all_gather(const void* in, void* out, int64_t n_in, DType dtype = DType::F32) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;
@@ -73,6 +80,9 @@ class Communicator {
  protected:
   CommStats stats_;
 };
+
+// Checks that a reduction's dtype and op are ones every communicator supports (F32, or BF16 Sum).
+void check_reducible(DType dtype, ReduceOp op = ReduceOp::Sum);
 
 // Sum of one double over the group, carried as two floats (the value and its rounding
 // remainder) so the reduction stays in MPI_FLOAT without losing the double's precision.

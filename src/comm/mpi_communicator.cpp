@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "comm/mpi_bf16.h"
 #include "comm/mpi_split.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
+#include "tensor/bf16.h"
 
 namespace mg {
 
@@ -34,6 +36,14 @@ MPI_Datatype mpi_type(DType t) {
     case DType::I64: return MPI_INT64_T;
   }
   return MPI_BYTE;
+}
+
+// The MPI type and op of a reduction (check_reducible: F32, or BF16 sum).
+MPI_Datatype reduce_type(DType t) { return t == DType::BF16 ? mpi_bf16_sum().type : MPI_FLOAT; }
+MPI_Op reduce_op(DType t, ReduceOp op) {
+  check_reducible(t, op);
+  if (t == DType::BF16) return mpi_bf16_sum().op;
+  return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
 }
 
 class MpiRequest : public CommRequest {
@@ -75,33 +85,24 @@ class MpiCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(float* data, int64_t n, ReduceOp op) override {
-    if (size_ == 1 || n == 0) return;
-    MPI_Request r;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT,
-                             op == ReduceOp::Sum ? MPI_SUM : MPI_MAX, comm_, &r),
-              "MPI_Iallreduce");
-    wait_mpi(&r, 1, "all-reduce", group_);
-    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
+  void all_reduce(void* data, int64_t n, ReduceOp op, DType t) override {
+    iall_reduce_op(data, n, op, t)->wait();
   }
-  std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
-    if (size_ == 1 || n == 0) return std::make_unique<DoneRequest>();
-    auto r = std::make_unique<MpiRequest>("all-reduce", group_);
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
-              "MPI_Iallreduce");
-    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
-    return r;
+  std::unique_ptr<CommRequest> iall_reduce(void* data, int64_t n, DType t) override {
+    return iall_reduce_op(data, n, ReduceOp::Sum, t);
   }
-  std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
-                                               int64_t n_out) override {
+  std::unique_ptr<CommRequest> ireduce_scatter(const void* in, void* out, int64_t n_out,
+                                               DType t) override {
+    const MPI_Op op = reduce_op(t, ReduceOp::Sum);
     if (size_ == 1) {
-      std::memcpy(out, in, n_out * sizeof(float));
+      std::memcpy(out, in, size_t(n_out) * dtype_size(t));
       return std::make_unique<DoneRequest>();
     }
     auto r = std::make_unique<MpiRequest>("reduce-scatter", group_);
-    check_mpi(MPI_Ireduce_scatter_block(in, out, count(n_out), MPI_FLOAT, MPI_SUM, comm_, &r->req_),
+    check_mpi(MPI_Ireduce_scatter_block(in, out, count(n_out), reduce_type(t), op, comm_,
+                                        &r->req_),
               "MPI_Ireduce_scatter_block");
-    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
+    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * int64_t(dtype_size(t));
     return r;
   }
   std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
@@ -117,8 +118,8 @@ class MpiCommunicator : public Communicator {
     stats_.all_gather_bytes += (size_ - 1) * n_in * int64_t(dtype_size(t));
     return r;
   }
-  void reduce_scatter(const float* in, float* out, int64_t n_out) override {
-    ireduce_scatter(in, out, n_out)->wait();
+  void reduce_scatter(const void* in, void* out, int64_t n_out, DType t) override {
+    ireduce_scatter(in, out, n_out, t)->wait();
   }
   void all_gather(const void* in, void* out, int64_t n_in, DType t) override {
     iall_gather(in, out, n_in, t)->wait();
@@ -153,13 +154,40 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  std::unique_ptr<CommRequest> iall_reduce_op(void* data, int64_t n, ReduceOp op, DType t) {
+    const MPI_Op mpi_op = reduce_op(t, op);
+    if (size_ == 1 || n == 0) return std::make_unique<DoneRequest>();
+    auto r = std::make_unique<MpiRequest>("all-reduce", group_);
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), reduce_type(t), mpi_op, comm_, &r->req_),
+              "MPI_Iallreduce");
+    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * int64_t(dtype_size(t)) / size_;
+    return r;
+  }
+
   MPI_Comm comm_;
   bool owned_;
   GroupInfo group_;
   int rank_ = 0, size_ = 1;
 };
 
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16_from_f32(f32_from_bf16(a[i]) + f32_from_bf16(b[i]));
+}
+
 }  // namespace
+
+const MpiBf16Sum& mpi_bf16_sum() {
+  static const MpiBf16Sum cached = [] {
+    MpiBf16Sum s;
+    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &s.type), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&s.type), "MPI_Type_commit");
+    check_mpi(MPI_Op_create(&bf16_sum, /*commute=*/1, &s.op), "MPI_Op_create");
+    return s;
+  }();
+  return cached;
+}
 
 // The wait's description is built only when the requests were not already complete.
 void wait_mpi(MPI_Request* reqs, int n, const char* op, const GroupInfo& group,

@@ -126,23 +126,17 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce(float* data, int64_t n, ReduceOp op) override {
-    if (size_ == 1 || n == 0) return;
-    MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32,
-                                op == ReduceOp::Sum ? ncclSum : ncclMax, comm(), stream()));
+  void all_reduce(void* data, int64_t n, ReduceOp op, DType t) override {
+    if (!queue_all_reduce(data, n, op, t)) return;
     finish("all-reduce");
-    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
   }
-  std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
-    if (size_ > 1 && n > 0) {
-      MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), ncclFloat32, ncclSum, comm(), stream()));
-      stats_.all_reduce_bytes += 2 * (size_ - 1) * n * 4 / size_;
-    }
+  std::unique_ptr<CommRequest> iall_reduce(void* data, int64_t n, DType t) override {
+    queue_all_reduce(data, n, ReduceOp::Sum, t);
     return std::make_unique<EventRequest>(comm(), "all-reduce", group_);
   }
-  std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
-                                               int64_t n_out) override {
-    queue_reduce_scatter(in, out, n_out);
+  std::unique_ptr<CommRequest> ireduce_scatter(const void* in, void* out, int64_t n_out,
+                                               DType t) override {
+    queue_reduce_scatter(in, out, n_out, t);
     return std::make_unique<EventRequest>(comm(), "reduce-scatter", group_);
   }
   std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
@@ -150,8 +144,8 @@ class NcclCommunicator : public Communicator {
     queue_all_gather(in, out, n_in, t);
     return std::make_unique<EventRequest>(comm(), "all-gather", group_);
   }
-  void reduce_scatter(const float* in, float* out, int64_t n_out) override {
-    queue_reduce_scatter(in, out, n_out);
+  void reduce_scatter(const void* in, void* out, int64_t n_out, DType t) override {
+    queue_reduce_scatter(in, out, n_out, t);
     finish("reduce-scatter");
   }
   void all_gather(const void* in, void* out, int64_t n_in, DType t) override {
@@ -197,13 +191,25 @@ class NcclCommunicator : public Communicator {
     return nccl_;
   }
 
-  void queue_reduce_scatter(const float* in, float* out, int64_t n_out) {
+  // NCCL's bf16 sum rounds each partial sum to bf16 (communicator.h).
+  // Whether anything was queued.
+  bool queue_all_reduce(void* data, int64_t n, ReduceOp op, DType t) {
+    check_reducible(t, op);
+    if (size_ == 1 || n == 0) return false;
+    MG_NCCL_CHECK(ncclAllReduce(data, data, size_t(n), nccl_type(t),
+                                op == ReduceOp::Sum ? ncclSum : ncclMax, comm(), stream()));
+    stats_.all_reduce_bytes += 2 * (size_ - 1) * n * int64_t(dtype_size(t)) / size_;
+    return true;
+  }
+  void queue_reduce_scatter(const void* in, void* out, int64_t n_out, DType t) {
+    check_reducible(t);
     if (size_ == 1) {
-      runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_out) * sizeof(float));
+      runtime::copy(out, Device::CUDA, in, Device::CUDA, size_t(n_out) * dtype_size(t));
       return;
     }
-    MG_NCCL_CHECK(ncclReduceScatter(in, out, size_t(n_out), ncclFloat32, ncclSum, comm(), stream()));
-    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * 4;
+    MG_NCCL_CHECK(
+        ncclReduceScatter(in, out, size_t(n_out), nccl_type(t), ncclSum, comm(), stream()));
+    stats_.reduce_scatter_bytes += (size_ - 1) * n_out * int64_t(dtype_size(t));
   }
   void queue_all_gather(const void* in, void* out, int64_t n_in, DType t) {
     if (size_ == 1) {

@@ -19,11 +19,13 @@ class Done : public CommRequest {
 
 class SelfCommunicator : public Communicator {
  public:
-  std::unique_ptr<CommRequest> iall_reduce(float*, int64_t) override {
+  std::unique_ptr<CommRequest> iall_reduce(void*, int64_t, DType t) override {
+    check_reducible(t);
     return std::make_unique<Done>();
   }
-  std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out, int64_t n) override {
-    move(out, in, n * sizeof(float));
+  std::unique_ptr<CommRequest> ireduce_scatter(const void* in, void* out, int64_t n,
+                                               DType t) override {
+    reduce_scatter(in, out, n, t);
     return std::make_unique<Done>();
   }
   std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n,
@@ -33,9 +35,10 @@ class SelfCommunicator : public Communicator {
   }
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void all_reduce(float*, int64_t, ReduceOp) override {}
-  void reduce_scatter(const float* in, float* out, int64_t n) override {
-    move(out, in, n * sizeof(float));
+  void all_reduce(void*, int64_t, ReduceOp op, DType t) override { check_reducible(t, op); }
+  void reduce_scatter(const void* in, void* out, int64_t n, DType t) override {
+    check_reducible(t);
+    move(out, in, size_t(n) * dtype_size(t));
   }
   void all_gather(const void* in, void* out, int64_t n, DType t) override {
     move(out, in, size_t(n) * dtype_size(t));
@@ -48,6 +51,12 @@ class SelfCommunicator : public Communicator {
 };
 
 }  // namespace
+
+void check_reducible(DType dtype, ReduceOp op) {
+  MG_CHECK(dtype == DType::F32 || (dtype == DType::BF16 && op == ReduceOp::Sum),
+           "reduction of ", dtype_name(dtype), op == ReduceOp::Max ? " (max)" : " (sum)",
+           ": the communicators reduce f32, and bf16 sums");
+}
 
 double all_reduce_sum(Communicator& comm, double value) {
   float parts[2] = {float(value), float(value - double(float(value)))};

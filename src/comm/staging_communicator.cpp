@@ -77,28 +77,25 @@ class StagingCommunicator : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
 
-  void all_reduce(float* data, int64_t n, ReduceOp op) override {
-    Staged d(data, bytes(n), mem_, true);
-    counted([&] { inner_->all_reduce(static_cast<float*>(d.get()), n, op); });
+  void all_reduce(void* data, int64_t n, ReduceOp op, DType t) override {
+    Staged d(data, bytes(n, t), mem_, true);
+    counted([&] { inner_->all_reduce(d.get(), n, op, t); });
     d.copy_out();
   }
-  std::unique_ptr<CommRequest> iall_reduce(float* data, int64_t n) override {
-    auto d = std::make_unique<Staged>(data, bytes(n), mem_, true);
+  std::unique_ptr<CommRequest> iall_reduce(void* data, int64_t n, DType t) override {
+    auto d = std::make_unique<Staged>(data, bytes(n, t), mem_, true);
     Staged* result = d.get();
     std::unique_ptr<CommRequest> r;
-    counted([&] { r = inner_->iall_reduce(static_cast<float*>(d->get()), n); });
+    counted([&] { r = inner_->iall_reduce(d->get(), n, t); });
     return finish(std::move(r), std::move(d), nullptr, result);
   }
-  std::unique_ptr<CommRequest> ireduce_scatter(const float* in, float* out,
-                                               int64_t n_out) override {
-    auto i = std::make_unique<Staged>(in, bytes(n_out * size()), mem_, true);
-    auto o = std::make_unique<Staged>(out, bytes(n_out), mem_, false);
+  std::unique_ptr<CommRequest> ireduce_scatter(const void* in, void* out, int64_t n_out,
+                                               DType t) override {
+    auto i = std::make_unique<Staged>(in, bytes(n_out * size(), t), mem_, true);
+    auto o = std::make_unique<Staged>(out, bytes(n_out, t), mem_, false);
     Staged* result = o.get();
     std::unique_ptr<CommRequest> r;
-    counted([&] {
-      r = inner_->ireduce_scatter(static_cast<float*>(i->get()), static_cast<float*>(o->get()),
-                                  n_out);
-    });
+    counted([&] { r = inner_->ireduce_scatter(i->get(), o->get(), n_out, t); });
     return finish(std::move(r), std::move(i), std::move(o), result);
   }
   std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n_in,
@@ -111,11 +108,9 @@ class StagingCommunicator : public Communicator {
     counted([&] { r = inner_->iall_gather(i->get(), o->get(), n_in, dtype); });
     return finish(std::move(r), std::move(i), std::move(o), result);
   }
-  void reduce_scatter(const float* in, float* out, int64_t n_out) override {
-    Staged i(in, bytes(n_out * size()), mem_, true), o(out, bytes(n_out), mem_, false);
-    counted([&] {
-      inner_->reduce_scatter(static_cast<float*>(i.get()), static_cast<float*>(o.get()), n_out);
-    });
+  void reduce_scatter(const void* in, void* out, int64_t n_out, DType t) override {
+    Staged i(in, bytes(n_out * size(), t), mem_, true), o(out, bytes(n_out, t), mem_, false);
+    counted([&] { inner_->reduce_scatter(i.get(), o.get(), n_out, t); });
     o.copy_out();
   }
   void all_gather(const void* in, void* out, int64_t n_in, DType dtype) override {
@@ -143,7 +138,7 @@ class StagingCommunicator : public Communicator {
   void barrier() override { inner_->barrier(); }
 
  private:
-  static size_t bytes(int64_t n) { return size_t(n) * sizeof(float); }
+  static size_t bytes(int64_t n, DType t = DType::F32) { return size_t(n) * dtype_size(t); }
   // Adds what the inner communicator counted during f to this one's counters.
   template <typename F>
   void counted(F f) {

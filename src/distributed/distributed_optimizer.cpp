@@ -10,9 +10,10 @@ namespace mg {
 
 DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
                                            const OptimizerConfig& cfg, bool overlap_grad_reduce,
-                                           bool overlap_param_gather)
+                                           bool overlap_param_gather, DType grad_reduce_dtype)
     : model_(model), g_(g), tracker_(model.layout()), overlap_grad_(overlap_grad_reduce),
-      overlap_params_(overlap_param_gather) {
+      overlap_params_(overlap_param_gather), grad_dtype_(grad_reduce_dtype) {
+  check_reducible(grad_dtype_);
   const ParamLayout& layout = model.layout();
   const int64_t dp = g.dp->size(), d = g.dp->rank();
   for (const auto& [begin, end] : layout.buckets()) {
@@ -32,8 +33,10 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
   optim_ = std::make_unique<Optimizer>(owned_runs_, cfg, model.dtype(), model.param_data());
   const auto& buckets = layout.buckets();
   for (const auto& [begin, end] : buckets) {
-    grad_shard_.emplace_back(Shape{(end - begin) / dp}, DType::F32, ops::device());
+    grad_shard_.emplace_back(Shape{(end - begin) / dp}, grad_dtype_, ops::device());
     param_shard_.emplace_back(Shape{(end - begin) / dp}, model.dtype(), ops::device());
+    if (grad_dtype_ == DType::BF16)
+      grad_bf16_.emplace_back(Shape{end - begin}, DType::BF16, ops::device());
   }
   grad_req_.resize(buckets.size());
   param_req_.resize(buckets.size());
@@ -65,7 +68,13 @@ void DistributedOptimizer::launch_reduce_scatter(size_t b) {
   const auto [begin, end] = model_.layout().buckets()[b];
   float* G = model_.grads() + begin;
   ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
-  grad_req_[b] = g_.dp->ireduce_scatter(G, grad_shard_[b].data<float>(), grad_shard_[b].numel());
+  const void* in = G;
+  if (grad_dtype_ == DType::BF16) {
+    ops::cast_from_f32(grad_bf16_[b].raw(), DType::BF16, G, end - begin);
+    in = grad_bf16_[b].raw();
+  }
+  grad_req_[b] =
+      g_.dp->ireduce_scatter(in, grad_shard_[b].raw(), grad_shard_[b].numel(), grad_dtype_);
 }
 
 // Every bucket goes through the same non-blocking collective whether or not it started early,
@@ -80,8 +89,11 @@ void DistributedOptimizer::reduce_scatter_grads() {
     grad_req_[b]->wait();
     grad_req_[b].reset();
     const Tensor& shard = grad_shard_[b];
-    ops::copy(G + buckets[b].first + d * shard.numel(), ops::device(), shard.raw(), ops::device(),
-              shard.nbytes());
+    float* owned = G + buckets[b].first + d * shard.numel();
+    if (grad_dtype_ == DType::BF16)
+      ops::cast_to_f32(owned, shard.raw(), DType::BF16, shard.numel());
+    else
+      ops::copy(owned, ops::device(), shard.raw(), ops::device(), shard.nbytes());
   }
   tracker_.disarm();
 }

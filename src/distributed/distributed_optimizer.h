@@ -5,6 +5,8 @@
 // bf16/f16 models: fp32 main params of the shard too, 6 + 12/d; the all-gather moves 16 bits).
 // Step: reduce-scatter each bucket's grads (pre-scaled by 1/DP) -> global grad norm over the
 // owned shards of all ranks -> clip + update the shard -> all-gather each bucket's params.
+// With --grad-reduce-in-bf16 the reduce-scatter sums a bf16 copy of the bucket (rounded after
+// the pre-scaling) and the shard is widened back to fp32 (grad_reducer.h).
 #pragma once
 #include <memory>
 #include <vector>
@@ -22,8 +24,10 @@ class DistributedOptimizer {
   // overlap_grad_reduce: each bucket's reduce-scatter starts during the last backward once its
   // grads are final. overlap_param_gather: the all-gathers started after the step are waited
   // for only when the next forward reaches each bucket's parameters.
+  // grad_reduce_dtype: F32, or BF16 (--grad-reduce-in-bf16).
   DistributedOptimizer(GPTModel& model, ProcessGroups& g, const OptimizerConfig& cfg,
-                       bool overlap_grad_reduce = false, bool overlap_param_gather = false);
+                       bool overlap_grad_reduce = false, bool overlap_param_gather = false,
+                       DType grad_reduce_dtype = DType::F32);
   ~DistributedOptimizer();
 
   // Right before the last micro-batch's backward.
@@ -53,9 +57,11 @@ class DistributedOptimizer {
   std::unique_ptr<Optimizer> optim_;
   BucketTracker tracker_;
   bool overlap_grad_, overlap_params_;
-  // Per bucket, on the compute device: n / DP reduced grads (f32), and n / DP params in the
-  // model dtype (the all-gather's input).
-  std::vector<Tensor> grad_shard_, param_shard_;
+  DType grad_dtype_;
+  // Per bucket, on the compute device: n / DP reduced grads (f32, or bf16 under BF16), n / DP
+  // params in the model dtype (the all-gather's input), and under BF16 the bf16 copy of the
+  // bucket's n grads (the reduce-scatter's input).
+  std::vector<Tensor> grad_shard_, param_shard_, grad_bf16_;
   std::vector<std::unique_ptr<CommRequest>> grad_req_, param_req_;
   int64_t owned_ = 0, early_ = 0;
   void launch_reduce_scatter(size_t b);

@@ -4,7 +4,9 @@
 // micro-batch's backward as soon as all its parameters' grads are final (the model's
 // grad-ready hook), so the reduction overlaps the rest of the backward; otherwise all buckets
 // are launched after the backward. Either way the same buckets go through the same collective,
-// so the results are bitwise identical.
+// so the results are bitwise identical. With --grad-reduce-in-bf16 each bucket is rounded to
+// bf16 (nearest even) after the pre-scaling, summed in bf16 (half the bytes; partial sums
+// rounded, comm/communicator.h) and widened back into the fp32 grads once reduced.
 #pragma once
 #include <memory>
 #include <vector>
@@ -33,7 +35,8 @@ class BucketTracker {
 
 class GradReducer {
  public:
-  GradReducer(GPTModel& model, ProcessGroups& g, bool overlap);
+  // reduce_dtype: F32, or BF16 (--grad-reduce-in-bf16).
+  GradReducer(GPTModel& model, ProcessGroups& g, bool overlap, DType reduce_dtype = DType::F32);
   ~GradReducer();
   // Called right before the last micro-batch's backward: start tracking readiness.
   void arm();
@@ -48,6 +51,8 @@ class GradReducer {
   GPTModel& model_;
   ProcessGroups& g_;
   bool overlap_;
+  DType reduce_dtype_;
+  std::vector<Tensor> bf16_;  // per bucket under BF16, on the compute device: the reduced copy
   BucketTracker tracker_;
   std::vector<std::unique_ptr<CommRequest>> requests_;
   int64_t early_ = 0;

@@ -35,6 +35,7 @@ struct ParallelConfig {
                                 // default, max(40M, 1M x DP), set by validate)
   bool overlap_grad_reduce = false;      // --overlap-grad-reduce
   bool overlap_param_gather = false;     // --overlap-param-gather (distributed optimizer)
+  bool grad_reduce_in_bf16 = false;      // --grad-reduce-in-bf16: DP grad sums in bf16
 
   int tp() const { return tensor_model_parallel_size; }
   int pp() const { return pipeline_model_parallel_size; }

@@ -223,17 +223,20 @@ void Trainer::build_model_and_optimizer() {
   model_->init(cfg.seed);
   model_->set_per_token_loss(cfg.calculate_per_token_loss);
   sync_tied_embedding_params(*model_, g_);
+  const DType grad_reduce_dtype = cfg.parallel.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
   if (cfg.use_distributed_optimizer)
     dist_optim_ = std::make_unique<DistributedOptimizer>(*model_, g_, cfg.adam,
                                                          cfg.parallel.overlap_grad_reduce,
-                                                         cfg.parallel.overlap_param_gather);
+                                                         cfg.parallel.overlap_param_gather,
+                                                         grad_reduce_dtype);
   else
     optim_ = std::make_unique<Optimizer>(model_->layout(), cfg.adam, model_->dtype(),
                                          model_->param_data());
   if (cfg.fp16) scaler_ = std::make_unique<LossScaler>(cfg.loss_scaler);
   state_bytes_ = optim_ ? optim_->state_bytes() : dist_optim_->state_bytes();
   if (g_.grid.dp > 1 && !cfg.use_distributed_optimizer)
-    reducer_ = std::make_unique<GradReducer>(*model_, g_, cfg.parallel.overlap_grad_reduce);
+    reducer_ = std::make_unique<GradReducer>(*model_, g_, cfg.parallel.overlap_grad_reduce,
+                                             grad_reduce_dtype);
 }
 
 void Trainer::load_or_init() {

@@ -11,6 +11,7 @@
 #include "backend/dispatch.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "testing/bf16_sum_reference.h"
 #include "testing/mpi_main.h"
 
 namespace mg {
@@ -92,6 +93,28 @@ TEST(NcclCollectives, BroadcastAndPointToPoint) {
                         {false, recv.as<float>(), 1, (r + p - 1) % p}});
   EXPECT_EQ(on_host(recv, 1)[0], float(((r + p - 1) % p) * 7));
   EXPECT_EQ(w->stats().p2p_bytes, 4);
+}
+
+// ncclBfloat16 sums (--grad-reduce-in-bf16) against the fp64 reference of the MPI tests
+// (testing/bf16_sum_reference.h), with half of fp32's byte counts.
+TEST(NcclCollectives, Bf16SumsRoundEachPartialSum) {
+  MG_REQUIRE_GPUS();
+  auto w = nccl_world();
+  const int p = w->size(), r = w->rank();
+  const int64_t n_out = 129, n = n_out * p;
+  std::vector<uint16_t> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[size_t(i)] = testing::bits(testing::input(r, i));
+  cuda::Buffer dx(size_t(n) * 2), dout(size_t(n_out) * 2);
+  cuda::copy_to_device(dx.get(), x.data(), size_t(n) * 2);
+  w->ireduce_scatter(dx.get(), dout.get(), n_out, DType::BF16)->wait();
+  std::vector<uint16_t> out(static_cast<size_t>(n_out));
+  cuda::copy_to_host(out.data(), dout.get(), size_t(n_out) * 2);
+  testing::expect_bf16_sums(out, r * n_out, p);
+  EXPECT_EQ(w->stats().reduce_scatter_bytes, (p - 1) * n_out * 2);
+  w->all_reduce(dx.get(), n, ReduceOp::Sum, DType::BF16);
+  cuda::copy_to_host(x.data(), dx.get(), size_t(n) * 2);
+  testing::expect_bf16_sums(x, 0, p);
+  EXPECT_EQ(w->stats().all_reduce_bytes, 2 * (p - 1) * n * 2 / p);
 }
 
 }  // namespace

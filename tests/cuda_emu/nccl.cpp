@@ -1,5 +1,7 @@
 // The CUDA emulator's NCCL over MPI (tests/cuda_emu/README.md). Reductions are defined for f32
-// (all the communicator reduces); gathers, broadcasts and point-to-point move bytes of any type.
+// and bf16 sums (what the communicator reduces; bf16 by the MPI communicator's own sum,
+// comm/mpi_bf16.h, which rounds each partial sum as NCCL does); gathers, broadcasts and
+// point-to-point move bytes of any type.
 // Calls are queued in stream order, as a GPU runs them: each is posted to MPI (non-blocking)
 // once the one before it has finished; event queries progress the queue, and any other stream
 // work (kernels, copies, synchronizations) drains it first (emu.h). Another thread (the NCCL
@@ -20,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/mpi_bf16.h"
 #include "emu.h"
 
 struct mg_emu_nccl_comm {
@@ -71,9 +74,16 @@ size_t type_bytes(ncclDataType_t t) {
   return 0;
 }
 bool reducible(ncclDataType_t t, ncclRedOp_t op) {
-  return t == ncclFloat32 && (op == ncclSum || op == ncclMax);
+  return (t == ncclFloat32 && (op == ncclSum || op == ncclMax)) ||
+         (t == ncclBfloat16 && op == ncclSum);
 }
-MPI_Op mpi_op(ncclRedOp_t op) { return op == ncclSum ? MPI_SUM : MPI_MAX; }
+MPI_Datatype mpi_reduce_type(ncclDataType_t t) {
+  return t == ncclBfloat16 ? mg::mpi_bf16_sum().type : MPI_FLOAT;
+}
+MPI_Op mpi_op(ncclDataType_t t, ncclRedOp_t op) {
+  if (t == ncclBfloat16) return mg::mpi_bf16_sum().op;
+  return op == ncclSum ? MPI_SUM : MPI_MAX;
+}
 
 // MPI counts are ints; NCCL's are size_t. Past INT_MAX the emulator refuses instead of wrapping.
 bool fits_int(size_t count, size_t elem_bytes) { return count * elem_bytes <= size_t(INT_MAX); }
@@ -157,8 +167,8 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (!reducible(t, op) || !fits_int(count, 1)) return ncclInvalidArgument;
   return enqueue(comm, [=](std::vector<MPI_Request>& r) {
     r.resize(1);
-    return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), MPI_FLOAT,
-                          mpi_op(op), comm->comm, &r[0]);
+    return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count),
+                          mpi_reduce_type(t), mpi_op(t, op), comm->comm, &r[0]);
   });
 }
 
@@ -178,17 +188,18 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   if (!reducible(t, op) || !fits_int(count, 1)) return ncclInvalidArgument;
   // NCCL allows one overlap, in place: recv = send + rank * count; MPI wants separate buffers.
   const size_t size = size_t(comm->size), rank = size_t(comm->rank);
-  const float* in = static_cast<const float*>(send);
-  const float* out = static_cast<const float*>(recv);
-  const bool overlap = out < in + count * size && in < out + count;
-  if (overlap && out != in + count * rank) return ncclInvalidArgument;
+  const size_t bytes = count * type_bytes(t);
+  const char* in = static_cast<const char*>(send);
+  const char* out = static_cast<const char*>(recv);
+  const bool overlap = out < in + bytes * size && in < out + bytes;
+  if (overlap && out != in + bytes * rank) return ncclInvalidArgument;
   // The copy of an overlapping input is taken when the call starts, and lives until it ends.
-  auto copy = std::make_shared<std::vector<float>>();
+  auto copy = std::make_shared<std::vector<char>>();
   return enqueue(comm, [=](std::vector<MPI_Request>& r) {
-    if (overlap) copy->assign(in, in + count * size);
+    if (overlap) copy->assign(in, in + bytes * size);
     r.resize(1);
-    return MPI_Ireduce_scatter_block(overlap ? copy->data() : in, recv, int(count), MPI_FLOAT,
-                                     mpi_op(op), comm->comm, &r[0]);
+    return MPI_Ireduce_scatter_block(overlap ? copy->data() : in, recv, int(count),
+                                     mpi_reduce_type(t), mpi_op(t, op), comm->comm, &r[0]);
   });
 }
 

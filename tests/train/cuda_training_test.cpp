@@ -243,6 +243,26 @@ INSTANTIATE_TEST_SUITE_P(, CudaNcclLayouts,
                                            "--use-distributed-optimizer"),
                          layout_name);
 
+// --grad-reduce-in-bf16 over NCCL (ncclBfloat16 sums, one GPU per rank) tracks the same DP2 run
+// on the CPU (MPI's bf16 sum), with the plain and the distributed optimizer, at the same bytes.
+TEST(CudaTraining, GradReduceInBf16OverNcclTracksTheCpu) {
+  MG_REQUIRE_GPU();
+  if (!std::filesystem::exists(MG_MPIEXEC))
+    GTEST_SKIP() << "no " << MG_MPIEXEC << " on this machine: the two-rank GPU runs need mpirun";
+  if (cuda::device_count() < 2)
+    GTEST_SKIP() << "NCCL needs a GPU per rank; this machine has " << cuda::device_count();
+  for (const std::string flags :
+       {" --grad-reduce-in-bf16",
+        " --grad-reduce-in-bf16 --use-distributed-optimizer --overlap-grad-reduce"}) {
+    const std::string run = testing::mpirun_prefix(2) + megatron_binary() + kTrainArgs + flags;
+    const auto gpu = run_ok(run + " --device cuda --distributed-backend nccl");
+    const auto cpu = run_ok(run + " --device cpu");
+    expect_same_losses(gpu.output, cpu.output, 20);
+    EXPECT_EQ(testing::log_values(gpu.output, "dp comm bytes"),
+              testing::log_values(cpu.output, "dp comm bytes"));
+  }
+}
+
 // Two ranks on one GPU over NCCL stop at startup with the flag and the way out (NCCL would
 // refuse the communicator later, or hang).
 TEST(CudaTraining, NcclRefusesTwoRanksOnOneGpu) {
