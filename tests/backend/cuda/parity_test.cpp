@@ -410,7 +410,7 @@ TEST(CudaParity, NormsWithWeightOffset) {
     const std::string s = dims({N, C});
     for (bool rms : {true, false}) {
       const std::string name = rms ? "rmsnorm+1" : "layernorm+1";
-      Vec y(n), mean(size_t(N)), rstd(size_t(N)), dx = dx0, dw = dw0, db = db0;
+      Vec y(n), mean(static_cast<size_t>(N)), rstd(mean), dx = dx0, dw = dw0, db = db0;
       std::vector<uint16_t> y16(n);
       auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gy = cuda::Buffer(n * 4),
            gm = cuda::Buffer(size_t(N) * 4), gr = cuda::Buffer(size_t(N) * 4), gdx = up(dx0),
