@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "backend/ops.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/checkpoint_writer.h"
@@ -14,6 +15,7 @@
 #include "checkpoint/hf_llama_config.h"
 #include "checkpoint/json_fields.h"
 #include "core/log.h"
+#include "layers/block_params.h"
 #include "core/timer.h"
 #include "parallel/parallel_config.h"
 
@@ -67,6 +69,17 @@ int64_t row_numel(const Shape& s) { return s.size() > 1 ? shape_numel(s) / s[0] 
 std::string argv_text(const ConvertConfig& cfg) {
   return str_cat("--target-tensor-parallel-size ", cfg.target_tp,
                  " --target-pipeline-parallel-size ", cfg.target_pp);
+}
+
+// HF's norm weights are gamma: a zero-centred w (--apply-layernorm-1p) is written as w + 1,
+// computed in f32 and rounded once to the checkpoint's dtype.
+void add_to_each(std::vector<char>& bytes, DType dtype, float offset) {
+  if (offset == 0.f) return;
+  const int64_t n = int64_t(bytes.size() / dtype_size(dtype));
+  std::vector<float> v(static_cast<size_t>(n));
+  cpu::cast_to_f32(v.data(), bytes.data(), dtype, n);
+  for (float& x : v) x += offset;
+  cpu::cast_from_f32(bytes.data(), dtype, v.data(), n);
 }
 
 }  // namespace
@@ -207,7 +220,8 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                   "checkpoint '", ckdir, "': ", key, " is ", dtype_name(reader.dtype(key)), " ",
                   shape_str(shape), " but the model record needs ", dtype_name(dtype), " with ",
                   rows, " rows of ", row_numel(want));
-    const std::vector<char> global = reader.global_bytes(key);
+    std::vector<char> global = reader.global_bytes(key);
+    if (is_norm_weight(t.ours)) add_to_each(global, dtype, mc.norm_weight_offset());
     const size_t row = size_t(row_numel(shape)) * esize;
     // Each HF tensor in plan order: straight from our tensor when one part covers it (a copy,
     // gate, up), else gathered (q, k, v from the per-group rows).

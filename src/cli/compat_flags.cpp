@@ -94,7 +94,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--fp8-param-gather", "", "fp8 GEMMs (fp8 parameter all-gather)"},
     {"--first-last-layers-bf16", "", "fp8 GEMMs (bf16 first/last layers)"},
     {"--fp4-format", "NAME", "fp4 GEMMs"},
-    {"--apply-layernorm-1p", "", "zero-centred norm weights (stored as w - 1)"},
     {"--num-experts", "N", "mixture-of-experts layers (the MoE issue)"},
     {"--moe-router-topk", "K", "mixture-of-experts layers (the MoE issue)"},
     {"--moe-router-load-balancing-type", "NAME", "mixture-of-experts layers (the MoE issue)"},

@@ -1,5 +1,7 @@
 #include "layers/block_params.h"
 
+#include "core/error.h"
+
 namespace mg {
 
 namespace {
@@ -30,11 +32,18 @@ void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t
                    InitKind::Normal, init.std});
 }
 
-void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind, int64_t H) {
-  out.push_back({prefix + ".weight", {H}, replicated_sp(), InitKind::Ones});
+void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind,
+                 float weight_offset, int64_t H) {
+  MG_CHECK(prefix.ends_with("layernorm"), "norm parameter prefix ", prefix,
+           " must end in 'layernorm' (is_norm_weight finds the norms by it)");
+  MG_CHECK(weight_offset == 0.f || weight_offset == 1.f, "norm weight offset ", weight_offset);
+  out.push_back({prefix + ".weight", {H}, replicated_sp(),
+                 weight_offset == 0.f ? InitKind::Ones : InitKind::Zeros});
   if (kind == NormKind::LayerNorm)
     out.push_back({prefix + ".bias", {H}, replicated_sp(), InitKind::Zeros});
 }
+
+bool is_norm_weight(const std::string& name) { return name.ends_with("layernorm.weight"); }
 
 void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
                       int64_t H, const InitScales& init) {
@@ -46,8 +55,8 @@ void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, co
     out.push_back({prefix + "linear_proj.bias", {H}, replicated_sp(), InitKind::Zeros});
   if (s.qk_layernorm) {  // over HD channels of this rank's heads: grads partial across TP
     const size_t first = out.size();
-    norm_params(out, prefix + "q_layernorm", s.norm, s.kv_channels);
-    norm_params(out, prefix + "k_layernorm", s.norm, s.kv_channels);
+    norm_params(out, prefix + "q_layernorm", s.norm, s.norm_weight_offset, s.kv_channels);
+    norm_params(out, prefix + "k_layernorm", s.norm, s.norm_weight_offset, s.kv_channels);
     for (size_t i = first; i < out.size(); ++i) {
       out[i].sharding.sequence_parallel = false;
       out[i].sharding.tp_partial = true;
@@ -71,9 +80,9 @@ void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const La
 void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const LayerSpec& s,
                               int64_t H, const InitScales& init) {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  norm_params(out, p + "input_layernorm", s.norm, H);
+  norm_params(out, p + "input_layernorm", s.norm, s.norm_weight_offset, H);
   attention_params(out, p + "self_attention.", s, H, init);
-  norm_params(out, p + "pre_mlp_layernorm", s.norm, H);
+  norm_params(out, p + "pre_mlp_layernorm", s.norm, s.norm_weight_offset, H);
   mlp_params(out, p + "mlp.", s, H, init);
 }
 

@@ -31,7 +31,12 @@ struct InitScales {
 void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t max_positions,
                       bool learned_positions, const InitScales& init);
 // A LayerNorm (weight, bias) or an RMSNorm (weight) over H: TP-replicated, grads partial under SP.
-void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind, int64_t H);
+// The weight starts at gamma = 1: stored as 1, or as 0 when weight_offset is 1 (zero-centred,
+// --apply-layernorm-1p). prefix names a norm: it ends in "layernorm".
+void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind,
+                 float weight_offset, int64_t H);
+// Whether a parameter is a norm's weight (the gamma or zero-centred w of norm_params).
+bool is_norm_weight(const std::string& name);
 // Self-attention: linear_qkv [(NH + 2 NG) HD, H] in Megatron's per-group row order (a group's
 // NH/NG query heads, then its K head, then its V head), split by whole groups; linear_proj
 // [H, NH HD] split by input columns; with qk_layernorm, q_layernorm and k_layernorm over HD.

@@ -15,6 +15,8 @@ struct LayerSpec {
   bool rope = false;                                     // rotary embedding on Q and K
   bool qkv_bias = true;
   bool qk_layernorm = false;  // norm (of the layer's kind) over each Q and K head before RoPE
+  float norm_weight_offset = 0.f;  // every norm scales by gamma = weight + this: 1 when the
+                                   // weights are zero-centred (--apply-layernorm-1p), else 0
   MlpKind mlp = MlpKind::Gelu;
   int64_t ffn = 4;           // F: the MLP's intermediate width (SwiGLU: each of gate and up)
   bool linear_bias = true;   // biases on linear_proj, linear_fc1, linear_fc2

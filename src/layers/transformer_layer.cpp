@@ -16,9 +16,11 @@ bool swiglu(const LayerDims& d) { return d.spec.mlp == MlpKind::SwiGLU; }
 // The layer's norm (LayerNorm or RMSNorm) over C channels of `rows` rows.
 void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const float* x, const float* w,
                   const float* b, int64_t rows, int64_t C, const LayerDims& d) {
-  if (rms(d)) return ops::rmsnorm_forward(store(out), rstd.data<float>(), x, w, rows, C, d.eps);
+  const float offset = d.spec.norm_weight_offset;
+  if (rms(d))
+    return ops::rmsnorm_forward(store(out), rstd.data<float>(), x, w, rows, C, d.eps, offset);
   ops::layernorm_forward(store(out), mean.data<float>(), rstd.data<float>(), x, w, b, rows, C,
-                         d.eps);
+                         d.eps, offset);
 }
 void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const float* x, const float* w,
                   const float* b, const LayerDims& d) {
@@ -28,9 +30,11 @@ void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const float* x, const
 void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                    const float* w, const Tensor& mean, const Tensor& rstd, int64_t rows,
                    int64_t C, const LayerDims& d) {
-  if (rms(d)) return ops::rmsnorm_backward(dx, dw, dout, x, w, rstd.data<float>(), rows, C);
+  const float offset = d.spec.norm_weight_offset;
+  if (rms(d))
+    return ops::rmsnorm_backward(dx, dw, dout, x, w, rstd.data<float>(), rows, C, offset);
   ops::layernorm_backward(dx, dw, db, dout, x, w, mean.data<float>(), rstd.data<float>(), rows,
-                          C);
+                          C, offset);
 }
 void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                    const float* w, const Tensor& mean, const Tensor& rstd, const LayerDims& d) {

@@ -83,6 +83,7 @@ LayerSpec GPTConfig::layer_spec(int64_t) const {
   s.rope = rope();
   s.qkv_bias = add_bias_linear || add_qkv_bias;
   s.qk_layernorm = qk_layernorm;
+  s.norm_weight_offset = norm_weight_offset();
   s.mlp = swiglu ? MlpKind::SwiGLU : MlpKind::Gelu;
   s.ffn = ffn();
   s.linear_bias = add_bias_linear;

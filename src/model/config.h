@@ -48,6 +48,9 @@ struct GPTConfig {
   bool add_qkv_bias = false;             // a QKV bias even without the others (Qwen2)
   bool untie_embeddings_and_output_weights = false;  // an output layer of its own
   bool qk_layernorm = false;             // normalize each Q and K head before RoPE
+  bool apply_layernorm_1p = false;       // norm weights stored zero-centred: each norm scales by
+                                         // 1 + w, w initialised to 0 (Megatron-Core's
+                                         // layernorm_zero_centered_gamma)
   // Dropout while training (Megatron's defaults; no dropout in evaluation or generation):
   float hidden_dropout = 0.1f;           // embedding output and after the attention and MLP blocks
   float attention_dropout = 0.1f;        // attention probabilities
@@ -71,6 +74,8 @@ struct GPTConfig {
   bool tied_output() const { return !untie_embeddings_and_output_weights; }
   NormKind norm() const { return normalization == "RMSNorm" ? NormKind::RMSNorm : NormKind::LayerNorm; }
   bool norm_bias() const { return norm() == NormKind::LayerNorm; }
+  // What the norms add to their stored weights to get the gamma they scale by.
+  float norm_weight_offset() const { return apply_layernorm_1p ? 1.f : 0.f; }
   // Channels of each head that RoPE rotates (even).
   int64_t rotary_dim() const;
   // RoPE's inverse frequencies (rotary_dim()/2 of them), scaled for Llama 3.1 when asked.

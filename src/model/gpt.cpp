@@ -229,25 +229,28 @@ void GPTModel::final_norm_forward(Slot& s) {
   const int64_t R = dims_.local_rows(), H = dims_.H;
   const cpu::MatOut out{s.lnf.raw(), s.lnf.dtype()};
   const float* x = s.resid.back().data<float>();
+  const float offset = cfg_.norm_weight_offset();
   if (!cfg_.norm_bias())
     return ops::rmsnorm_forward(out, s.lnf_rstd.data<float>(), x,
-                                param("decoder.final_layernorm.weight"), R, H, cfg_.norm_epsilon);
+                                param("decoder.final_layernorm.weight"), R, H, cfg_.norm_epsilon,
+                                offset);
   ops::layernorm_forward(out, s.lnf_mean.data<float>(), s.lnf_rstd.data<float>(), x,
                          param("decoder.final_layernorm.weight"),
-                         param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon);
+                         param("decoder.final_layernorm.bias"), R, H, cfg_.norm_epsilon, offset);
 }
 
 void GPTModel::final_norm_backward(Slot& s) {
   const int64_t R = dims_.local_rows(), H = dims_.H;
   const float* x = s.resid.back().data<float>();
+  const float offset = cfg_.norm_weight_offset();
   if (!cfg_.norm_bias())
     return ops::rmsnorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
                                  d_lnf_.data<float>(), x, param("decoder.final_layernorm.weight"),
-                                 s.lnf_rstd.data<float>(), R, H);
+                                 s.lnf_rstd.data<float>(), R, H, offset);
   ops::layernorm_backward(d_resid_.data<float>(), grad("decoder.final_layernorm.weight"),
                           grad("decoder.final_layernorm.bias"), d_lnf_.data<float>(), x,
                           param("decoder.final_layernorm.weight"), s.lnf_mean.data<float>(),
-                          s.lnf_rstd.data<float>(), R, H);
+                          s.lnf_rstd.data<float>(), R, H, offset);
 }
 
 LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {

@@ -75,7 +75,7 @@ std::vector<ParamDecl> model_param_decls(const GPTConfig& cfg, const ShardSpec& 
   for (int64_t i = shard.layer_begin; i < end; ++i)
     transformer_layer_params(d, i, cfg.layer_spec(i), H, init);
   if (shard.last_stage) {
-    norm_params(d, "decoder.final_layernorm", cfg.norm(), H);
+    norm_params(d, "decoder.final_layernorm", cfg.norm(), cfg.norm_weight_offset(), H);
     if (!cfg.tied_output() || !shard.first_stage)
       output_params(d, V, H, /*tied_copy=*/cfg.tied_output(), init);
   }

@@ -177,6 +177,39 @@ TEST(LlamaLayoutParity, QkLayernormUnderTensorParallelism) {
                 kLlama + " --qk-layernorm");
 }
 
+// --apply-layernorm-1p stores each norm weight as w = gamma - 1 and scales by 1 + w: the plain
+// model's maths up to rounding (w + update rounds apart from gamma + update), on one rank and
+// under TP2, for RMSNorm (with the --qk-layernorm head norms) and LayerNorm. The final norm
+// weights differ from the plain run's by 1 exactly where the model has norm weights, so the
+// flag was in force.
+TEST(LayerNorm1p, TrainsAsThePlainModelOnOneRankAndTp2) {
+  struct Model {
+    std::string flags;
+    size_t norm_elements;  // 4 layers x (2 H + 2 HD with --qk-layernorm) + H (final norm)
+  };
+  for (const Model& m : {Model{kLlama + " --qk-layernorm", 4 * (2 * 64 + 2 * 8) + 64},
+                         Model{kModel, 4 * 2 * 32 + 32}}) {
+    const RunOut plain = train(1, "", m.flags);
+    ASSERT_EQ(plain.losses.size(), 20u) << plain.log;
+    for (const Layout& l : {Layout{1, ""}, Layout{2, "--tensor-model-parallel-size 2"}}) {
+      const RunOut zc = train(l.ranks, l.flags, m.flags + " --apply-layernorm-1p");
+      ASSERT_EQ(zc.losses.size(), plain.losses.size()) << zc.log;
+      for (size_t i = 0; i < plain.losses.size(); ++i)
+        EXPECT_LT(std::fabs(zc.losses[i] - plain.losses[i]) / plain.losses[i], 1e-5)
+            << l.flags << " step " << i + 1 << ": " << zc.losses[i] << " vs " << plain.losses[i];
+      ASSERT_EQ(zc.params.size(), plain.params.size());
+      size_t shifted = 0, same = 0;
+      for (size_t i = 0; i < plain.params.size(); ++i) {
+        const float d = plain.params[i] - zc.params[i];
+        shifted += std::fabs(d - 1.f) < 1e-4f;
+        same += std::fabs(d) < 1e-4f;
+      }
+      EXPECT_EQ(shifted, m.norm_elements) << l.flags;
+      EXPECT_EQ(same, plain.params.size() - m.norm_elements) << l.flags;
+    }
+  }
+}
+
 // A Llama in bf16 under TP2 x PP2 follows the bf16 single-rank run.
 TEST(MixedPrecision, LlamaBf16Tp2Pp2TracksTheSingleRankRun) {
   const RunOut one = train(1, "--bf16", kLlama);

@@ -1,6 +1,6 @@
-// LayerNorm (Ba et al. 2016) over the last dim: y = (x - mean) * rstd * w + b,
-// rstd = 1/sqrt(var + eps). Backward follows the standard closed form:
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
+// LayerNorm (Ba et al. 2016) over the last dim: y = (x - mean) * rstd * gamma + b,
+// rstd = 1/sqrt(var + eps), gamma = w + offset (offset 1: zero-centred w). Backward follows the
+// standard closed form: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma.
 #include <omp.h>
 
 #include <cmath>
@@ -13,7 +13,8 @@
 namespace mg::cpu {
 
 void layernorm_forward(MatOut out16, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
+                       const float* weight, const float* bias, int64_t N, int64_t C, float eps,
+                       float weight_offset) {
   timers::Scope timer(timers::kLayerNorm);
   float* out = f32_result(out16, N * C);
 #pragma omp parallel for schedule(static)
@@ -27,7 +28,7 @@ void layernorm_forward(MatOut out16, float* mean, float* rstd, const float* inp,
     var /= float(C);
     const float r = 1.0f / std::sqrt(var + eps);
     float* y = out + n * C;
-    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+    for (int64_t c = 0; c < C; ++c) y[c] = (x[c] - m) * r * (weight[c] + weight_offset) + bias[c];
     mean[n] = m;
     rstd[n] = r;
   }
@@ -36,7 +37,7 @@ void layernorm_forward(MatOut out16, float* mean, float* rstd, const float* inp,
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* rstd, int64_t N, int64_t C, float weight_offset) {
   timers::Scope timer(timers::kLayerNorm);
   // Each thread sums its rows' parameter grads privately; the partials are added at the end.
   const int nthreads = omp_get_max_threads();
@@ -53,7 +54,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       float mean_g = 0.f, mean_gx = 0.f;
       for (int64_t c = 0; c < C; ++c) {
         const float xhat = (x[c] - m) * r;
-        const float g = dy[c] * weight[c];
+        const float g = dy[c] * (weight[c] + weight_offset);
         mean_g += g;
         mean_gx += g * xhat;
       }
@@ -64,7 +65,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         const float xhat = (x[c] - m) * r;
         dw[c] += dy[c] * xhat;
         db[c] += dy[c];
-        dx[c] += r * (dy[c] * weight[c] - mean_g - xhat * mean_gx);
+        dx[c] += r * (dy[c] * (weight[c] + weight_offset) - mean_g - xhat * mean_gx);
       }
     }
   }

@@ -1,7 +1,8 @@
-// LayerNorm over the last dim C: y = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), one
-// warp per row (two passes over the row: mean, then the centred variance, as the CPU). Backward:
-// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy w, one warp per row; dw and db are column
-// sums over row chunks, then over the chunks (fixed order, no atomics).
+// LayerNorm over the last dim C: y = (x - mean) * rstd * gamma + b, rstd = 1/sqrt(var + eps),
+// gamma = w + offset (1 for zero-centred w), one warp per row (two passes over the row: mean,
+// then the centred variance, as the CPU). Backward: dx = rstd (g - mean(g) - xhat mean(g xhat)),
+// g = dy gamma, one warp per row; dw and db are column sums over row chunks, then over the
+// chunks (fixed order, no atomics).
 #include <algorithm>
 
 #include "backend/cuda/check.cuh"
@@ -18,7 +19,7 @@ constexpr int kWarpsPerBlock = 8;
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const float* inp,
                                          const float* w, const float* b, int64_t N, int64_t C,
-                                         float eps) {
+                                         float eps, float w_offset) {
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -30,7 +31,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   for (int64_t c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m);
   const float r = rsqrtf(warp_sum(v) / float(C) + eps);
   T* y = out + n * C;
-  for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>((x[c] - m) * r * w[c] + b[c]);
+  for (int64_t c = lane; c < C; c += 32)
+    y[c] = from_f32<T>((x[c] - m) * r * (w[c] + w_offset) + b[c]);
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = r;
@@ -39,7 +41,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 
 __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
                                                 const float* w, const float* mean,
-                                                const float* rstd, int64_t N, int64_t C) {
+                                                const float* rstd, int64_t N, int64_t C,
+                                                float w_offset) {
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -48,14 +51,14 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   const float m = mean[n], r = rstd[n];
   float sg = 0.f, sgx = 0.f;
   for (int64_t c = lane; c < C; c += 32) {
-    const float g = dy[c] * w[c];
+    const float g = dy[c] * (w[c] + w_offset);
     sg += g;
     sgx += g * (x[c] - m) * r;
   }
   const float mean_g = warp_sum(sg) / float(C), mean_gx = warp_sum(sgx) / float(C);
   float* dx = dinp + n * C;
   for (int64_t c = lane; c < C; c += 32)
-    dx[c] += r * (dy[c] * w[c] - mean_g - (x[c] - m) * r * mean_gx);
+    dx[c] += r * (dy[c] * (w[c] + w_offset) - mean_g - (x[c] - m) * r * mean_gx);
 }
 
 // dw and db in two fixed-order stages (as the bias column sums of elementwise.cu), so that a
@@ -104,23 +107,24 @@ __global__ void layernorm_params_finish_kernel(float* dw, float* db, const float
 }  // namespace
 
 void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
+                       const float* weight, const float* bias, int64_t N, int64_t C, float eps,
+                       float weight_offset) {
   if (N == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   with_storage(out.dtype, [&]<typename T>() {
     layernorm_forward_kernel<T><<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
-        static_cast<T*>(out.data), mean, rstd, inp, weight, bias, N, C, eps);
+        static_cast<T*>(out.data), mean, rstd, inp, weight, bias, N, C, eps, weight_offset);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* rstd, int64_t N, int64_t C, float weight_offset) {
   if (N == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   layernorm_backward_input_kernel<<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
-      dinp, dout, inp, weight, mean, rstd, N, C);
+      dinp, dout, inp, weight, mean, rstd, N, C, weight_offset);
   MG_CUDA_CHECK(cudaGetLastError());
   const ColumnChunks k = column_chunks(N, C);
   Buffer partial(size_t(k.chunks * 2 * C) * sizeof(float));

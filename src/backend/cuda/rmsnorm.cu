@@ -1,7 +1,8 @@
-// RMSNorm over the last dim C (Zhang & Sennrich 2019): y = x rstd w, rstd = 1/sqrt(mean(x^2) +
-// eps), one warp per row. Backward: dx = rstd (g - xhat mean(g xhat)), g = dy w, xhat = x rstd,
-// one warp per row; dw = column sums of dy xhat over row chunks, then over the chunks (a fixed
-// order that depends only on N and C, no atomics), as layernorm.cu's weight gradient.
+// RMSNorm over the last dim C (Zhang & Sennrich 2019): y = x rstd gamma, rstd = 1/sqrt(mean(x^2)
+// + eps), gamma = w + offset (1 for zero-centred w), one warp per row. Backward: dx = rstd (g -
+// xhat mean(g xhat)), g = dy gamma, xhat = x rstd, one warp per row; dw = column sums of dy xhat
+// over row chunks, then over the chunks (a fixed order that depends only on N and C, no
+// atomics), as layernorm.cu's weight gradient.
 #include <algorithm>
 
 #include "backend/cuda/check.cuh"
@@ -17,7 +18,7 @@ constexpr int kWarpsPerBlock = 8;
 
 template <typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* inp, const float* w,
-                                       int64_t N, int64_t C, float eps) {
+                                       int64_t N, int64_t C, float eps, float w_offset) {
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -26,13 +27,13 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const float* inp, co
   for (int64_t c = lane; c < C; c += 32) s += x[c] * x[c];
   const float r = rsqrtf(warp_sum(s) / float(C) + eps);
   T* y = out + n * C;
-  for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>(x[c] * r * w[c]);
+  for (int64_t c = lane; c < C; c += 32) y[c] = from_f32<T>(x[c] * r * (w[c] + w_offset));
   if (lane == 0) rstd[n] = r;
 }
 
 __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
                                               const float* w, const float* rstd, int64_t N,
-                                              int64_t C) {
+                                              int64_t C, float w_offset) {
   const int64_t n = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.y;
   if (n >= N) return;
   const int lane = threadIdx.x;
@@ -40,10 +41,10 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   const float* dy = dout + n * C;
   const float r = rstd[n];
   float sgx = 0.f;
-  for (int64_t c = lane; c < C; c += 32) sgx += dy[c] * w[c] * x[c] * r;
+  for (int64_t c = lane; c < C; c += 32) sgx += dy[c] * (w[c] + w_offset) * x[c] * r;
   const float mean_gx = warp_sum(sgx) / float(C);
   float* dx = dinp + n * C;
-  for (int64_t c = lane; c < C; c += 32) dx[c] += r * (dy[c] * w[c] - x[c] * r * mean_gx);
+  for (int64_t c = lane; c < C; c += 32) dx[c] += r * (dy[c] * (w[c] + w_offset) - x[c] * r * mean_gx);
 }
 
 // Stage 1: block (x, g) of 32 x 8 threads sums dy xhat over row chunk g for 32 columns, each
@@ -71,22 +72,23 @@ __global__ void rmsnorm_weight_chunks_kernel(float* partial, const float* dout, 
 }  // namespace
 
 void rmsnorm_forward(MatOut out, float* rstd, const float* inp, const float* weight, int64_t N,
-                     int64_t C, float eps) {
+                     int64_t C, float eps, float weight_offset) {
   if (N == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   with_storage(out.dtype, [&]<typename T>() {
     rmsnorm_forward_kernel<T><<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
-        static_cast<T*>(out.data), rstd, inp, weight, N, C, eps);
+        static_cast<T*>(out.data), rstd, inp, weight, N, C, eps, weight_offset);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+                      const float* weight, const float* rstd, int64_t N, int64_t C,
+                      float weight_offset) {
   if (N == 0 || C == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   rmsnorm_backward_input_kernel<<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
-      dinp, dout, inp, weight, rstd, N, C);
+      dinp, dout, inp, weight, rstd, N, C, weight_offset);
   MG_CUDA_CHECK(cudaGetLastError());
   const ColumnChunks k = column_chunks(N, C);
   Buffer partial(size_t(k.chunks * C) * sizeof(float));

@@ -398,6 +398,70 @@ TEST(CudaParity, RmsNorm) {
   }
 }
 
+// Zero-centred norm weights (--apply-layernorm-1p): both norms with weight offset 1, forward
+// (f32 and bf16 out) and backward, against the CPU.
+TEST(CudaParity, NormsWithWeightOffset) {
+  MG_REQUIRE_GPU();
+  for (auto [N, C] : {std::pair<int64_t, int64_t>{33, 40}, {256, 768}}) {
+    const size_t n = size_t(N * C);
+    Vec x = random_vec(n, 51, 2.f), w = random_vec(size_t(C), 52, 0.2f),
+        b = random_vec(size_t(C), 53), dy = random_vec(n, 54);
+    const Vec dx0 = random_vec(n, 55), dw0 = random_vec(size_t(C), 56), db0 = random_vec(size_t(C), 57);
+    const std::string s = dims({N, C});
+    for (bool rms : {true, false}) {
+      const std::string name = rms ? "rmsnorm+1" : "layernorm+1";
+      Vec y(n), mean(static_cast<size_t>(N)), rstd(mean), dx = dx0, dw = dw0, db = db0;
+      std::vector<uint16_t> y16(n);
+      auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gy = cuda::Buffer(n * 4),
+           gm = cuda::Buffer(size_t(N) * 4), gr = cuda::Buffer(size_t(N) * 4), gdx = up(dx0),
+           gdw = up(dw0), gdb = up(db0);
+      cuda::Buffer gy16(n * 2);
+      if (rms) {
+        cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f, 1.f);
+        cpu::rmsnorm_forward({y16.data(), DType::BF16}, rstd.data(), x.data(), w.data(), N, C,
+                             1e-5f, 1.f);
+        cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N,
+                              C, 1.f);
+        cuda::rmsnorm_forward(gy.as<float>(), gr.as<float>(), gx.as<float>(), gw.as<float>(), N,
+                              C, 1e-5f, 1.f);
+        cuda::rmsnorm_forward({gy16.get(), DType::BF16}, gr.as<float>(), gx.as<float>(),
+                              gw.as<float>(), N, C, 1e-5f, 1.f);
+        cuda::rmsnorm_backward(gdx.as<float>(), gdw.as<float>(), gdy.as<float>(), gx.as<float>(),
+                               gw.as<float>(), gr.as<float>(), N, C, 1.f);
+      } else {
+        cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                               N, C, 1e-5f, 1.f);
+        cpu::layernorm_forward({y16.data(), DType::BF16}, mean.data(), rstd.data(), x.data(),
+                               w.data(), b.data(), N, C, 1e-5f, 1.f);
+        cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                                mean.data(), rstd.data(), N, C, 1.f);
+        cuda::layernorm_forward(gy.as<float>(), gm.as<float>(), gr.as<float>(), gx.as<float>(),
+                                gw.as<float>(), gb.as<float>(), N, C, 1e-5f, 1.f);
+        cuda::layernorm_forward({gy16.get(), DType::BF16}, gm.as<float>(), gr.as<float>(),
+                                gx.as<float>(), gw.as<float>(), gb.as<float>(), N, C, 1e-5f, 1.f);
+        cuda::layernorm_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(),
+                                 gdy.as<float>(), gx.as<float>(), gw.as<float>(), gm.as<float>(),
+                                 gr.as<float>(), N, C, 1.f);
+        expect_close((name + " backward dbias").c_str(), s, down(gdb, size_t(C)), db, kTolF32);
+      }
+      expect_close((name + " forward").c_str(), s, down(gy, n), y, kTolF32);
+      expect_close((name + " forward -> bf16").c_str(), s, down16(gy16, n, DType::BF16),
+                   widen(y16, DType::BF16), kTol16);
+      expect_close((name + " backward dinp").c_str(), s, down(gdx, n), dx, kTolF32);
+      expect_close((name + " backward dweight").c_str(), s, down(gdw, size_t(C)), dw, kTolF32);
+      // The offset is applied: gamma = w + 1 given as w with offset 0 gives the same output.
+      Vec gamma = w, y_plain(n);
+      for (float& g : gamma) g += 1.f;
+      if (rms)
+        cpu::rmsnorm_forward(y_plain.data(), rstd.data(), x.data(), gamma.data(), N, C, 1e-5f);
+      else
+        cpu::layernorm_forward(y_plain.data(), mean.data(), rstd.data(), x.data(), gamma.data(),
+                               b.data(), N, C, 1e-5f);
+      expect_close((name + " forward vs gamma = w + 1").c_str(), s, y, y_plain, kTolF32);
+    }
+  }
+}
+
 // SwiGLU on [gate | up] rows: f32, and input and output stored in bf16/f16 (the backward reads
 // the 16-bit input); the gradient added (+=) and stored (Set, over NaN).
 TEST(CudaParity, SwiGlu) {
