@@ -127,11 +127,6 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "launch one grid row per (sample, head) and take at most 65535, but "
                   "--micro-batch-size ", micro_batch_size, " x ", heads_local,
                   " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
-    // the tensor-core attention kernels (16-bit models) have no dropout yet.
-    MG_USER_CHECK(!(bf16 || fp16) || model.attention_dropout == 0.f,
-                  "--device cuda with --bf16/--fp16: --attention-dropout is not supported by "
-                  "megatron-cpp yet on the tensor-core attention kernels; pass "
-                  "--attention-dropout 0 (--hidden-dropout is supported) or train in fp32");
   }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");

@@ -259,9 +259,6 @@ void check_operands(DType out, const Heads& q, const Heads& k, const Heads& v,
            dtype_name(q.dtype), " operands: the tensor-core kernels take bf16/f16");
   MG_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "CUDA attention: ", a.NH,
            " query heads do not split into ", a.NKV, " KV groups");
-  MG_CHECK(q.dtype == DType::F32 || !a.dropout.active(),
-           "attention dropout in the tensor-core (bf16/f16) CUDA kernels is not implemented yet: "
-           "pass --attention-dropout 0 with --bf16/--fp16 on a GPU");
   MG_CHECK(a.B * a.NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
            a.B * a.NH, " exceeds 65535");
 }

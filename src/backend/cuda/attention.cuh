@@ -18,7 +18,7 @@ struct Geometry {
   int64_t B, Sq, Sk, NH, NKV, HD, q_pos0, k_pos0;
   bool causal;
   HeadView q, k, v, dq, dk, dv;
-  AttentionDropout drop;  // attention-probability dropout (the f32 kernels apply it)
+  AttentionDropout drop;  // attention-probability dropout (every kernel applies it)
 
   __host__ __device__ int64_t group() const { return NH / NKV; }  // query heads per KV head
   // Element offsets: query t of (batch b, query head h); key/value j of (b, KV head g); the

@@ -6,11 +6,14 @@
 // lse and every accumulator are fp32. Per tile and warp, the scores go from the accumulator
 // fragments to shared memory, where two lanes per row apply the mask and the softmax and write
 // P (and dS) back in T for the next product.
-//   forward: S = q k^T * scale, m and l online per row, O = sum P V / l, lse = m + log l.
-//   dQ kernel (per query tile): P = exp(S - lse), dP = dO V^T, dS = P (dP - D) * scale,
+//   forward: S = q k^T * scale, m and l online per row, O = sum (P f) V / l, lse = m + log l.
+//   dQ kernel (per query tile): P = exp(S - lse), dP = dO V^T, dS = P (f dP - D) * scale,
 //            dQ += dS K.
-//   dK/dV kernel (per key tile): the same P^T and dS^T per query tile, dV += P^T dO,
+//   dK/dV kernel (per key tile): the same P^T and dS^T per query tile, dV += (P f)^T dO,
 //            dK += dS^T Q.
+// f: the attention-probability dropout factor of each (query, key), 0 or 1/(1-p) (1 without
+// dropout), drawn by Geometry::drop_factor, the mask of the CPU and f32 kernels; m, l and lse
+// stay those of the undropped softmax, as there.
 // Q/K/V head views, grouped-query heads, position offsets, causal or not and seg_start as the
 // f32 kernels (attention.cuh); the dK/dV block of a KV head loops over its group's query heads.
 // No atomics: every output row is summed by the one warp that owns it, in a fixed order.
@@ -240,9 +243,12 @@ __global__ void __launch_bounds__(kBlock)
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      const T p = from_f32<T>(s[j] == -INFINITY ? 0.f : expf(s[j] - m_new));
-      pb[r * P::kProbs + half * 32 + j] = p;
-      sum += float(p);  // the rounded p, as the product P V sees it
+      const bool vis = s[j] != -INFINITY;
+      const float p = vis ? expf(s[j] - m_new) : 0.f;
+      sum += float(from_f32<T>(p));  // the rounded p, as the product P V sees it undropped
+      // V sees the kept probabilities times 1/(1 - rate), l counts all (as the f32 kernel).
+      const float f = vis ? g.drop_factor(b, h, t, k0 + half * 32 + j) : 1.f;
+      pb[r * P::kProbs + half * 32 + j] = from_f32<T>(p * f);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * corr + sum;
@@ -310,7 +316,8 @@ __global__ void __launch_bounds__(kBlock)
       const int64_t k = k0 + col;
       const bool vis = t < g.Sq && k < g.Sk && g.visible(t, k, seg);
       const float p = vis ? expf(sf[r * P::kF32 + col] * scale - L) : 0.f;
-      dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - Dt) * scale);
+      const float f = vis ? g.drop_factor(b, h, t, k) : 1.f;  // dS = P (f dP - D)
+      dsb[r * P::kProbs + col] = from_f32<T>(p * (f * dpf[r * P::kF32 + col] - Dt) * scale);
     }
     __syncwarp();
     probs_times_tile<HD>(dq, dsb, ks);
@@ -375,11 +382,13 @@ __global__ void __launch_bounds__(kBlock)
         const int64_t t = t0 + col;
         const bool vis = t < g.Sq && j < g.Sk && g.visible(t, j, seg);
         const float p = vis ? expf(sf[r * P::kF32 + col] * scale - ls[col]) : 0.f;
-        pb[r * P::kProbs + col] = from_f32<T>(p);
-        dsb[r * P::kProbs + col] = from_f32<T>(p * (dpf[r * P::kF32 + col] - ds[col]) * scale);
+        const float f = vis ? g.drop_factor(b, h, t, j) : 1.f;
+        pb[r * P::kProbs + col] = from_f32<T>(p * f);
+        dsb[r * P::kProbs + col] =
+            from_f32<T>(p * (f * dpf[r * P::kF32 + col] - ds[col]) * scale);
       }
       __syncwarp();
-      probs_times_tile<HD>(dv, pb, dos);  // dV += P^T dO
+      probs_times_tile<HD>(dv, pb, dos);  // dV += (P f)^T dO
       probs_times_tile<HD>(dk, dsb, qs);  // dK += dS^T q
       __syncwarp();
     }

@@ -783,6 +783,15 @@ TEST(CudaParity, GqaAttentionWithDropout) {
   for (const GqaCase& c : kGqaCases) check_gqa_attention(c, DType::F32, drop);
 }
 
+// The same mask in the tensor-core kernels (bf16, f16): forward (P f weighs V, lse undropped)
+// and dQ/dK/dV, within the 16-bit tolerance of the CPU on the same rounded inputs.
+TEST(CudaParity, TensorCoreGqaAttentionWithDropout) {
+  MG_REQUIRE_GPU();
+  const AttentionDropout drop{dropout_key(0.2f, 1234, 5, 3, DropoutSite::AttentionProbs), 11, 2};
+  for (DType t : {DType::BF16, DType::F16})
+    for (const GqaCase& c : kGqaCases) check_gqa_attention(c, t, drop);
+}
+
 // Hidden dropout: the same elements dropped (bitwise-equal outputs and gradients) on rows of an
 // SP rank's block (t0 > 0) of a micro-batch that starts at sample 40.
 TEST(CudaParity, HiddenDropoutMasksIdentical) {
