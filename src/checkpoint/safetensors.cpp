@@ -141,12 +141,13 @@ SafetensorsHeader parse_safetensors_header(const char* data, size_t size, const 
 std::vector<float> SafeTensor::to_f32() const {
   const int64_t n = shape_numel(shape);
   std::vector<float> out(static_cast<size_t>(n));
+  MG_USER_CHECK(dtype == "F32" || dtype == "F16" || dtype == "BF16", "'", path, "': tensor '",
+                name, "' has dtype ", dtype, "; GPT-2 conversion reads F32, F16 and BF16");
+  if (n == 0) return out;  // an empty vector's data() is null: nothing to copy
   if (dtype == "F32") {
-    if (n > 0) std::memcpy(out.data(), data, size_t(n) * 4);  // an empty vector's data() is null
+    std::memcpy(out.data(), data, size_t(n) * 4);
     return out;
   }
-  MG_USER_CHECK(dtype == "F16" || dtype == "BF16", "'", path, "': tensor '", name, "' has dtype ",
-                dtype, "; GPT-2 conversion reads F32, F16 and BF16");
   const DType t = dtype == "F16" ? DType::F16 : DType::BF16;
   // The file's bytes may sit at an odd address: the cast reads an aligned copy.
   std::vector<uint16_t> aligned(static_cast<size_t>(n));
