@@ -52,7 +52,13 @@ class MpiRequest : public CommRequest {
   ~MpiRequest() override {
     if (req_ != MPI_REQUEST_NULL) wait_mpi(&req_, 1, op_, group_);
   }
-  void wait() override { wait_mpi(&req_, 1, op_, group_); }
+  // A wait that throws (the timeout) abandons the request: the destructor must not wait on it
+  // again while the exception unwinds.
+  void wait() override {
+    MPI_Request r = req_;
+    req_ = MPI_REQUEST_NULL;
+    wait_mpi(&r, 1, op_, group_);
+  }
   bool test() override {
     int done = 0;
     check_mpi(MPI_Test(&req_, &done, MPI_STATUS_IGNORE), "MPI_Test");
