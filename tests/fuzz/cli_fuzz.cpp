@@ -36,7 +36,10 @@ void train(const std::vector<std::string>& args, int world_size) {
   fuzz::keep(cfg.model.train_flops_per_token());
   const LRSchedule s = cfg.lr_schedule();
   const int64_t G = cfg.global_batch_size;
-  for (int64_t samples : {int64_t(0), G, s.warmup_steps, s.decay_steps, s.wd_incr_steps}) {
+  // The warmup is a real number of samples (an unrounded --lr-warmup-fraction): both sides of it.
+  const auto whole = [](double x) { return x < 9.2e18 ? int64_t(x) : INT64_MAX - 1; };
+  const int64_t w = whole(s.warmup_steps);
+  for (int64_t samples : {int64_t(0), G, w, w + 1, s.decay_steps, s.wd_incr_steps}) {
     fuzz::require(std::isfinite(s.at(samples)), "a finite learning rate");
     fuzz::require(std::isfinite(s.weight_decay_at(samples)), "a finite weight decay");
   }
