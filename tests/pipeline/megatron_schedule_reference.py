@@ -57,7 +57,7 @@ def rank_steps(P, v, M, group, rank):
     def backward(k):
         # The chunk of virtual step k, counted from the last one; the micro-batch is the oldest
         # forward of that chunk still waiting.
-        chunk = v - 1 - table[k % total][0]
+        chunk = v - 1 - table[k][0]
         steps.append(("B", chunk, pending[chunk].popleft()))
 
     for k in range(warmup):
