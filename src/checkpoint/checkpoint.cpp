@@ -63,7 +63,7 @@ std::string param_name(const ParamSpec& p) { return p.sharding.tied_copy ? kEmbe
 // that with the distributed optimizer each DP rank writes the shard it owns.
 std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool with_optim) {
   std::vector<LocalPiece> out;
-  GPTModel& m = io.model;
+  ParamStore& m = io.params;
   const DType t = m.dtype();
   const int64_t esize = int64_t(dtype_size(t));
   char* base = static_cast<char*>(m.param_data());
@@ -139,7 +139,7 @@ void finish_save(const CheckpointIO& io, const TrainProgress& progress, const st
   meta.optimizer_steps = io.optimizer.steps_taken();
   meta.seed = c.seed;
   meta.model = c.model;
-  meta.precision = io.model.dtype();
+  meta.precision = io.params.dtype();
   meta.tp = g.grid.tp, meta.pp = g.grid.pp, meta.dp = g.grid.dp;
   meta.distributed_optimizer = io.distributed_optimizer;
   meta.args = c.argv;
@@ -236,7 +236,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   std::vector<LocalPiece> wanted = local_pieces(io, false, load_optim);
   // Where each wanted key comes from: f32 models prefer the fp32 main params a 16-bit run
   // saved; 16-bit runs' main params fall back to the weights of an f32 checkpoint.
-  const bool f32_model = io.model.dtype() == DType::F32;
+  const bool f32_model = io.params.dtype() == DType::F32;
   auto source = [&](const LocalPiece& pc) -> std::string {
     const std::string name = param_name(*pc.p);
     if (pc.key.rfind("model/", 0) == 0 && f32_model && reader.has("optim/main_param/" + name))
@@ -282,7 +282,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   if (load_optim)
     io.optimizer.set_steps_taken(meta.optimizer_steps);
   else  // a 16-bit model's fp32 main params start from the loaded weights, not from init
-    io.optimizer.copy_main_from(io.model.param_data());
+    io.optimizer.copy_main_from(io.params.param_data());
   if (!c.finetune) {
     progress.iteration = meta.iteration;
     progress.consumed_train_samples = meta.consumed_train_samples;

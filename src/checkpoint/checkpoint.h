@@ -14,7 +14,7 @@
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/metadata.h"
 #include "checkpoint/model_record.h"
-#include "model/gpt.h"
+#include "model/param_store.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/process_groups.h"
@@ -33,7 +33,7 @@ struct TrainProgress {
 
 // What a checkpoint reads and writes on this rank.
 struct CheckpointIO {
-  GPTModel& model;
+  ParamStore& params;  // every model chunk of this rank
   Optimizer& optimizer;  // the plain optimizer, or the distributed optimizer's shard optimizer
   ProcessGroups& groups;
   const CheckpointConfig& cfg;

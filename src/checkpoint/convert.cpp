@@ -6,6 +6,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_writer.h"
+#include "model/gpt.h"
 #include "checkpoint/hf_files.h"
 #include "checkpoint/hf_llama_config.h"
 #include "checkpoint/hf_llama_convert.h"
@@ -39,7 +40,7 @@ void load_checkpoint_weights(const std::string& dir, GPTModel& model) {
   Optimizer opt(model.layout(), OptimizerConfig{});
   ProcessGroups g = make_single_process_groups();
   TrainProgress progress;
-  load_checkpoint({model, opt, g, cc, false}, progress);
+  load_checkpoint({model.store(), opt, g, cc, false}, progress);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/checked_math.h"
+#include "model/gpt.h"
 #include "tensor/device_runtime.h"
 
 namespace mg {
@@ -32,7 +33,7 @@ struct SingleRankModel {
     model = std::make_unique<GPTModel>(small, 1);
     optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
   }
-  CheckpointIO io() { return {*model, *optim, groups, ckpt, false}; }
+  CheckpointIO io() { return {model->store(), *optim, groups, ckpt, false}; }
 };
 
 }  // namespace mg

@@ -109,10 +109,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--moe-permute-fusion", "", "mixture-of-experts layers (the MoE issue)"},
     {"--expert-tensor-parallel-size", "N", "expert parallelism (the MoE issue)"},
     {"--cp-comm-type", "NAME", "context parallelism"},
-    {"--num-layers-per-virtual-pipeline-stage", "N", "the interleaved pipeline schedule"},
-    {"--num-virtual-stages-per-pipeline-rank", "N", "the interleaved pipeline schedule"},
-    {"--microbatch-group-size-per-virtual-pipeline-stage", "N",
-     "the interleaved pipeline schedule"},
     {"--step-batch-size-schedule", "SCHEDULE...", "a token-based global batch size schedule"},
     {"--ckpt-format", "NAME",
      "checkpoints are megatron-cpp's own sharded format (docs/checkpoint-format.md), which "

@@ -34,7 +34,9 @@ struct P2POp {
   bool is_send;
   float* data;
   int64_t n;
-  int peer;  // rank within this communicator
+  int peer;     // rank within this communicator
+  int tag = 0;  // MPI matches a send and a receive of the same tag (two streams between one
+                // pair of ranks, e.g. activations and gradients when PP = 2, stay apart)
 };
 
 // A non-blocking collective in flight.

@@ -143,11 +143,11 @@ class MpiCommunicator : public Communicator {
       const P2POp& op = ops[i];
       MG_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_, "bad p2p peer ", op.peer);
       if (op.is_send) {
-        check_mpi(MPI_Isend(op.data, count(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
+        check_mpi(MPI_Isend(op.data, count(op.n), MPI_FLOAT, op.peer, op.tag, comm_, &reqs[i]),
                   "MPI_Isend");
         stats_.p2p_bytes += op.n * 4;
       } else {
-        check_mpi(MPI_Irecv(op.data, count(op.n), MPI_FLOAT, op.peer, 0, comm_, &reqs[i]),
+        check_mpi(MPI_Irecv(op.data, count(op.n), MPI_FLOAT, op.peer, op.tag, comm_, &reqs[i]),
                   "MPI_Irecv");
       }
     }

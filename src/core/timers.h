@@ -25,6 +25,9 @@ enum Phase : int {
   kBackwardSend,
   kForwardSendBackwardRecv,
   kBackwardSendForwardRecv,
+  kForwardSendForwardRecv,    // the interleaved schedule's
+  kBackwardSendBackwardRecv,
+  kForwardBackwardSendForwardBackwardRecv,
   kEmbeddingGradsAllReduce,
   kOptimizerUnscaleAndCheckInf,
   kOptimizerClipMainGrad,

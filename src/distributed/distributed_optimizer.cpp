@@ -8,13 +8,13 @@
 
 namespace mg {
 
-DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
+DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
                                            const OptimizerConfig& cfg, bool overlap_grad_reduce,
                                            bool overlap_param_gather, DType grad_reduce_dtype)
-    : model_(model), g_(g), tracker_(model.layout()), overlap_grad_(overlap_grad_reduce),
+    : store_(store), g_(g), tracker_(store.layout()), overlap_grad_(overlap_grad_reduce),
       overlap_params_(overlap_param_gather), grad_dtype_(grad_reduce_dtype) {
   check_reducible(grad_dtype_);
-  const ParamLayout& layout = model.layout();
+  const ParamLayout& layout = store.layout();
   const int64_t dp = g.dp->size(), d = g.dp->rank();
   for (const auto& [begin, end] : layout.buckets()) {
     MG_CHECK((end - begin) % dp == 0, "bucket not divisible by DP");
@@ -30,18 +30,18 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
   }
   std::sort(owned_runs_.begin(), owned_runs_.end(),
             [](const ParamRun& x, const ParamRun& y) { return x.offset < y.offset; });
-  optim_ = std::make_unique<Optimizer>(owned_runs_, cfg, model.dtype(), model.param_data());
+  optim_ = std::make_unique<Optimizer>(owned_runs_, cfg, store.dtype(), store.param_data());
   const auto& buckets = layout.buckets();
   for (const auto& [begin, end] : buckets) {
     grad_shard_.emplace_back(Shape{(end - begin) / dp}, grad_dtype_, ops::device());
-    param_shard_.emplace_back(Shape{(end - begin) / dp}, model.dtype(), ops::device());
+    param_shard_.emplace_back(Shape{(end - begin) / dp}, store.dtype(), ops::device());
     if (grad_dtype_ == DType::BF16)
       grad_bf16_.emplace_back(Shape{end - begin}, DType::BF16, ops::device());
   }
   grad_req_.resize(buckets.size());
   param_req_.resize(buckets.size());
   if (overlap_grad_)
-    model_.set_grad_ready_hook([this](const std::vector<int>& params) {
+    store_.set_grad_ready_hook([this](const std::vector<int>& params) {
       for (size_t b : tracker_.ready(params)) {
         launch_reduce_scatter(b);
         ++early_;
@@ -50,7 +50,7 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
         if (r) r->test();
     });
   if (overlap_params_)
-    model_.set_params_needed_hook([this](const std::vector<int>& params) {
+    store_.set_params_needed_hook([this](const std::vector<int>& params) {
       for (size_t b : tracker_.buckets_of(params))
         if (param_req_[b]) {
           param_req_[b]->wait();
@@ -60,13 +60,13 @@ DistributedOptimizer::DistributedOptimizer(GPTModel& model, ProcessGroups& g,
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
-  model_.set_grad_ready_hook(nullptr);
-  model_.set_params_needed_hook(nullptr);
+  store_.set_grad_ready_hook(nullptr);
+  store_.set_params_needed_hook(nullptr);
 }
 
 void DistributedOptimizer::launch_reduce_scatter(size_t b) {
-  const auto [begin, end] = model_.layout().buckets()[b];
-  float* G = model_.grads() + begin;
+  const auto [begin, end] = store_.layout().buckets()[b];
+  float* G = store_.grads() + begin;
   ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
   const void* in = G;
   if (grad_dtype_ == DType::BF16) {
@@ -80,9 +80,9 @@ void DistributedOptimizer::launch_reduce_scatter(size_t b) {
 // Every bucket goes through the same non-blocking collective whether or not it started early,
 // so overlapping does not change a bit of the result.
 void DistributedOptimizer::reduce_scatter_grads() {
-  float* G = model_.grads();
+  float* G = store_.grads();
   const int64_t d = g_.dp->rank();
-  const auto& buckets = model_.layout().buckets();
+  const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!grad_req_[b]) launch_reduce_scatter(b);
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -109,16 +109,16 @@ void DistributedOptimizer::wait_params() {
 
 double DistributedOptimizer::grad_norm() {
   const double local =
-      ops::sum_squares_ranges(model_.grads(), counted_.data(), int64_t(counted_.size()));
+      ops::sum_squares_ranges(store_.grads(), counted_.data(), int64_t(counted_.size()));
   return std::sqrt(all_reduce_sum(*g_.world, local));
 }
 
 void DistributedOptimizer::step(float lr, float wd, double grad_norm, float decoupled_lr) {
-  optim_->step(model_.param_data(), model_.grads(), lr, wd, grad_norm, decoupled_lr);
-  char* P = static_cast<char*>(model_.param_data());
-  const DType t = model_.dtype();
+  optim_->step(store_.param_data(), store_.grads(), lr, wd, grad_norm, decoupled_lr);
+  char* P = static_cast<char*>(store_.param_data());
+  const DType t = store_.dtype();
   const int64_t esize = int64_t(dtype_size(t)), d = g_.dp->rank();
-  const auto& buckets = model_.layout().buckets();
+  const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Tensor& shard = param_shard_[b];
     const int64_t n = shard.numel();

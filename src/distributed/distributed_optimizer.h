@@ -13,7 +13,7 @@
 
 #include "backend/dispatch.h"
 #include "distributed/grad_reducer.h"
-#include "model/gpt.h"
+#include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "parallel/process_groups.h"
 
@@ -25,7 +25,7 @@ class DistributedOptimizer {
   // grads are final. overlap_param_gather: the all-gathers started after the step are waited
   // for only when the next forward reaches each bucket's parameters.
   // grad_reduce_dtype: F32, or BF16 (--grad-reduce-in-bf16).
-  DistributedOptimizer(GPTModel& model, ProcessGroups& g, const OptimizerConfig& cfg,
+  DistributedOptimizer(ParamStore& store, ProcessGroups& g, const OptimizerConfig& cfg,
                        bool overlap_grad_reduce = false, bool overlap_param_gather = false,
                        DType grad_reduce_dtype = DType::F32);
   ~DistributedOptimizer();
@@ -50,7 +50,7 @@ class DistributedOptimizer {
   int64_t owned_param_elements() const { return owned_; }
 
  private:
-  GPTModel& model_;
+  ParamStore& store_;
   ProcessGroups& g_;
   std::vector<ParamRun> owned_runs_;    // parameter elements of this rank's shards
   std::vector<ops::Range> counted_;     // the subset counted by the grad norm

@@ -7,16 +7,16 @@
 
 namespace mg {
 
-void finalize_grads(GPTModel& model, ProcessGroups& g) {
-  float* G = model.grads();
+void finalize_grads(ParamStore& store, ProcessGroups& g) {
+  float* G = store.grads();
   // Replicated parameters whose grads are partial sums over TP ranks: the norms and row-parallel
   // biases under sequence parallelism, the Q/K head norms always.
-  const bool sp = model.spec().sequence_parallel;
+  const bool sp = store.spec().sequence_parallel;
   auto partial = [&](const ParamSpec& p) {
     return (sp && p.sharding.sequence_parallel) || p.sharding.tp_partial;
   };
   int64_t n = 0;
-  for (const ParamSpec& p : model.layout().params())
+  for (const ParamSpec& p : store.layout().params())
     if (partial(p)) n += p.numel();
   if (n > 0 && g.tp->size() > 1) {
     // Packed into one buffer on the compute device: one all-reduce.
@@ -24,7 +24,7 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
     Tensor packed({n}, DType::F32, dev);
     auto move = [&](bool pack) {
       float* k = packed.data<float>();
-      for (const ParamSpec& p : model.layout().params())
+      for (const ParamSpec& p : store.layout().params())
         if (partial(p)) {
           const size_t bytes = size_t(p.numel()) * sizeof(float);
           if (pack) ops::copy(k, dev, G + p.offset, dev, bytes);
@@ -37,44 +37,44 @@ void finalize_grads(GPTModel& model, ProcessGroups& g) {
     move(false);
   }
   // The word embedding and its tied copy on the last stage (untied models share nothing).
-  if (g.grid.pp > 1 && (g.first_stage() || g.last_stage()) && model.config().tied_output()) {
+  if (g.grid.pp > 1 && (g.first_stage() || g.last_stage()) && store.config().tied_output()) {
     timers::Scope timer(timers::kEmbeddingGradsAllReduce);
-    const ParamSpec& p = model.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
+    const ParamSpec& p = store.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
                                                             : "output_layer.weight");
     g.embedding->all_reduce(G + p.offset, p.numel());
   }
 }
 
-void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g) {
-  if (g.grid.pp == 1 || !(g.first_stage() || g.last_stage()) || !model.config().tied_output())
+void sync_tied_embedding_params(ParamStore& store, ProcessGroups& g) {
+  if (g.grid.pp == 1 || !(g.first_stage() || g.last_stage()) || !store.config().tied_output())
     return;
-  const ParamSpec& p = model.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
+  const ParamSpec& p = store.layout().get(g.first_stage() ? "embedding.word_embeddings.weight"
                                                           : "output_layer.weight");
   std::vector<float> w(size_t(p.numel()));  // f32 even for 16-bit models: one side is zero
-  model.read_param(p, w.data());
+  store.read_param(p, w.data());
   g.embedding->all_reduce(w.data(), p.numel());
-  model.write_param(p, w.data());
+  store.write_param(p, w.data());
 }
 
-double global_grad_norm(GPTModel& model, ProcessGroups& g) {
+double global_grad_norm(ParamStore& store, ProcessGroups& g) {
   std::vector<ops::Range> ranges;  // one download for all params on a GPU
-  for (const ParamSpec& p : model.layout().params())
+  for (const ParamSpec& p : store.layout().params())
     if (counted_once(p, g.coord.tp)) ranges.push_back({p.offset, p.numel()});
   const double local =
-      ops::sum_squares_ranges(model.grads(), ranges.data(), int64_t(ranges.size()));
+      ops::sum_squares_ranges(store.grads(), ranges.data(), int64_t(ranges.size()));
   return std::sqrt(all_reduce_sum(*g.model_parallel, local));
 }
 
-std::vector<float> gather_full_params(GPTModel& model, ProcessGroups& g) {
-  const ParamLayout full = gpt_param_layout(model.config());
+std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g) {
+  const ParamLayout full = gpt_param_layout(store.config());
   std::vector<float> out(size_t(full.total_numel()), 0.f);
   if (g.coord.dp == 0) {
     std::vector<float> local;
-    for (const ParamSpec& p : model.layout().params()) {
+    for (const ParamSpec& p : store.layout().params()) {
       if (!counted_once(p, g.coord.tp)) continue;
       const int64_t base = full.get(p.name).offset;
       local.resize(size_t(p.numel()));
-      model.read_param(p, local.data());
+      store.read_param(p, local.data());
       for (int64_t i = 0; i < p.numel(); ++i)
         out[size_t(base + global_index(p, i, g.grid.tp, g.coord.tp))] = local[size_t(i)];
     }

@@ -9,24 +9,24 @@
 #pragma once
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/param_store.h"
 #include "parallel/process_groups.h"
 
 namespace mg {
 
-void finalize_grads(GPTModel& model, ProcessGroups& g);
+void finalize_grads(ParamStore& store, ProcessGroups& g);
 
 // Megatron's zero-init + all-reduce that gives the last stage's output layer the first
 // stage's word embedding (PP > 1).
-void sync_tied_embedding_params(GPTModel& model, ProcessGroups& g);
+void sync_tied_embedding_params(ParamStore& store, ProcessGroups& g);
 
 // L2 norm of the whole model's gradient, counting every parameter once: TP-replicated params
 // only on TP rank 0, the tied copy not at all. All-reduced over the model-parallel group (DP
 // replicas hold identical grads after finalize_grads).
-double global_grad_norm(GPTModel& model, ProcessGroups& g);
+double global_grad_norm(ParamStore& store, ProcessGroups& g);
 
 // Every parameter in the single-rank layout (gpt_param_layout(cfg)), assembled over all ranks.
 // Collective; every rank gets the result.
-std::vector<float> gather_full_params(GPTModel& model, ProcessGroups& g);
+std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g);
 
 }  // namespace mg

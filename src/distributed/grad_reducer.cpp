@@ -37,18 +37,18 @@ std::vector<size_t> BucketTracker::buckets_of(const std::vector<int>& params) co
   return out;
 }
 
-GradReducer::GradReducer(GPTModel& model, ProcessGroups& g, bool overlap, DType reduce_dtype)
-    : model_(model), g_(g), overlap_(overlap), reduce_dtype_(reduce_dtype),
-      tracker_(model.layout()) {
+GradReducer::GradReducer(ParamStore& store, ProcessGroups& g, bool overlap, DType reduce_dtype)
+    : store_(store), g_(g), overlap_(overlap), reduce_dtype_(reduce_dtype),
+      tracker_(store.layout()) {
   check_reducible(reduce_dtype);
-  requests_.resize(model.layout().buckets().size());
+  requests_.resize(store.layout().buckets().size());
   if (reduce_dtype_ == DType::BF16)
-    for (const auto& [begin, end] : model.layout().buckets())
+    for (const auto& [begin, end] : store.layout().buckets())
       bf16_.emplace_back(Shape{end - begin}, DType::BF16, ops::device());
-  if (overlap_) model_.set_grad_ready_hook([this](const std::vector<int>& p) { ready(p); });
+  if (overlap_) store_.set_grad_ready_hook([this](const std::vector<int>& p) { ready(p); });
 }
 
-GradReducer::~GradReducer() { model_.set_grad_ready_hook(nullptr); }
+GradReducer::~GradReducer() { store_.set_grad_ready_hook(nullptr); }
 
 void GradReducer::arm() { tracker_.arm(); }
 
@@ -62,8 +62,8 @@ void GradReducer::ready(const std::vector<int>& params) {
 }
 
 void GradReducer::launch(size_t b) {
-  const auto [begin, end] = model_.layout().buckets()[b];
-  float* G = model_.grads() + begin;
+  const auto [begin, end] = store_.layout().buckets()[b];
+  float* G = store_.grads() + begin;
   ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
   if (reduce_dtype_ == DType::BF16) {
     ops::cast_from_f32(bf16_[b].raw(), DType::BF16, G, end - begin);
@@ -76,12 +76,12 @@ void GradReducer::launch(size_t b) {
 void GradReducer::finish() {
   for (size_t b = 0; b < requests_.size(); ++b)
     if (!requests_[b]) launch(b);
-  const auto& buckets = model_.layout().buckets();
+  const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < requests_.size(); ++b) {
     requests_[b]->wait();
     requests_[b].reset();
     if (reduce_dtype_ == DType::BF16)
-      ops::cast_to_f32(model_.grads() + buckets[b].first, bf16_[b].raw(), DType::BF16,
+      ops::cast_to_f32(store_.grads() + buckets[b].first, bf16_[b].raw(), DType::BF16,
                        buckets[b].second - buckets[b].first);
   }
   tracker_.disarm();

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/gpt.h"
+#include "model/param_store.h"
 #include "parallel/process_groups.h"
 
 namespace mg {
@@ -36,7 +36,7 @@ class BucketTracker {
 class GradReducer {
  public:
   // reduce_dtype: F32, or BF16 (--grad-reduce-in-bf16).
-  GradReducer(GPTModel& model, ProcessGroups& g, bool overlap, DType reduce_dtype = DType::F32);
+  GradReducer(ParamStore& store, ProcessGroups& g, bool overlap, DType reduce_dtype = DType::F32);
   ~GradReducer();
   // Called right before the last micro-batch's backward: start tracking readiness.
   void arm();
@@ -48,7 +48,7 @@ class GradReducer {
   void ready(const std::vector<int>& params);
   void launch(size_t bucket);
 
-  GPTModel& model_;
+  ParamStore& store_;
   ProcessGroups& g_;
   bool overlap_;
   DType reduce_dtype_;

@@ -54,24 +54,28 @@ void check_activation_sizes(const GPTConfig& cfg, int64_t B, int64_t tp) {
   checked_mul(N, s.heads / tp * s.kv_channels, "elements of the attention output (--seq-length x "
               "--micro-batch-size x --num-attention-heads x --kv-channels)");
 }
-ParamLayout bucketed_layout(const GPTConfig& cfg, const StageSpec& spec) {
-  ParamLayout l = gpt_param_layout(cfg, spec.shard);
-  if (spec.bucket_dp >= 0) l.assign_buckets(spec.bucket_size, spec.bucket_dp);
-  return l;
+std::unique_ptr<ParamStore> own_store(const GPTConfig& cfg, const StageSpec& spec,
+                                      ParamStore* given) {
+  if (given) return nullptr;
+  return std::make_unique<ParamStore>(
+      cfg, StoreSpec{{spec.shard}, spec.dtype, spec.sequence_parallel, spec.bucket_dp,
+                     spec.bucket_size});
 }
 }  // namespace
 
 GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec,
-                   Communicator* tp_comm)
+                   Communicator* tp_comm, ParamStore* store, int chunk)
     : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
       tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp},
-      layout_(bucketed_layout(cfg, spec)),
-      params_({layout_.total_numel()}, spec.dtype, dims_.device),
-      grads_({layout_.total_numel()}, DType::F32, dims_.device), scratch_(dims_),
-      dev_(dims_.device) {
-  MG_CHECK(spec.dtype == DType::F32 || spec.dtype == DType::BF16 || spec.dtype == DType::F16,
-           "model dtype ", dtype_name(spec.dtype));
+      own_store_(own_store(cfg, spec, store)),
+      store_(store ? store : own_store_.get()),
+      param_base_(store_->chunk_params(chunk).first),
+      layout_(store_->layout().slice(store_->chunk_params(chunk).first,
+                                     store_->chunk_params(chunk).second)),
+      scratch_(dims_), dev_(dims_.device) {
+  MG_CHECK(spec.dtype == store_->dtype(), "model dtype ", dtype_name(spec.dtype),
+           " differs from its parameter store's ", dtype_name(store_->dtype()));
   MG_CHECK(tp_.size() == spec.shard.tp_size, "TP group size ", tp_.size(), " != shard TP ",
            spec.shard.tp_size);
   const ShardSpec& sh = spec.shard;
@@ -126,41 +130,18 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   }
 }
 
-// Parameters are initialized on the host in f32 (the same values on every device), then stored
-// in the model's dtype on its device: Megatron's order (init in f32, then round).
-void GPTModel::init(uint64_t seed) {
-  if (dtype() == DType::F32 && dev_ == Device::CPU)
-    return init_params(layout_, params(), seed, spec_.shard);
-  Tensor full({layout_.total_numel()});
-  init_params(layout_, full.data<float>(), seed, spec_.shard);
-  store_from_host(static_cast<char*>(params_.raw()), full.data<float>(), full.numel());
-}
-
-char* GPTModel::param_bytes(const ParamSpec& p) const {
-  return static_cast<char*>(params_.raw()) + p.offset * int64_t(dtype_size(dtype()));
-}
-
-// Off the CPU the cast runs on the compute device, on a staging copy there.
-void GPTModel::store_from_host(char* dst, const float* in, int64_t n) {
-  if (dev_ == Device::CPU) return ops::cast_from_f32(dst, dtype(), in, n);
-  Tensor staged({n}, DType::F32, dev_);
-  ops::copy(staged.raw(), dev_, in, Device::CPU, staged.nbytes());
-  ops::cast_from_f32(dst, dtype(), staged.data<float>(), n);
-}
-
-void GPTModel::read_param(const ParamSpec& p, float* out) const {
-  if (dev_ == Device::CPU) return ops::cast_to_f32(out, param_bytes(p), dtype(), p.numel());
-  Tensor staged({p.numel()}, DType::F32, dev_);
-  ops::cast_to_f32(staged.data<float>(), param_bytes(p), dtype(), p.numel());
-  ops::copy(out, Device::CPU, staged.raw(), dev_, staged.nbytes());
-}
-
-void GPTModel::write_param(const ParamSpec& p, const float* in) {
-  store_from_host(param_bytes(p), in, p.numel());
+void GPTModel::notify(const std::vector<int>& ids) {
+  if (ids.empty() || !report_grads_) return;
+  std::vector<int> in_store(ids);
+  for (int& i : in_store) i += param_base_;
+  store_->notify_grad_ready(in_store);
 }
 
 void GPTModel::need(const std::vector<int>& ids) {
-  if (params_needed_ && !ids.empty()) params_needed_(ids);
+  if (ids.empty()) return;
+  std::vector<int> in_store(ids);
+  for (int& i : in_store) i += param_base_;
+  store_->notify_params_needed(in_store);
   if (!dims_.low_precision()) return;
   for (int i : ids)
     if (small_offset_[size_t(i)] >= 0) {
@@ -180,7 +161,7 @@ float* GPTModel::param(const char* name) {
 }
 
 cpu::Mat GPTModel::matrix(const char* name) {
-  const char* base = static_cast<const char*>(params_.raw());
+  const char* base = static_cast<const char*>(param_data());
   return {base + layout_.get(name).offset * int64_t(dtype_size(dtype())), dtype()};
 }
 bool GPTModel::recomputed(int64_t l) const {

@@ -2,9 +2,10 @@
 // stage of it on one TP shard: [embedding] -> this stage's transformer layers -> [final norm ->
 // logits through the output layer (tied to the word embedding or its own) -> vocab-parallel
 // cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron.
-// Parameters live in one flat buffer (f32, or bf16/f16 under mixed precision), grads in one
-// flat fp32 buffer with the same layout (the main grads); backward ADDS into grads
-// (micro-batch accumulation). Under mixed precision the 1-D parameters (LayerNorms, biases)
+// Parameters live in the rank's ParamStore (model/param_store.h: one flat buffer, f32 or bf16/f16
+// under mixed precision, and fp32 main grads with the same offsets), which a model chunk shares
+// with the rank's other chunks under the interleaved schedule, or owns alone; backward ADDS into
+// grads (micro-batch accumulation). Under mixed precision the 1-D parameters (LayerNorms, biases)
 // are also widened into a small f32 copy each time forward reaches them. Each in-flight micro-batch of a pipeline
 // schedule uses its own activation slot.
 #pragma once
@@ -19,6 +20,7 @@
 #include "layers/transformer_layer.h"
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "model/param_store.h"
 #include "tensor/tensor.h"
 
 namespace mg {
@@ -37,8 +39,8 @@ struct StageSpec {
   ShardSpec shard;                // TP shard and pipeline stage
   bool sequence_parallel = false;
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
-  int64_t bucket_dp = -1;         // >= 0: bucketed buffer layout (> 0: padded for DP shards)
-  int64_t bucket_size = 40000000; // elements per bucket in that layout
+  int64_t bucket_dp = -1;         // a model owning its store: StoreSpec's bucket layout
+  int64_t bucket_size = 40000000;
   DType dtype = DType::F32;       // params and activations: F32, BF16 (--bf16) or F16 (--fp16)
   // Full activation recompute (--recompute-granularity full): "uniform" recomputes every layer
   // in chunks of recompute_num_layers (one chunk's caches live at a time), "block" the first
@@ -49,24 +51,28 @@ struct StageSpec {
 
 class GPTModel {
  public:
-  // tp_comm: the TP group (null: a single rank).
+  // tp_comm: the TP group (null: a single rank). store: the rank's parameter store, whose
+  // chunk `chunk` (spec.shard) this model computes; null: the model owns a store of its own.
   GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec = {},
-           Communicator* tp_comm = nullptr);
+           Communicator* tp_comm = nullptr, ParamStore* store = nullptr, int chunk = 0);
 
   const GPTConfig& config() const { return cfg_; }
+  // This chunk's parameters (offsets into the store's buffers).
   const ParamLayout& layout() const { return layout_; }
   const StageSpec& spec() const { return spec_; }
-  DType dtype() const { return params_.dtype(); }
-  // The flat parameter buffer in dtype(); params() only for f32 models.
-  void* param_data() { return params_.raw(); }
-  float* params() { return params_.data<float>(); }
-  float* grads() { return grads_.data<float>(); }
+  ParamStore& store() { return *store_; }
+  DType dtype() const { return store_->dtype(); }
+  // The store's flat buffers (params in dtype(); params() only for f32 models).
+  void* param_data() { return store_->param_data(); }
+  float* params() { return store_->params(); }
+  float* grads() { return store_->grads(); }
   // One parameter's local values as f32, and back (rounded to dtype()).
-  void read_param(const ParamSpec& p, float* out) const;
-  void write_param(const ParamSpec& p, const float* in);
-  int64_t num_params() const { return layout_.total_numel(); }
-  void init(uint64_t seed);
-  void zero_grads() { grads_.zero(); }
+  void read_param(const ParamSpec& p, float* out) const { store_->read_param(p, out); }
+  void write_param(const ParamSpec& p, const float* in) { store_->write_param(p, in); }
+  int64_t num_params() const { return store_->num_params(); }
+  // Initializes the whole store (every chunk of the rank).
+  void init(uint64_t seed) { store_->init(seed); }
+  void zero_grads() { store_->zero_grads(); }
 
   // Elements of the activation passed between stages: (R, H), R = S*B (/TP under SP).
   int64_t activation_numel() const { return dims_.local_rows() * dims_.H; }
@@ -117,14 +123,14 @@ class GPTModel {
   // The same, summed over the tensors this model did allocate.
   size_t allocated_activation_bytes() const;
 
-  // Called during backward with the indices (into layout().params()) of parameters whose
-  // gradients this backward has just finished: the final LayerNorm (and the tied output-layer
-  // copy) after the head, each layer's parameters after that layer, the embeddings last.
-  using GradReadyHook = std::function<void(const std::vector<int>& params)>;
-  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
-  // Called during forward with the parameters about to be read: the embeddings, each layer's,
-  // then the head's (the distributed optimizer's lazy parameter all-gather waits there).
-  void set_params_needed_hook(GradReadyHook hook) { params_needed_ = std::move(hook); }
+  // Whether backward reports finished parameters (the pipeline runner turns it on for a chunk's
+  // last micro-batch only, when a rank holds several chunks).
+  void report_grads(bool on) { report_grads_ = on; }
+  // Backward reports to the store's grad-ready hook the parameters (store indices) whose
+  // gradients it has just finished: the final LayerNorm (and the tied output-layer copy) after
+  // the head, each layer's parameters after that layer, the embeddings last. Forward reports to
+  // its params-needed hook those about to be read: the embeddings, each layer's, then the
+  // head's (the distributed optimizer's lazy parameter all-gather waits there).
 
  private:
   struct Slot {
@@ -158,10 +164,7 @@ class GPTModel {
   float* param(const char* name);
   cpu::Mat matrix(const char* name);
   float* grad(const char* name) { return grads() + layout_.get(name).offset; }
-  // Bytes of parameter p inside the flat buffer (on the compute device).
-  char* param_bytes(const ParamSpec& p) const;
-  // Stores n host f32 values at dst (in the flat buffer), rounded to dtype().
-  void store_from_host(char* dst, const float* in, int64_t n);
+  char* param_bytes(const ParamSpec& p) const { return store_->param_bytes(p); }
   // The output layer's weight on this stage: the word embedding when tied (its copy on a later
   // stage), else output_layer.weight.
   const char* output_weight_name() const;
@@ -179,8 +182,11 @@ class GPTModel {
   int64_t num_layers_;  // layers on this stage
   std::unique_ptr<Communicator> self_comm_;
   tp::TPGroup tp_;
-  ParamLayout layout_;
-  Tensor params_, grads_;
+  std::unique_ptr<ParamStore> own_store_;  // when no store was given
+  ParamStore* store_;
+  int param_base_ = 0;   // this chunk's first parameter in the store's layout
+  bool report_grads_ = true;
+  ParamLayout layout_;   // this chunk's parameters
   Tensor small_;                     // mixed precision: f32 copies of the 1-D params
   std::vector<int64_t> small_offset_;  // per param: offset in small_, -1 for matrices
   std::vector<LayerWeights> layer_params_, layer_grads_;
@@ -198,14 +204,11 @@ class GPTModel {
   Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
   Tensor rope_positions_;            // (S*B) RoPE position of each row
   Device dev_ = Device::CPU;         // the compute device every model buffer lives on
-  GradReadyHook grad_ready_, params_needed_;
   DropoutStep dropout_;              // set by dropout_on: seed, iteration and rates
   bool dropout_enabled_ = false;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;
-  void notify(const std::vector<int>& ids) {
-    if (grad_ready_ && !ids.empty()) grad_ready_(ids);
-  }
+  void notify(const std::vector<int>& ids);
   // Parameters about to be read: waits for them (hook), then refreshes their f32 copies.
   void need(const std::vector<int>& ids);
 };

@@ -52,6 +52,12 @@ void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp) {
   total_ = bucket_start;
 }
 
+ParamLayout ParamLayout::slice(int begin, int end) const {
+  ParamLayout l = *this;
+  l.params_.assign(params_.begin() + begin, params_.begin() + end);
+  return l;
+}
+
 const ParamSpec& ParamLayout::get(const std::string& name) const {
   auto it = std::find_if(params_.begin(), params_.end(),
                          [&](const ParamSpec& p) { return p.name == name; });

@@ -61,6 +61,9 @@ class ParamLayout {
   // padding elements belong to no parameter.
   // dp = 0: plain data parallelism, the same order and buckets with no alignment or padding.
   void assign_buckets(int64_t bucket_size, int64_t dp);
+  // The entries [begin, end) with their offsets (one model chunk of a store's layout); the
+  // total and the buckets stay the whole layout's.
+  ParamLayout slice(int begin, int end) const;
   // [begin, end) element ranges of the buckets (one bucket covering everything by default).
   const std::vector<std::pair<int64_t, int64_t>>& buckets() const { return buckets_; }
 

@@ -2,6 +2,7 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "pipeline/schedule_table.h"
 
 namespace mg {
 
@@ -20,6 +21,18 @@ std::pair<int64_t, int64_t> ParallelConfig::stage_layers(int64_t L, int stage) c
     begin += n;
   }
   return {L, L};
+}
+
+std::pair<int64_t, int64_t> ParallelConfig::chunk_layers(int64_t L, int stage, int chunk) const {
+  const int v = virtual_stages;
+  int64_t begin = 0;
+  for (int s = 0; s < stage; ++s) {
+    const auto [b, e] = stage_layers(L, s);
+    begin += (e - b) / v;
+  }
+  const auto [b, e] = stage_layers(L, stage);
+  begin += chunk * (L / v);  // every earlier chunk index: L / v layers over all ranks
+  return {begin, begin + (e - b) / v};
 }
 
 std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs, int64_t gbs) {
@@ -62,6 +75,10 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                   " equal middle stage(s) of --pipeline-model-parallel-size ", P);
   }
   MG_USER_CHECK(L >= P, "--num-layers ", L, " is smaller than --pipeline-model-parallel-size ", P);
+  virtual_stages = mg::virtual_stages({L, P, num_layers_per_virtual_pipeline_stage,
+                                       num_virtual_stages_per_pipeline_rank, first, last});
+  MG_USER_CHECK(microbatch_group_size_per_vp_stage >= 0,
+                "--microbatch-group-size-per-virtual-pipeline-stage must be positive");
   MG_USER_CHECK(gbs % checked_mul(mbs, DP, "--micro-batch-size x data-parallel size") == 0,
                 "--global-batch-size ", gbs,
                 " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
@@ -69,6 +86,8 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
   MG_USER_CHECK(ddp_bucket_size >= 0, "--ddp-bucket-size must be positive, or 0 for Megatron's default "
                 "max(40M, 1M x data-parallel size) (got ", ddp_bucket_size, ")");
   if (ddp_bucket_size == 0) ddp_bucket_size = default_ddp_bucket_size(DP);
+  if (virtual_stages > 1)  // the interleaved schedule's micro-batch rules, with M of this batch
+    validate_schedule({P, virtual_stages, gbs / (mbs * DP), microbatch_group_size_per_vp_stage});
   std::string warning;
   if (sequence_parallel && T == 1) {
     sequence_parallel = false;

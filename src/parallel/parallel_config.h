@@ -31,6 +31,11 @@ struct ParallelConfig {
   bool sequence_parallel = false;        // --sequence-parallel (needs TP > 1)
   int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
+  int64_t num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage
+  int64_t num_virtual_stages_per_pipeline_rank = 0;   // --num-virtual-stages-per-pipeline-rank
+  int64_t microbatch_group_size_per_vp_stage = 0;     // --microbatch-group-size-per-virtual-
+                                                      // pipeline-stage (0: PP)
+  int virtual_stages = 1;  // v, model chunks per pipeline rank (set by validate from the above)
   int64_t ddp_bucket_size = 0;  // --ddp-bucket-size: elements per DP all-reduce (0: Megatron's
                                 // default, max(40M, 1M x DP), set by validate)
   bool overlap_grad_reduce = false;      // --overlap-grad-reduce
@@ -41,6 +46,9 @@ struct ParallelConfig {
   int pp() const { return pipeline_model_parallel_size; }
   // [first, last) global layer indices held by pipeline stage `stage`.
   std::pair<int64_t, int64_t> stage_layers(int64_t num_layers, int stage) const;
+  // [first, last) of model chunk `chunk` on pipeline stage `stage`: virtual stage chunk x PP +
+  // stage, each rank's layers split evenly over its v chunks, virtual stages in order.
+  std::pair<int64_t, int64_t> chunk_layers(int64_t num_layers, int stage, int chunk) const;
 
   // Checks the layout against the world size, model and batch; throws UsageError naming the
   // flag. Returns a warning to print (empty if none), e.g. --sequence-parallel without TP.

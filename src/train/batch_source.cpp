@@ -69,13 +69,19 @@ BatchFn BatchSource::at(int64_t consumed) {
       mb.first_sample = start;
       return mb;
     }
-    if (loader_)
-      batch_ = loader_->next();
-    else
-      batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
-    return {batch_.tokens.data(), batch_.position_ids.data(), batch_.labels.data(),
-            batch_.loss_mask.data(),
-            batch_.attention_start.empty() ? nullptr : batch_.attention_start.data(), start};
+    // The iteration's micro-batches stay until the next iteration: a rank holding several
+    // model chunks runs each micro-batch once per chunk. The schedules reach micro-batch m
+    // only after 0..m-1, so the loader is read in order.
+    if (consumed != batches_consumed_) batches_.clear(), batches_consumed_ = consumed;
+    MG_CHECK(m <= int64_t(batches_.size()), "micro-batch ", m, " requested before micro-batch ",
+             batches_.size());
+    if (m == int64_t(batches_.size()))
+      batches_.push_back(loader_ ? loader_->next()
+                                 : make_batch(*ds_, start, cfg_.micro_batch_size,
+                                              cfg_.model.seq_length, opt_));
+    const Batch& b = batches_[size_t(m)];
+    return {b.tokens.data(), b.position_ids.data(), b.labels.data(), b.loss_mask.data(),
+            b.attention_start.empty() ? nullptr : b.attention_start.data(), start};
   };
 }
 

@@ -41,7 +41,8 @@ class BatchSource {
   int64_t dp_size_, dp_rank_;
   BatchOptions opt_;
   std::unique_ptr<BatchLoader> loader_;
-  Batch batch_;
+  std::vector<Batch> batches_;      // the micro-batches of the iteration at batches_consumed_
+  int64_t batches_consumed_ = -1;
 };
 
 }  // namespace mg

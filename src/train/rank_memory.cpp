@@ -21,31 +21,57 @@ int64_t RankMemory::total(bool with_host) const {
   return with_host ? checked_add(model, checked_add(data, final_params, kWhat), kWhat) : model;
 }
 
-StageSpec train_stage_spec(const TrainConfig& cfg, int world_rank) {
+std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank) {
   const RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
   const RankGrid::Coord c = grid.coord(world_rank);
-  const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(cfg.model.num_layers, c.pp);
-  StageSpec spec;
-  spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0, c.pp == grid.pp - 1};
-  spec.sequence_parallel = cfg.parallel.sequence_parallel;
-  spec.num_slots = pipeline_slots(c.pp, grid.pp, cfg.num_micro_batches());
-  spec.dtype = cfg.model_dtype();
-  if (cfg.recompute_granularity == "full") {
-    spec.recompute_method = cfg.recompute_method;
-    spec.recompute_num_layers = cfg.recompute_num_layers;
+  const int v = cfg.parallel.virtual_stages;
+  const ScheduleTable table = schedule_table(
+      {grid.pp, v, cfg.num_micro_batches(), cfg.parallel.microbatch_group_size_per_vp_stage},
+      c.pp);
+  std::vector<StageSpec> chunks;
+  for (int chunk = 0; chunk < v; ++chunk) {
+    const auto [layer_begin, layer_end] =
+        cfg.parallel.chunk_layers(cfg.model.num_layers, c.pp, chunk);
+    StageSpec spec;
+    spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0 && chunk == 0,
+                  c.pp == grid.pp - 1 && chunk == v - 1};
+    spec.sequence_parallel = cfg.parallel.sequence_parallel;
+    spec.num_slots = in_flight(table, chunk);
+    spec.dtype = cfg.model_dtype();
+    if (cfg.recompute_granularity == "full") {
+      spec.recompute_method = cfg.recompute_method;
+      spec.recompute_num_layers = cfg.recompute_num_layers;
+    }
+    chunks.push_back(spec);
   }
+  return chunks;
+}
+
+StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank) {
+  StoreSpec store;
+  store.chunks.clear();
+  for (const StageSpec& chunk : train_chunk_specs(cfg, world_rank))
+    store.chunks.push_back(chunk.shard);
+  store.dtype = cfg.model_dtype();
+  store.sequence_parallel = cfg.parallel.sequence_parallel && cfg.parallel.tp() > 1;
   // DP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of the
   // distributed optimizer).
-  if (grid.dp > 1 || cfg.use_distributed_optimizer) {
-    spec.bucket_dp = cfg.use_distributed_optimizer ? grid.dp : 0;
-    spec.bucket_size = cfg.parallel.ddp_bucket_size;
+  if (cfg.data_parallel_size > 1 || cfg.use_distributed_optimizer) {
+    store.bucket_dp = cfg.use_distributed_optimizer ? cfg.data_parallel_size : 0;
+    store.bucket_size = cfg.parallel.ddp_bucket_size;
   }
-  return spec;
+  return store;
 }
 
 RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
-  const StageSpec spec = train_stage_spec(cfg, world_rank);
-  const ParamCount count = shard_param_count(cfg.model, spec.shard);
+  const std::vector<StageSpec> chunks = train_chunk_specs(cfg, world_rank);
+  ParamCount count;
+  for (const StageSpec& chunk : chunks) {
+    const ParamCount c = shard_param_count(cfg.model, chunk.shard);
+    count.elements = checked_add(count.elements, c.elements, kWhat);
+    count.vector_elements = checked_add(count.vector_elements, c.vector_elements, kWhat);
+  }
+  const StageSpec& spec = chunks.front();
   const int64_t n = count.elements, dp = cfg.data_parallel_size;
   const bool low_precision = spec.dtype != DType::F32;
   RankMemory m;
@@ -64,10 +90,13 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     m.grads = checked_add(m.grads, checked_bytes(shard, DType::F32, kWhat), kWhat);
     m.params = checked_add(m.params, checked_bytes(shard, spec.dtype, kWhat), kWhat);
   }
-  m.activations = GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, spec);
+  for (const StageSpec& chunk : chunks)
+    m.activations = checked_add(
+        m.activations, GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, chunk), kWhat);
   // The ranks that read batches build their splits' indices (train/batch_source.cpp):
   // sample_index, 2 int32 a sample, and shuffle_index, 1 int32 (the document index aside).
-  if (spec.shard.first_stage || spec.shard.last_stage || cfg.reset_attention_mask) {
+  if (chunks.front().shard.first_stage || chunks.back().shard.last_stage ||
+      cfg.reset_attention_mask) {
     const std::array<int64_t, 3> samples = cfg.split_samples();
     const char* what = "bytes of the dataset indices (--train-iters, --eval-iters x "
                        "--global-batch-size samples)";

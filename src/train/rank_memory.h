@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/log.h"
 #include "model/gpt.h"
@@ -32,8 +33,12 @@ struct RankMemory {
   int64_t total(bool with_host) const;
 };
 
-// The model stage world_rank holds under cfg (finalize_and_validate has run).
-StageSpec train_stage_spec(const TrainConfig& cfg, int world_rank);
+// The model chunks world_rank holds under cfg (finalize_and_validate has run): its pipeline
+// stage, or its v virtual stages under the interleaved schedule, each with the activation slots
+// the schedule keeps in flight.
+std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank);
+// The parameter store holding those chunks.
+StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank);
 
 // What world_rank allocates under cfg; an overflow is a UsageError naming the flags.
 RankMemory rank_memory(const TrainConfig& cfg, int world_rank);

@@ -152,7 +152,7 @@ class Trainer {
   void finish();
 
   CheckpointIO checkpoint_io() {
-    return {*model_, optim_ ? *optim_ : dist_optim_->shard_optimizer(), g_, ckpt_cfg_,
+    return {*store_, optim_ ? *optim_ : dist_optim_->shard_optimizer(), g_, ckpt_cfg_,
             cfg_.use_distributed_optimizer};
   }
 
@@ -163,7 +163,20 @@ class Trainer {
   const LRSchedule sched_;
   BuiltData data_;
   BatchOptions batch_options_;
-  std::unique_ptr<GPTModel> model_;
+  std::unique_ptr<ParamStore> store_;              // every parameter of this rank
+  std::vector<std::unique_ptr<GPTModel>> chunks_;  // its model chunks (v under interleaving)
+  std::vector<GPTModel*> chunk_ptrs_;
+  // The schedule's shape for M micro-batches.
+  ScheduleShape schedule_shape(int64_t M) const {
+    return {g_.grid.pp, cfg_.parallel.virtual_stages, M,
+            cfg_.parallel.microbatch_group_size_per_vp_stage};
+  }
+  // Loss-mask tokens counted by the chunks since the last call (the last virtual stage's).
+  double take_tokens() {
+    double t = 0;
+    for (auto& c : chunks_) t += c->take_tokens();
+    return t;
+  }
   std::unique_ptr<Optimizer> optim_;
   std::unique_ptr<DistributedOptimizer> dist_optim_;
   std::unique_ptr<LossScaler> scaler_;
@@ -218,24 +231,29 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
 
 void Trainer::build_model_and_optimizer() {
   const TrainConfig& cfg = cfg_;
-  const StageSpec spec = train_stage_spec(cfg, g_.world_rank);
-  model_ = std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size, spec, g_.tp.get());
-  model_->init(cfg.seed);
-  model_->set_per_token_loss(cfg.calculate_per_token_loss);
-  sync_tied_embedding_params(*model_, g_);
+  store_ = std::make_unique<ParamStore>(cfg.model, train_store_spec(cfg, g_.world_rank));
+  const std::vector<StageSpec> specs = train_chunk_specs(cfg, g_.world_rank);
+  for (int c = 0; c < int(specs.size()); ++c) {
+    chunks_.push_back(std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size,
+                                                 specs[size_t(c)], g_.tp.get(), store_.get(), c));
+    chunks_.back()->set_per_token_loss(cfg.calculate_per_token_loss);
+    chunk_ptrs_.push_back(chunks_.back().get());
+  }
+  store_->init(cfg.seed);
+  sync_tied_embedding_params(*store_, g_);
   const DType grad_reduce_dtype = cfg.parallel.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
   if (cfg.use_distributed_optimizer)
-    dist_optim_ = std::make_unique<DistributedOptimizer>(*model_, g_, cfg.adam,
+    dist_optim_ = std::make_unique<DistributedOptimizer>(*store_, g_, cfg.adam,
                                                          cfg.parallel.overlap_grad_reduce,
                                                          cfg.parallel.overlap_param_gather,
                                                          grad_reduce_dtype);
   else
-    optim_ = std::make_unique<Optimizer>(model_->layout(), cfg.adam, model_->dtype(),
-                                         model_->param_data());
+    optim_ = std::make_unique<Optimizer>(store_->layout(), cfg.adam, store_->dtype(),
+                                         store_->param_data());
   if (cfg.fp16) scaler_ = std::make_unique<LossScaler>(cfg.loss_scaler);
   state_bytes_ = optim_ ? optim_->state_bytes() : dist_optim_->state_bytes();
   if (g_.grid.dp > 1 && !cfg.use_distributed_optimizer)
-    reducer_ = std::make_unique<GradReducer>(*model_, g_, cfg.parallel.overlap_grad_reduce,
+    reducer_ = std::make_unique<GradReducer>(*store_, g_, cfg.parallel.overlap_grad_reduce,
                                              grad_reduce_dtype);
 }
 
@@ -258,12 +276,16 @@ void Trainer::load_or_init() {
 }
 
 void Trainer::log_setup() const {
-  const GPTModel& model = *model_;
+  const ParamStore& model = *store_;
   if (ops::on_cuda()) log_line(str_cat(" > device: ", ops::device_description()));
   log_line(str_cat(" > layout: world ", g_.grid.world(), " = TP ", g_.grid.tp, " x PP ",
                    g_.grid.pp, " x DP ", g_.grid.dp,
                    cfg_.parallel.sequence_parallel ? " (sequence parallel)" : "",
-                   "; micro-batches per iteration per DP rank: ", M_));
+                   "; micro-batches per iteration per DP rank: ", M_,
+                   cfg_.parallel.virtual_stages > 1
+                       ? str_cat("; interleaved 1F1B, ", cfg_.parallel.virtual_stages,
+                                 " model chunks per pipeline rank")
+                       : std::string()));
   log_line(str_cat(" > number of parameters on (tensor, pipeline) model parallel rank (",
                    g_.coord.tp, ", ", g_.coord.pp, "): ", model.num_params(),
                    " (whole model: ", cfg_.model.num_parameters(), ")"));
@@ -291,7 +313,7 @@ TrainResult Trainer::run() {
     StepResult step = train_step(iter);
     if (cfg_.log_params_norm) {
       if (dist_optim_) dist_optim_->wait_params();
-      step.params_norm = params_l2_norm(*model_, g_);
+      step.params_norm = params_l2_norm(*store_, g_);
     }
     record(iter, step);
     if (tb_ && iter % cfg_.tensorboard.log_interval == 0) write_tensorboard(iter, step);
@@ -321,36 +343,36 @@ StepResult Trainer::train_step(int64_t iter) {
   const int64_t M = step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp);
   step.lr = sched_.at(scheduler_samples_);
   step.decoupled_lr = sched_.decoupled_at(scheduler_samples_);
-  model_->zero_grads();
+  store_->zero_grads();
   const double wd = sched_.weight_decay_at(scheduler_samples_);
   step.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   double local_loss = 0;
-  model_->dropout_on(cfg_.seed, iter);  // training micro-batches only
+  for (auto& c : chunks_) c->dropout_on(cfg_.seed, iter);  // training micro-batches only
   {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(
-        *model_, *g_.pp, M, train_batches_->at(consumed_),
+        chunk_ptrs_, *g_.pp, schedule_shape(M), train_batches_->at(consumed_),
         [&] {
           if (reducer_) reducer_->arm();
           if (dist_optim_) dist_optim_->arm();
         },
         step.loss_scale, cfg_.calculate_per_token_loss);
   }
-  model_->dropout_off();
+  for (auto& c : chunks_) c->dropout_off();
   // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
   {
     timers::Scope timer(timers::kAllGradsSync);
     if (dist_optim_) dist_optim_->reduce_scatter_grads();
     if (reducer_) reducer_->finish();
-    finalize_grads(*model_, g_);
+    finalize_grads(*store_, g_);
   }
   if (cfg_.calculate_per_token_loss) {
     // Megatron's finalize_model_grads: the DP-summed grads of the loss sum over the global
     // token count (ours are DP-averaged, hence the factor DP).
-    const auto [sum, tokens] = global_loss_and_tokens(local_loss, model_->take_tokens(), g_);
+    const auto [sum, tokens] = global_loss_and_tokens(local_loss, take_tokens(), g_);
     step.loss = sum / std::max(tokens, 1.0);
-    ops::scale_inplace(model_->grads(), float(double(g_.grid.dp) / std::max(tokens, 1.0)),
-                       model_->num_params());
+    ops::scale_inplace(store_->grads(), float(double(g_.grid.dp) / std::max(tokens, 1.0)),
+                       store_->num_params());
   } else {
     step.loss = report_loss(local_loss / double(M), g_);
   }
@@ -369,7 +391,7 @@ void Trainer::inject_grad_overflow(int64_t iter) {
                           cfg_.overflow_iters.end();
   if (inject) {
     const float inf = INFINITY;
-    ops::copy(model_->grads(), ops::device(), &inf, Device::CPU, sizeof(float));
+    ops::copy(store_->grads(), ops::device(), &inf, Device::CPU, sizeof(float));
   }
 }
 
@@ -381,18 +403,18 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
   // step on every rank (and the LR schedule does not advance).
   if (scaler_) {
     timers::Scope timer(timers::kOptimizerUnscaleAndCheckInf);
-    ops::scale_inplace(model_->grads(), float(1.0 / step.loss_scale), model_->num_params());
-    float found = ops::has_inf_or_nan(model_->grads(), model_->num_params()) ? 1.f : 0.f;
+    ops::scale_inplace(store_->grads(), float(1.0 / step.loss_scale), store_->num_params());
+    float found = ops::has_inf_or_nan(store_->grads(), store_->num_params()) ? 1.f : 0.f;
     g_.world->all_reduce(&found, 1, ReduceOp::Max);
     step.skipped = found > 0.f;
     scaler_->update(step.skipped);
   }
   if (!step.skipped) {
     timers::Scope timer(timers::kOptimizerClipMainGrad);
-    step.grad_norm = dist_optim_ ? dist_optim_->grad_norm() : global_grad_norm(*model_, g_);
+    step.grad_norm = dist_optim_ ? dist_optim_->grad_norm() : global_grad_norm(*store_, g_);
     if (cfg_.log_num_zeros_in_grad)
       step.num_zeros = double(count_zero_grads(
-          *model_, g_, dist_optim_ ? &dist_optim_->counted_ranges() : nullptr));
+          *store_, g_, dist_optim_ ? &dist_optim_->counted_ranges() : nullptr));
   }
   // Every rank holds the same loss and norm, so every rank stops here together.
   MG_USER_CHECK(!cfg_.check_for_nan_in_loss_and_grad ||
@@ -409,7 +431,7 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
     if (dist_optim_)
       dist_optim_->step(float(step.lr), float(wd), step.grad_norm, float(step.decoupled_lr));
     else
-      optim_->step(model_->param_data(), model_->grads(), float(step.lr), float(wd),
+      optim_->step(store_->param_data(), store_->grads(), float(step.lr), float(wd),
                    step.grad_norm, float(step.decoupled_lr));
     scheduler_samples_ += step.global_batch_size;
   }
@@ -473,8 +495,8 @@ void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, co
   double v = 0, tokens = 0;
   const double per_batch = cfg_.calculate_per_token_loss ? 1.0 : double(M_);
   for (int64_t it = 0; it < cfg_.eval_iters; ++it) {
-    v += forward_only(*model_, *g_.pp, M_, batches.at(consumed)) / per_batch;
-    tokens += model_->take_tokens();
+    v += forward_only(chunk_ptrs_, *g_.pp, M_, batches.at(consumed)) / per_batch;
+    tokens += take_tokens();
     consumed += cfg_.global_batch_size;
   }
   if (cfg_.calculate_per_token_loss) {
@@ -560,7 +582,7 @@ void Trainer::finish() {
     log_line(str_cat(" > overlap-grad-reduce: ",
                      reducer_ ? reducer_->buckets_launched_early()
                               : dist_optim_->buckets_launched_early(),
-                     " of ", int64_t(model_->layout().buckets().size()) * cfg_.train_iters,
+                     " of ", int64_t(store_->layout().buckets().size()) * cfg_.train_iters,
                      " DP buckets started during the backward"));
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -572,7 +594,7 @@ void Trainer::finish() {
                                   : std::string()),
            /*all_ranks=*/true);
   if (!cfg_.dump_final_params.empty()) {
-    const std::vector<float> full = gather_full_params(*model_, g_);
+    const std::vector<float> full = gather_full_params(*store_, g_);
     if (g_.world_rank == 0) write_params_file(cfg_.dump_final_params, full, cfg_.model);
   }
 }

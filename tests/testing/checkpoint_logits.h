@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/checkpoint.h"
+#include "model/gpt.h"
 #include "checkpoint/convert.h"
 #include "testing/temp_dir.h"
 

@@ -42,7 +42,7 @@ TEST(RankMemory, SingleRankFp32AdamIsSixteenBytesPerParameterPlusActivations) {
   EXPECT_EQ(m.params, 4 * P);
   EXPECT_EQ(m.grads, 4 * P);
   EXPECT_EQ(m.optimizer, 8 * P);
-  EXPECT_EQ(m.activations, GPTModel::activation_bytes(c.model, 2, train_stage_spec(c, 0)));
+  EXPECT_EQ(m.activations, GPTModel::activation_bytes(c.model, 2, train_chunk_specs(c, 0).front()));
   EXPECT_EQ(m.data, 12 * 10 * 2);  // 10 iterations x 2 samples, 12 index bytes each
   EXPECT_EQ(m.total(false), 16 * P + m.activations);
 }
@@ -69,7 +69,7 @@ TEST(RankMemory, PipelineStagesHoldTheirLayersAndInFlightMicroBatches) {
   c.parallel.pipeline_model_parallel_size = 2;
   c.global_batch_size = 8;  // 4 micro-batches
   c.finalize_and_validate(2);
-  const StageSpec first = train_stage_spec(c, 0), last = train_stage_spec(c, 1);
+  const StageSpec first = train_chunk_specs(c, 0).front(), last = train_chunk_specs(c, 1).front();
   EXPECT_EQ(first.num_slots, 2);  // 1F1B: PP - stage in flight
   EXPECT_EQ(last.num_slots, 1);
   EXPECT_EQ(first.shard.layer_begin, 0);
