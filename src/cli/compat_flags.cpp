@@ -108,7 +108,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--moe-layer-freq", "N", "mixture-of-experts layers (the MoE issue)"},
     {"--moe-permute-fusion", "", "mixture-of-experts layers (the MoE issue)"},
     {"--expert-tensor-parallel-size", "N", "expert parallelism (the MoE issue)"},
-    {"--cp-comm-type", "NAME", "context parallelism"},
     {"--num-layers-per-virtual-pipeline-stage", "N", "the interleaved pipeline schedule"},
     {"--num-virtual-stages-per-pipeline-rank", "N", "the interleaved pipeline schedule"},
     {"--microbatch-group-size-per-virtual-pipeline-stage", "N",
@@ -124,7 +123,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
 };
 
 constexpr DefaultOnlyFlag kTrainDefaultOnly[] = {
-    {"--context-parallel-size", "CP", "1", "context parallelism"},
     {"--expert-model-parallel-size", "EP", "1", "expert parallelism (the MoE issue)"},
 };
 

@@ -44,7 +44,8 @@ BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod
 
 BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
                          const BatchOptions& opt, bool prefetch, int64_t consumed)
-    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {
+    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp),
+      cp_{g.grid.cp, g.coord.cp, cfg.model.seq_length}, opt_(opt) {
   if (ds && prefetch) {
     LoaderSpec spec;
     spec.micro_batch_size = cfg.micro_batch_size;
@@ -73,6 +74,7 @@ BatchFn BatchSource::at(int64_t consumed) {
       batch_ = loader_->next();
     else
       batch_ = make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_);
+    if (cp_.size > 1) batch_ = slice_for_context_parallel(batch_, cp_);
     return {batch_.tokens.data(), batch_.position_ids.data(), batch_.labels.data(),
             batch_.loss_mask.data(),
             batch_.attention_start.empty() ? nullptr : batch_.attention_start.data(), start};

@@ -22,12 +22,14 @@ int64_t RankMemory::total(bool with_host) const {
 }
 
 StageSpec train_stage_spec(const TrainConfig& cfg, int world_rank) {
-  const RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  const RankGrid grid = cfg.rank_grid();
   const RankGrid::Coord c = grid.coord(world_rank);
   const auto [layer_begin, layer_end] = cfg.parallel.stage_layers(cfg.model.num_layers, c.pp);
   StageSpec spec;
   spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0, c.pp == grid.pp - 1};
   spec.sequence_parallel = cfg.parallel.sequence_parallel;
+  spec.cp_size = grid.cp;
+  spec.cp_rank = c.cp;
   spec.num_slots = pipeline_slots(c.pp, grid.pp, cfg.num_micro_batches());
   spec.dtype = cfg.model_dtype();
   if (cfg.recompute_granularity == "full") {
