@@ -67,7 +67,8 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   const DType t = m.dtype();
   const int64_t esize = int64_t(dtype_size(t));
   char* base = static_cast<char*>(m.param_data());
-  const int tp_rank = io.groups.coord.tp, dp_rank = io.groups.coord.dp;
+  // CP ranks hold DP-like copies: the distributed optimizer shards over DP x CP.
+  const int tp_rank = io.groups.coord.tp, dp_rank = io.groups.dp_cp->rank();
   const bool adam = io.cfg.optimizer == "adam";
   for (const ParamSpec& p : m.layout().params()) {
     const bool owner = counted_once(p, tp_rank);

@@ -108,7 +108,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--moe-layer-freq", "N", "mixture-of-experts layers (the MoE issue)"},
     {"--moe-permute-fusion", "", "mixture-of-experts layers (the MoE issue)"},
     {"--expert-tensor-parallel-size", "N", "expert parallelism (the MoE issue)"},
-    {"--cp-comm-type", "NAME", "context parallelism"},
     {"--step-batch-size-schedule", "SCHEDULE...", "a token-based global batch size schedule"},
     {"--ckpt-format", "NAME",
      "checkpoints are megatron-cpp's own sharded format (docs/checkpoint-format.md), which "
@@ -120,7 +119,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
 };
 
 constexpr DefaultOnlyFlag kTrainDefaultOnly[] = {
-    {"--context-parallel-size", "CP", "1", "context parallelism"},
     {"--expert-model-parallel-size", "EP", "1", "expert parallelism (the MoE issue)"},
 };
 

@@ -75,7 +75,7 @@ int train(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
     cfg.model.vocab_size = mg::train_vocab_size(cfg, v, model_from_ckpt, given);
   const std::string warning = cfg.finalize_and_validate(mpi.world_size());
   if (!warning.empty()) mg::log_line(warning);
-  mg::RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  const mg::RankGrid grid = cfg.rank_grid();
   mg::set_comm_timeout(cfg.distributed_timeout_minutes * 60.0);
   // Outside the try: the handler below aborts while the communicators still exist (tearing
   // an NCCL group down while the other ranks sit in its collectives could hang).

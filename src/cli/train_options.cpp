@@ -66,11 +66,19 @@ const std::vector<Option<TrainConfig>>& train_options() {
       valued<C>("--adam-beta2", "X", "Adam beta2", MG_FIELD(adam.beta2)),
       valued<C>("--adam-eps", "X", "Adam epsilon", MG_FIELD(adam.eps)),
       valued<C>("--seed", "N", "random seed for init and data order", MG_FIELD(seed)),
-      // parallelism (data-parallel size = world / (TP x PP))
+      // parallelism (data-parallel size = world / (TP x CP x PP))
       valued<C>("--tensor-model-parallel-size", "TP", "tensor-parallel ranks (adjacent ranks)",
                 MG_FIELD(parallel.tensor_model_parallel_size)),
       valued<C>("--pipeline-model-parallel-size", "PP", "pipeline stages",
                 MG_FIELD(parallel.pipeline_model_parallel_size)),
+      valued<C>("--context-parallel-size", "CP",
+                "context-parallel ranks: each sequence split in 2 x CP chunks, rank r holding "
+                "chunks r and 2 CP - 1 - r (gradients reduced over DP x CP)",
+                MG_FIELD(parallel.context_parallel_size)),
+      valued<C>("--cp-comm-type", "NAME",
+                "context-parallel attention: p2p (ring exchanging K/V blocks) | a2a (all-to-all "
+                "over heads; heads / TP divisible by CP)",
+                MG_FIELD(parallel.cp_comm_type)),
       on_off<C>("--sequence-parallel",
                 "split LayerNorm/residual activations along the sequence across TP ranks",
                 MG_FIELD(parallel.sequence_parallel)),

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cp_layout.h"
 #include "core/philox.h"
 
 namespace mg {
@@ -78,19 +79,22 @@ MG_HOST_DEVICE inline void dropout_factors(float* f, const DropoutKey& key, int6
 }
 
 // A block of sequence-first rows (row r = (t - t0) * B + b for this rank's tokens t) by C
-// columns: element (r, c) is hidden unit col0 + c of token t0 + r / B of sample sample0 + r % B.
+// columns: element (r, c) is hidden unit col0 + c of the token at global position
+// cp.position(t0 + r / B) of sample sample0 + r % B (under context parallelism the rank's
+// tokens are two chunks of the sequence; without it, position t0 + r / B).
 struct DropoutRows {
   DropoutKey key;
   int64_t sample0 = 0;  // global index of the micro-batch's first sample
   int64_t B = 1;        // samples in the micro-batch
-  int64_t t0 = 0;       // global position of this block's first token (SP: rank's first)
+  int64_t t0 = 0;       // this block's first token among the CP rank's (SP: TP rank's first)
   int64_t col0 = 0;     // global index of the first column
+  CpLayout cp = {};     // the CP rank's tokens (default: the whole sequence)
   MG_HOST_DEVICE float factor(int64_t r, int64_t c) const {
-    return dropout_factor(key, sample0 + r % B, 0, t0 + r / B, col0 + c);
+    return dropout_factor(key, sample0 + r % B, 0, cp.position(t0 + r / B), col0 + c);
   }
   // f[c] = factor(r, c) for c < C.
   MG_HOST_DEVICE void row(float* f, int64_t r, int64_t C) const {
-    dropout_factors(f, key, sample0 + r % B, 0, t0 + r / B, col0, C);
+    dropout_factors(f, key, sample0 + r % B, 0, cp.position(t0 + r / B), col0, C);
   }
 };
 

@@ -1,5 +1,7 @@
 #include "data/batch.h"
 
+#include "core/error.h"
+
 namespace mg {
 
 Batch make_batch(const SampleDataset& ds, int64_t first, int64_t B, int64_t S,
@@ -29,6 +31,28 @@ Batch make_batch(const SampleDataset& ds, int64_t first, int64_t B, int64_t S,
     }
   }
   return b;
+}
+
+Batch slice_for_context_parallel(const Batch& b, const CpLayout& cp) {
+  MG_CHECK(cp.S == b.S && b.S % (2 * cp.size) == 0, "context parallelism over ", cp.size,
+           " ranks needs a sequence length divisible by ", 2 * cp.size, " (got ", b.S, ")");
+  const int64_t S_local = cp.local_length();
+  Batch out;
+  out.B = b.B;
+  out.S = S_local;
+  auto slice = [&](const auto& in, auto& dst) {
+    if (in.empty()) return;
+    dst.resize(size_t(b.B * S_local));
+    for (int64_t r = 0; r < b.B; ++r)
+      for (int64_t t = 0; t < S_local; ++t)
+        dst[size_t(r * S_local + t)] = in[size_t(r * b.S + cp.position(t))];
+  };
+  slice(b.tokens, out.tokens);
+  slice(b.labels, out.labels);
+  slice(b.position_ids, out.position_ids);
+  slice(b.loss_mask, out.loss_mask);
+  slice(b.attention_start, out.attention_start);
+  return out;
 }
 
 }  // namespace mg

@@ -7,6 +7,7 @@
 #pragma once
 #include <vector>
 
+#include "core/cp_layout.h"
 #include "data/gpt_dataset.h"
 
 namespace mg {
@@ -30,6 +31,11 @@ struct Batch {
 // Samples [first, first + B) of the dataset (wrapping at its end, as a cyclic iterator does).
 Batch make_batch(const SampleDataset& ds, int64_t first, int64_t B, int64_t S,
                  const BatchOptions& opt);
+
+// Context parallelism: the CP rank's tokens of every (B, S) array of b, (B, S / CP) in
+// cp.position order (chunks r and 2 CP - 1 - r). Values are unchanged: position ids and
+// attention starts stay global positions. Every CP rank of a DP replica slices the same batch.
+Batch slice_for_context_parallel(const Batch& b, const CpLayout& cp);
 
 // Global sample id of the first sample this DP rank reads in micro-step `micro` of the
 // iteration that starts at `consumed` samples.

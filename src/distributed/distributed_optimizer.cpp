@@ -15,7 +15,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
       overlap_params_(overlap_param_gather), grad_dtype_(grad_reduce_dtype) {
   check_reducible(grad_dtype_);
   const ParamLayout& layout = store.layout();
-  const int64_t dp = g.dp->size(), d = g.dp->rank();
+  const int64_t dp = g.dp_cp->size(), d = g.dp_cp->rank();
   for (const auto& [begin, end] : layout.buckets()) {
     MG_CHECK((end - begin) % dp == 0, "bucket not divisible by DP");
     const int64_t lo = begin + d * (end - begin) / dp, hi = lo + (end - begin) / dp;
@@ -67,21 +67,21 @@ DistributedOptimizer::~DistributedOptimizer() {
 void DistributedOptimizer::launch_reduce_scatter(size_t b) {
   const auto [begin, end] = store_.layout().buckets()[b];
   float* G = store_.grads() + begin;
-  ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
+  ops::scale_inplace(G, 1.0f / float(g_.grid.dp), end - begin);  // a sum over CP
   const void* in = G;
   if (grad_dtype_ == DType::BF16) {
     ops::cast_from_f32(grad_bf16_[b].raw(), DType::BF16, G, end - begin);
     in = grad_bf16_[b].raw();
   }
   grad_req_[b] =
-      g_.dp->ireduce_scatter(in, grad_shard_[b].raw(), grad_shard_[b].numel(), grad_dtype_);
+      g_.dp_cp->ireduce_scatter(in, grad_shard_[b].raw(), grad_shard_[b].numel(), grad_dtype_);
 }
 
 // Every bucket goes through the same non-blocking collective whether or not it started early,
 // so overlapping does not change a bit of the result.
 void DistributedOptimizer::reduce_scatter_grads() {
   float* G = store_.grads();
-  const int64_t d = g_.dp->rank();
+  const int64_t d = g_.dp_cp->rank();
   const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!grad_req_[b]) launch_reduce_scatter(b);
@@ -117,14 +117,14 @@ void DistributedOptimizer::step(float lr, float wd, double grad_norm, float deco
   optim_->step(store_.param_data(), store_.grads(), lr, wd, grad_norm, decoupled_lr);
   char* P = static_cast<char*>(store_.param_data());
   const DType t = store_.dtype();
-  const int64_t esize = int64_t(dtype_size(t)), d = g_.dp->rank();
+  const int64_t esize = int64_t(dtype_size(t)), d = g_.dp_cp->rank();
   const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Tensor& shard = param_shard_[b];
     const int64_t n = shard.numel();
     char* bucket = P + buckets[b].first * esize;
     ops::copy(shard.raw(), ops::device(), bucket + d * n * esize, ops::device(), shard.nbytes());
-    param_req_[b] = g_.dp->iall_gather(shard.raw(), bucket, n, t);
+    param_req_[b] = g_.dp_cp->iall_gather(shard.raw(), bucket, n, t);
   }
   if (!overlap_params_) wait_params();
 }

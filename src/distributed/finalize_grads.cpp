@@ -68,7 +68,7 @@ double global_grad_norm(ParamStore& store, ProcessGroups& g) {
 std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g) {
   const ParamLayout full = gpt_param_layout(store.config());
   std::vector<float> out(size_t(full.total_numel()), 0.f);
-  if (g.coord.dp == 0) {
+  if (g.dp_cp->rank() == 0) {
     std::vector<float> local;
     for (const ParamSpec& p : store.layout().params()) {
       if (!counted_once(p, g.coord.tp)) continue;

@@ -64,12 +64,12 @@ void GradReducer::ready(const std::vector<int>& params) {
 void GradReducer::launch(size_t b) {
   const auto [begin, end] = store_.layout().buckets()[b];
   float* G = store_.grads() + begin;
-  ops::scale_inplace(G, 1.0f / float(g_.dp->size()), end - begin);
+  ops::scale_inplace(G, 1.0f / float(g_.grid.dp), end - begin);  // a sum over CP
   if (reduce_dtype_ == DType::BF16) {
     ops::cast_from_f32(bf16_[b].raw(), DType::BF16, G, end - begin);
-    requests_[b] = g_.dp->iall_reduce(bf16_[b].raw(), end - begin, DType::BF16);
+    requests_[b] = g_.dp_cp->iall_reduce(bf16_[b].raw(), end - begin, DType::BF16);
   } else {
-    requests_[b] = g_.dp->iall_reduce(G, end - begin);
+    requests_[b] = g_.dp_cp->iall_reduce(G, end - begin);
   }
 }
 

@@ -13,7 +13,7 @@ namespace {
 LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   LayerDims d;
   d.B = B;
-  d.S = c.seq_length;
+  d.S = c.seq_length / s.cp_size;  // this CP rank's tokens of each sequence
   d.H = c.hidden_size;
   d.spec = c.layer_spec(s.shard.layer_begin);
   d.tp = s.shard.tp_size;
@@ -37,10 +37,10 @@ CacheCounts cache_counts(const StageSpec& spec, int64_t layers) {
             spec.recompute_num_layers > 0 ? 1 : 0};
   return {layers, 0};
 }
-// The products of one micro-batch's rows (S x B) with each width an activation has, checked
-// before any shape is formed from them.
-void check_activation_sizes(const GPTConfig& cfg, int64_t B, int64_t tp) {
-  const int64_t N = checked_mul(cfg.seq_length, B, "rows of a micro-batch (--seq-length x "
+// The products of one micro-batch's rows (S / CP x B) with each width an activation has,
+// checked before any shape is formed from them.
+void check_activation_sizes(const GPTConfig& cfg, int64_t B, int64_t tp, int64_t cp) {
+  const int64_t N = checked_mul(cfg.seq_length / cp, B, "rows of a micro-batch (--seq-length x "
                                 "--micro-batch-size)");
   const LayerSpec s = cfg.layer_spec(0);
   checked_mul(N, cfg.hidden_size, "elements of one layer's activations (--seq-length x "
@@ -64,10 +64,11 @@ std::unique_ptr<ParamStore> own_store(const GPTConfig& cfg, const StageSpec& spe
 }  // namespace
 
 GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec,
-                   Communicator* tp_comm, ParamStore* store, int chunk)
+                   Communicator* tp_comm, Communicator* cp_comm, ParamStore* store, int chunk)
     : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
-      tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp},
+      tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp}, cp_comm_(cp_comm),
+      cp_{spec.cp_size, spec.cp_rank, cfg.seq_length},
       own_store_(own_store(cfg, spec, store)),
       store_(store ? store : own_store_.get()),
       param_base_(store_->chunk_params(chunk).first),
@@ -78,6 +79,12 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
            " differs from its parameter store's ", dtype_name(store_->dtype()));
   MG_CHECK(tp_.size() == spec.shard.tp_size, "TP group size ", tp_.size(), " != shard TP ",
            spec.shard.tp_size);
+  MG_CHECK(spec.cp_size == (cp_comm ? cp_comm->size() : 1) &&
+               spec.cp_rank == (cp_comm ? cp_comm->rank() : 0),
+           "CP group (", cp_comm ? cp_comm->size() : 1, " ranks) does not match the stage's CP ",
+           spec.cp_size, " rank ", spec.cp_rank);
+  MG_CHECK(cfg.seq_length % (2 * spec.cp_size) == 0 || spec.cp_size == 1, "seq length ",
+           cfg.seq_length, " not divisible by 2 x CP ", spec.cp_size);
   const ShardSpec& sh = spec.shard;
   const int64_t end = sh.layer_end < 0 ? cfg.num_layers : sh.layer_end;
   num_layers_ = end - sh.layer_begin;
@@ -121,11 +128,12 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   allocate_decls(*this, buffer_decls(cfg, dims_, spec), dev_);
   if (cfg.rope()) {
     // Megatron's RoPE positions are the sequence index 0..S-1 of each row (row = t*B + b),
-    // whatever the position ids: the same table for every micro-batch.
+    // whatever the position ids: the same table for every micro-batch (under CP, the global
+    // index of the rank's local token t).
     const std::vector<float> inv_freq = cfg.rope_inv_freq();
     ops::copy(rope_inv_freq_.raw(), dev_, inv_freq.data(), Device::CPU, rope_inv_freq_.nbytes());
     std::vector<int32_t> pos(static_cast<size_t>(N));
-    for (int64_t n = 0; n < N; ++n) pos[size_t(n)] = int32_t(n / dims_.B);
+    for (int64_t n = 0; n < N; ++n) pos[size_t(n)] = int32_t(cp_.position(n / dims_.B));
     ops::copy(rope_positions_.raw(), dev_, pos.data(), Device::CPU, rope_positions_.nbytes());
   }
 }
@@ -203,7 +211,7 @@ LayerInputs GPTModel::layer_inputs(const Slot& s, int64_t l) const {
 DropoutRows GPTModel::embedding_dropout(const Slot& s) const {
   const DropoutStep& st = s.dropout;
   return {st.key(st.hidden, 0, DropoutSite::Embedding), st.sample0, dims_.B,
-          dims_.sp ? tp_.rank() * (dims_.S / dims_.tp) : 0, 0};
+          dims_.sp ? tp_.rank() * (dims_.S / dims_.tp) : 0, 0, cp_};
 }
 
 void GPTModel::final_norm_forward(Slot& s) {
@@ -341,6 +349,7 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
                                            s.labels.data<int32_t>(), N, V_local);
   s.mask_sum = 0;
   for (int64_t n = 0; n < N; ++n) s.mask_sum += s.mask.data<float>()[n];
+  if (cp_comm_) s.mask_sum = all_reduce_sum(*cp_comm_, s.mask_sum);  // the whole sequences'
   tokens_ += s.mask_sum;
   // Per-token loss: the plain sum (a divisor of 1; nothing to add when every token is masked).
   ops::masked_mean_accumulate(reinterpret_cast<double*>(loss_sum_.raw()), s.losses.data<float>(),
@@ -358,7 +367,7 @@ double GPTModel::take_loss() {
   double sum = 0;
   ops::copy(&sum, Device::CPU, loss_sum_.raw(), dev_, sizeof(double));
   ops::memset_zero(loss_sum_.raw(), sizeof(double), dev_);
-  return sum;
+  return cp_comm_ ? all_reduce_sum(*cp_comm_, sum) : sum;
 }
 
 void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
@@ -470,7 +479,7 @@ std::vector<TensorDecl<GPTModel>> GPTModel::buffer_decls(const GPTConfig& cfg, c
 
 int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_size,
                                    const StageSpec& spec) {
-  check_activation_sizes(cfg, micro_batch_size, spec.shard.tp_size);
+  check_activation_sizes(cfg, micro_batch_size, spec.shard.tp_size, spec.cp_size);
   const LayerDims d = make_dims(cfg, micro_batch_size, spec);
   const int64_t end = spec.shard.layer_end < 0 ? cfg.num_layers : spec.shard.layer_end;
   const int64_t layers = end - spec.shard.layer_begin;

@@ -1,7 +1,9 @@
 // A GPT-style language model (GPT-2, Llama, ... as described by GPTConfig), or one pipeline
 // stage of it on one TP shard: [embedding] -> this stage's transformer layers -> [final norm ->
 // logits through the output layer (tied to the word embedding or its own) -> vocab-parallel
-// cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron.
+// cross-entropy]. Activations are sequence-first [S, B, H] as in Megatron. Under context
+// parallelism a rank holds S / CP tokens of each sequence (core/cp_layout.h: two chunks) and
+// every per-token buffer is S / CP long.
 // Parameters live in the rank's ParamStore (model/param_store.h: one flat buffer, f32 or bf16/f16
 // under mixed precision, and fp32 main grads with the same offsets), which a model chunk shares
 // with the rank's other chunks under the interleaved schedule, or owns alone; backward ADDS into
@@ -17,6 +19,7 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "core/cp_layout.h"
 #include "layers/transformer_layer.h"
 #include "model/config.h"
 #include "model/param_layout.h"
@@ -25,7 +28,8 @@
 
 namespace mg {
 
-// One micro-batch, each array B*S long, row-major [B, S] (the data loader's order).
+// One micro-batch, each array B*S long, row-major [B, S] (the data loader's order); under
+// context parallelism S is this CP rank's S / CP tokens (data/batch.h slices them).
 struct MicroBatch {
   const int32_t* tokens;
   const int32_t* position_ids;
@@ -38,6 +42,7 @@ struct MicroBatch {
 struct StageSpec {
   ShardSpec shard;                // TP shard and pipeline stage
   bool sequence_parallel = false;
+  int64_t cp_size = 1, cp_rank = 0;  // context parallelism: CP ranks, this rank's index
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
   int64_t bucket_dp = -1;         // a model owning its store: StoreSpec's bucket layout
   int64_t bucket_size = 40000000;
@@ -51,10 +56,13 @@ struct StageSpec {
 
 class GPTModel {
  public:
-  // tp_comm: the TP group (null: a single rank). store: the rank's parameter store, whose
-  // chunk `chunk` (spec.shard) this model computes; null: the model owns a store of its own.
+  // tp_comm: the TP group (null: a single rank). cp_comm: the CP group (null: CP = 1), over
+  // which the last stage sums the loss-mask counts and the reported losses. store: the rank's
+  // parameter store, whose chunk `chunk` (spec.shard) this model computes; null: the model owns
+  // a store of its own.
   GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec = {},
-           Communicator* tp_comm = nullptr, ParamStore* store = nullptr, int chunk = 0);
+           Communicator* tp_comm = nullptr, Communicator* cp_comm = nullptr,
+           ParamStore* store = nullptr, int chunk = 0);
 
   const GPTConfig& config() const { return cfg_; }
   // This chunk's parameters (offsets into the store's buffers).
@@ -74,7 +82,7 @@ class GPTModel {
   void init(uint64_t seed) { store_->init(seed); }
   void zero_grads() { store_->zero_grads(); }
 
-  // Elements of the activation passed between stages: (R, H), R = S*B (/TP under SP).
+  // Elements of the activation passed between stages: (R, H), R = S/CP*B (/TP under SP).
   int64_t activation_numel() const { return dims_.local_rows() * dims_.H; }
   float* input_activation(int64_t slot) { return slots_[slot].resid.front().data<float>(); }
   float* output_activation(int64_t slot) { return slots_[slot].resid.back().data<float>(); }
@@ -90,8 +98,15 @@ class GPTModel {
   // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
   // labels/mask by the last). The last stage adds the micro-batch's sum(loss * mask) /
   // sum(mask) to a running sum kept on the compute device, so a GPU forward does not wait.
+  // Context parallelism: both sums run over the WHOLE sequence: sum(mask) is all-reduced over
+  // CP here (one double per micro-batch), and each CP rank adds its own tokens' part of the
+  // sum; backward seeds each token with mask / (whole-sequence sum(mask)) x loss_scale. So
+  // each CP rank's gradients are its tokens' part of the 1-rank gradient: the gradient
+  // reduction must SUM over CP (reduce over dp_cp, scaled by 1/DP, not 1/(DP x CP)).
   void forward_step(int64_t slot, const MicroBatch& mb);
-  // The running loss sum since the last call (0 on other stages), then reset to 0.
+  // The running loss sum since the last call (0 on other stages), then reset to 0. Under CP it
+  // is all-reduced over the CP group: every CP rank returns the whole-sequence loss (so the
+  // trainer averages the reported loss over DP only). Collective over CP on the last stage.
   double take_loss();
   // Drops the running sum (the schedules start from 0, whatever an interrupted call left).
   void reset_loss();
@@ -104,7 +119,8 @@ class GPTModel {
   // sum(loss * mask) itself, not divided by sum(mask), and backward seeds each unmasked token
   // with loss_scale; the caller divides by the global batch's token count (take_tokens, summed).
   void set_per_token_loss(bool on) { per_token_loss_ = on; }
-  // The loss-mask count of the micro-batches since the last call (0 on other stages), then 0.
+  // The loss-mask count of the micro-batches since the last call (0 on other stages), then 0;
+  // under CP the whole sequences' count, the same on every CP rank (sum it over DP only).
   double take_tokens() { return std::exchange(tokens_, 0.0); }
   // Backpropagates loss_scale * loss (last stage) or d_output (R, H) (other stages); grads +=.
   void backward(int64_t slot, const float* d_output, float loss_scale);
@@ -182,6 +198,8 @@ class GPTModel {
   int64_t num_layers_;  // layers on this stage
   std::unique_ptr<Communicator> self_comm_;
   tp::TPGroup tp_;
+  Communicator* cp_comm_;            // null when CP = 1
+  CpLayout cp_;                      // this CP rank's tokens of each sequence
   std::unique_ptr<ParamStore> own_store_;  // when no store was given
   ParamStore* store_;
   int param_base_ = 0;   // this chunk's first parameter in the store's layout

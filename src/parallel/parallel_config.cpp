@@ -1,5 +1,7 @@
 #include "parallel/parallel_config.h"
 
+#include <string>
+
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "pipeline/schedule_table.h"
@@ -35,15 +37,42 @@ std::pair<int64_t, int64_t> ParallelConfig::chunk_layers(int64_t L, int stage, i
   return {begin, begin + (e - b) / v};
 }
 
+std::string ParallelConfig::layout_string(int world) const {
+  const int model = tp() * cp() * pp();
+  return "TP " + std::to_string(tp()) + " x CP " + std::to_string(cp()) + " x PP " +
+         std::to_string(pp()) + " x DP " + std::to_string(model > 0 ? world / model : 0);
+}
+
 std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs, int64_t gbs) {
-  const int T = tp(), P = pp();
+  const int T = tp(), P = pp(), CP = cp();
   MG_USER_CHECK(T >= 1, "--tensor-model-parallel-size must be >= 1 (got ", T, ")");
   MG_USER_CHECK(P >= 1, "--pipeline-model-parallel-size must be >= 1 (got ", P, ")");
-  MG_USER_CHECK(int64_t(T) * P <= world && world % (T * P) == 0, "world size ", world,
+  MG_USER_CHECK(CP >= 1, "--context-parallel-size must be >= 1 (got ", CP, ")");
+  const int64_t model_ranks = int64_t(T) * CP * P;
+  MG_USER_CHECK(model_ranks <= world && world % model_ranks == 0, "world size ", world,
                 " is not divisible by --tensor-model-parallel-size ", T,
-                " x --pipeline-model-parallel-size ", P, " (launch a multiple of ", T * P,
-                " ranks)");
-  const int DP = world / (T * P);
+                " x --context-parallel-size ", CP, " x --pipeline-model-parallel-size ", P,
+                " (launch a multiple of ", model_ranks, " ranks)");
+  const int DP = int(world / model_ranks);
+  // Megatron's get_batch_on_this_cp_rank cuts each sequence into 2 x CP equal chunks.
+  if (CP > 1)
+    MG_USER_CHECK(m.seq_length % (2 * CP) == 0, "--seq-length ", m.seq_length,
+                  " must be divisible by 2 x --context-parallel-size ", CP,
+                  " (each sequence is cut into 2 x CP chunks for load balancing)");
+  MG_USER_CHECK(cp_comm_type == "p2p" || cp_comm_type == "a2a", "--cp-comm-type '", cp_comm_type,
+                "' is not available; use p2p (a ring exchanging K/V blocks) or a2a (all-to-all "
+                "over heads); Megatron's allgather and a2a+p2p, and one type per layer, are not "
+                "supported yet");
+  if (CP > 1 && cp_comm_type == "a2a") {
+    MG_USER_CHECK((m.num_attention_heads / T) % CP == 0, "--cp-comm-type a2a splits each TP "
+                  "rank's heads across CP ranks: --num-attention-heads ", m.num_attention_heads,
+                  " / --tensor-model-parallel-size ", T,
+                  " must be divisible by --context-parallel-size ", CP);
+    MG_USER_CHECK((m.num_query_groups / T) % CP == 0, "--cp-comm-type a2a splits each TP rank's "
+                  "query groups across CP ranks: --num-query-groups ", m.num_query_groups,
+                  " / --tensor-model-parallel-size ", T,
+                  " must be divisible by --context-parallel-size ", CP);
+  }
   // Megatron's TransformerConfig rules: heads and query groups are split across TP ranks.
   MG_USER_CHECK(m.num_attention_heads % T == 0, "--num-attention-heads ", m.num_attention_heads,
                 " must be a multiple of --tensor-model-parallel-size ", T);
@@ -82,7 +111,7 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
   MG_USER_CHECK(gbs % checked_mul(mbs, DP, "--micro-batch-size x data-parallel size") == 0,
                 "--global-batch-size ", gbs,
                 " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
-                " (world ", world, " / (TP ", T, " x PP ", P, "))");
+                " (world ", world, " / (TP ", T, " x CP ", CP, " x PP ", P, "))");
   MG_USER_CHECK(ddp_bucket_size >= 0, "--ddp-bucket-size must be positive, or 0 for Megatron's default "
                 "max(40M, 1M x data-parallel size) (got ", ddp_bucket_size, ")");
   if (ddp_bucket_size == 0) ddp_bucket_size = default_ddp_bucket_size(DP);
@@ -94,9 +123,11 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
     warning = "WARNING: --sequence-parallel has no effect with --tensor-model-parallel-size 1; "
               "ignoring it";
   }
+  // Sequence parallelism splits each CP rank's S / CP tokens across the TP ranks.
   if (sequence_parallel)
-    MG_USER_CHECK(m.seq_length % T == 0, "--seq-length ", m.seq_length,
+    MG_USER_CHECK(m.seq_length % (int64_t(T) * CP) == 0, "--seq-length ", m.seq_length,
                   " must be divisible by --tensor-model-parallel-size ", T,
+                  CP > 1 ? " x --context-parallel-size " + std::to_string(CP) : std::string(),
                   " with --sequence-parallel");
   return warning;
 }

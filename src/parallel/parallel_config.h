@@ -1,6 +1,7 @@
-// The parallel layout a run asks for: TP and PP from flags, DP derived as world / (TP * PP),
-// sequence parallelism, uneven first/last pipeline stages and the DDP bucket size. validate()
-// runs on every rank before anything is allocated.
+// The parallel layout a run asks for: TP, CP and PP from flags, DP derived as
+// world / (TP * CP * PP), sequence parallelism, context parallelism's communication, uneven
+// first/last pipeline stages and the DDP bucket size. validate() runs on every rank before
+// anything is allocated.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +29,8 @@ inline int64_t default_ddp_bucket_size(int64_t dp) {
 struct ParallelConfig {
   int tensor_model_parallel_size = 1;    // --tensor-model-parallel-size: TP
   int pipeline_model_parallel_size = 1;  // --pipeline-model-parallel-size: PP
+  int context_parallel_size = 1;         // --context-parallel-size: CP (sequence split)
+  std::string cp_comm_type = "p2p";      // --cp-comm-type: p2p (K/V ring) | a2a (all-to-all)
   bool sequence_parallel = false;        // --sequence-parallel (needs TP > 1)
   int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
@@ -44,6 +47,9 @@ struct ParallelConfig {
 
   int tp() const { return tensor_model_parallel_size; }
   int pp() const { return pipeline_model_parallel_size; }
+  int cp() const { return context_parallel_size; }
+  // "TP a x CP b x PP c x DP d": the layout as logs and messages name it.
+  std::string layout_string(int world_size) const;
   // [first, last) global layer indices held by pipeline stage `stage`.
   std::pair<int64_t, int64_t> stage_layers(int64_t num_layers, int stage) const;
   // [first, last) of model chunk `chunk` on pipeline stage `stage`: virtual stage chunk x PP +

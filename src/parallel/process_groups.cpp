@@ -18,6 +18,8 @@ void make_groups(ProcessGroups& g, const RankGrid& grid, Make make) {
   g.tp = make(grid.groups("tp"), "tensor-parallel");
   g.pp = make(grid.groups("pp"), "pipeline");
   g.dp = make(grid.groups("dp"), "data-parallel");
+  g.cp = make(grid.groups("cp"), "context-parallel");
+  g.dp_cp = make(grid.groups("dp-cp"), "data-context-parallel");
   g.model_parallel = make(grid.groups("tp-pp"), "model-parallel");
   g.embedding = make(grid.embedding_groups(), "embedding");
 }
@@ -72,6 +74,8 @@ ProcessGroups make_single_process_groups() {
   g.tp = make_self_communicator();
   g.pp = make_self_communicator();
   g.dp = make_self_communicator();
+  g.cp = make_self_communicator();
+  g.dp_cp = make_self_communicator();
   g.model_parallel = make_self_communicator();
   g.embedding = make_self_communicator();
   return g;

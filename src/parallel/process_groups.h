@@ -16,7 +16,10 @@ struct ProcessGroups {
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> tp;              // tensor parallel
   std::unique_ptr<Communicator> pp;              // pipeline stages of this model replica
-  std::unique_ptr<Communicator> dp;              // data-parallel replicas
+  std::unique_ptr<Communicator> dp;              // data-parallel replicas (the loader's)
+  std::unique_ptr<Communicator> cp;              // context parallel: ranks sharing sequences
+  std::unique_ptr<Communicator> dp_cp;           // dp x cp: dense gradients are reduced and the
+                                                 // distributed optimizer shards over it
   std::unique_ptr<Communicator> model_parallel;  // tp x pp: one model replica (grad norm)
   std::unique_ptr<Communicator> embedding;       // first + last stage; null on middle stages
 

@@ -7,9 +7,9 @@
 namespace mg {
 
 std::vector<std::vector<int>> RankGrid::groups(const std::string& dims) const {
-  // Megatron's order with the dimensions we do not have yet (cp, ep) at size 1.
+  // Megatron's order with the dimension we do not have yet (ep) at size 1.
   const std::vector<std::string> names = {"tp", "cp", "ep", "dp", "pp"};
-  const std::vector<int> sizes = {tp, 1, 1, dp, pp};
+  const std::vector<int> sizes = {tp, cp, 1, dp, pp};
   std::vector<bool> mask(names.size(), false);
   std::stringstream ss(dims);
   for (std::string d; std::getline(ss, d, '-');) {

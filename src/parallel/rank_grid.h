@@ -1,6 +1,6 @@
 // Megatron's rank grid: world = TP x CP x EP x DP x PP in the order "tp-cp-ep-dp-pp", TP
-// fastest-varying (adjacent ranks), so rank = tp + TP * (cp + CP * (dp + DP * pp)) with CP = EP
-// = 1 today. Groups over any subset of dimensions follow parallel_state's
+// fastest-varying (adjacent ranks), so rank = tp + TP * (cp + CP * (dp + DP * pp)) with EP = 1
+// today. Groups over any subset of dimensions follow parallel_state's
 // generate_masked_orthogonal_rank_groups: groups ordered by their index over the other
 // dimensions, members by their index over the grouped ones.
 #pragma once
@@ -10,16 +10,21 @@
 namespace mg {
 
 struct RankGrid {
-  int tp = 1, pp = 1, dp = 1;  // sizes
-  int world() const { return tp * pp * dp; }
+  int tp = 1, pp = 1, dp = 1;  // sizes (dp: the pure data-parallel replicas)
+  int cp = 1;                  // context-parallel size (last, so {tp, pp, dp} still reads)
+  int world() const { return tp * cp * pp * dp; }
 
   struct Coord {
     int tp, dp, pp;
+    int cp = 0;
   };
-  Coord coord(int rank) const { return {rank % tp, (rank / tp) % dp, rank / (tp * dp)}; }
-  int rank_of(const Coord& c) const { return c.tp + tp * (c.dp + dp * c.pp); }
+  Coord coord(int rank) const {
+    return {rank % tp, (rank / (tp * cp)) % dp, rank / (tp * cp * dp), (rank / tp) % cp};
+  }
+  int rank_of(const Coord& c) const { return c.tp + tp * (c.cp + cp * (c.dp + dp * c.pp)); }
 
-  // All groups spanning the '-'-joined dimensions, e.g. "tp", "dp", "pp", "tp-pp".
+  // All groups spanning the '-'-joined dimensions, e.g. "tp", "cp", "dp", "pp", "tp-pp"
+  // (model parallel), "dp-cp" (gradient reduction), "tp-cp".
   std::vector<std::vector<int>> groups(const std::string& dims) const;
   // Megatron's embedding groups: {first, last} stage of each pipeline ({first} when PP = 1).
   std::vector<std::vector<int>> embedding_groups() const;

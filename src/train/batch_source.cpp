@@ -44,7 +44,8 @@ BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod
 
 BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
                          const BatchOptions& opt, bool prefetch, int64_t consumed)
-    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp), opt_(opt) {
+    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp),
+      cp_{g.grid.cp, g.coord.cp, cfg.model.seq_length}, opt_(opt) {
   if (ds && prefetch) {
     LoaderSpec spec;
     spec.micro_batch_size = cfg.micro_batch_size;
@@ -79,6 +80,8 @@ BatchFn BatchSource::at(int64_t consumed) {
       batches_.push_back(loader_ ? loader_->next()
                                  : make_batch(*ds_, start, cfg_.micro_batch_size,
                                               cfg_.model.seq_length, opt_));
+    if (cp_.size > 1 && m == int64_t(batches_.size()) - 1)
+      batches_.back() = slice_for_context_parallel(batches_.back(), cp_);
     const Batch& b = batches_[size_t(m)];
     return {b.tokens.data(), b.position_ids.data(), b.labels.data(), b.loss_mask.data(),
             b.attention_start.empty() ? nullptr : b.attention_start.data(), start};

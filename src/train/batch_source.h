@@ -1,7 +1,7 @@
 // The trainer's data: the train/valid/test datasets of a run, sized as Megatron sizes its
 // splits (train = iters x G; valid = (iters / eval_interval + 1) x eval_iters x G), and the
 // micro-batches of one iteration on this DP rank (a prefetching loader for training, direct
-// reads for validation).
+// reads for validation), each cut to this CP rank's part of the sequence.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -39,6 +39,7 @@ class BatchSource {
   const SampleDataset* ds_;
   const TrainConfig& cfg_;
   int64_t dp_size_, dp_rank_;
+  CpLayout cp_;  // this rank's tokens of each sequence (CP ranks read the same samples)
   BatchOptions opt_;
   std::unique_ptr<BatchLoader> loader_;
   std::vector<Batch> batches_;      // the micro-batches of the iteration at batches_consumed_

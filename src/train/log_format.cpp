@@ -33,6 +33,7 @@ std::string format_iteration(const IterationLog& l) {
   s += fmt(" pp comm bytes: %lld |", (long long)l.pp_bytes);
   s += fmt(" dp comm bytes: %lld |", (long long)l.dp_bytes);
   s += fmt(" embedding comm bytes: %lld |", (long long)l.embedding_bytes);
+  s += fmt(" cp comm bytes: %lld |", (long long)l.cp_bytes);
   return s;
 }
 

@@ -7,6 +7,7 @@
 // (the throughput field only with --log-throughput, as upstream), followed by this rank's
 // per-step communication volume:
 //  tp comm bytes: ... | pp comm bytes: ... | dp comm bytes: ... | embedding comm bytes: ... |
+//  cp comm bytes: ... |
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,7 +22,7 @@ struct IterationLog {
   double num_zeros = -1, params_norm = -1;
   bool show_throughput = false;  // --log-throughput: print the tflops field
   // Bytes this rank sent per step in each process group (ring-algorithm accounting).
-  int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0;
+  int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0, cp_bytes = 0;
 };
 
 std::string format_iteration(const IterationLog& l);

@@ -22,7 +22,7 @@ int64_t RankMemory::total(bool with_host) const {
 }
 
 std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank) {
-  const RankGrid grid{cfg.parallel.tp(), cfg.parallel.pp(), cfg.data_parallel_size};
+  const RankGrid grid = cfg.rank_grid();
   const RankGrid::Coord c = grid.coord(world_rank);
   const int v = cfg.parallel.virtual_stages;
   const ScheduleTable table = schedule_table(
@@ -36,6 +36,8 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
     spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0 && chunk == 0,
                   c.pp == grid.pp - 1 && chunk == v - 1};
     spec.sequence_parallel = cfg.parallel.sequence_parallel;
+    spec.cp_size = grid.cp;
+    spec.cp_rank = c.cp;
     spec.num_slots = in_flight(table, chunk);
     spec.dtype = cfg.model_dtype();
     if (cfg.recompute_granularity == "full") {
@@ -54,10 +56,11 @@ StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank) {
     store.chunks.push_back(chunk.shard);
   store.dtype = cfg.model_dtype();
   store.sequence_parallel = cfg.parallel.sequence_parallel && cfg.parallel.tp() > 1;
-  // DP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of the
-  // distributed optimizer).
-  if (cfg.data_parallel_size > 1 || cfg.use_distributed_optimizer) {
-    store.bucket_dp = cfg.use_distributed_optimizer ? cfg.data_parallel_size : 0;
+  // DP x CP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of
+  // the distributed optimizer, which shards over DP x CP).
+  const int64_t dp_cp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
+  if (dp_cp > 1 || cfg.use_distributed_optimizer) {
+    store.bucket_dp = cfg.use_distributed_optimizer ? dp_cp : 0;
     store.bucket_size = cfg.parallel.ddp_bucket_size;
   }
   return store;
@@ -72,7 +75,8 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     count.vector_elements = checked_add(count.vector_elements, c.vector_elements, kWhat);
   }
   const StageSpec& spec = chunks.front();
-  const int64_t n = count.elements, dp = cfg.data_parallel_size;
+  // The distributed optimizer shards over DP x CP.
+  const int64_t n = count.elements, dp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
   const bool low_precision = spec.dtype != DType::F32;
   RankMemory m;
   m.params = checked_bytes(n, spec.dtype, kWhat);

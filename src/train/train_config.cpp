@@ -91,7 +91,10 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 parallel.tp(), ")");
   MG_USER_CHECK(parallel.pp() >= 1, "--pipeline-model-parallel-size must be >= 1 (got ",
                 parallel.pp(), ")");
-  const int64_t model_parallel = int64_t(parallel.tp()) * parallel.pp();
+  MG_USER_CHECK(parallel.cp() >= 1, "--context-parallel-size must be >= 1 (got ", parallel.cp(),
+                ")");
+  // Ranks of one data-parallel replica: TP x CP x PP (CP ranks read the same samples).
+  const int64_t model_parallel = int64_t(parallel.tp()) * parallel.cp() * parallel.pp();
   if (global_batch_size == 0)  // Megatron's default: one micro-batch per DP rank
     global_batch_size =
         checked_mul(micro_batch_size, std::max<int64_t>(1, world_size / model_parallel),

@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_config.h"
+#include "parallel/rank_grid.h"
 #include "train/run_length.h"
 #include "train/tensorboard_log.h"
 
@@ -115,7 +116,7 @@ struct TrainConfig {
   bool log_params_norm = false;       // --log-params-norm: "params norm" (log line, TensorBoard)
   bool log_num_zeros_in_grad = false; // --log-num-zeros-in-grad: "num zeros" (likewise)
 
-  int data_parallel_size = 1;     // derived: world / (TP x PP)
+  int data_parallel_size = 1;     // derived: world / (TP x CP x PP)
 
   // Samples the run draws from each split (train, valid, test) — Megatron's: train = iters x G;
   // valid = (iters / eval_interval + 1) x eval_iters x G — in checked arithmetic.
@@ -127,6 +128,10 @@ struct TrainConfig {
   LRSchedule lr_schedule() const;
   // Storage of params and activations: F32, BF16 (--bf16) or F16 (--fp16).
   DType model_dtype() const { return bf16 ? DType::BF16 : fp16 ? DType::F16 : DType::F32; }
+  // The rank grid of the validated layout (finalize_and_validate derives its DP).
+  RankGrid rank_grid() const {
+    return {parallel.tp(), parallel.pp(), data_parallel_size, parallel.cp()};
+  }
   // What checkpoint saving and loading read of this config.
   CheckpointConfig checkpoint_config() const;
   // Fills derived defaults (global batch, decay iters, DP size) and throws UsageError naming

@@ -75,7 +75,8 @@ std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g, i
 // The last stage's mean loss, averaged over DP, delivered to every rank (a world reduction
 // that is not part of the reported TP/PP/DP volumes).
 double report_loss(double local_mean, const ProcessGroups& g) {
-  const bool reporter = g.last_stage() && g.coord.tp == 0;
+  // Every CP rank holds the whole sequences' loss: one of them reports.
+  const bool reporter = g.last_stage() && g.coord.tp == 0 && g.coord.cp == 0;
   return all_reduce_sum(*g.world, reporter ? local_mean : 0.0) / double(g.grid.dp);
 }
 
@@ -83,7 +84,7 @@ double report_loss(double local_mean, const ProcessGroups& g) {
 // last stage's TP rank 0 of every DP rank reports), delivered to every rank.
 std::pair<double, double> global_loss_and_tokens(double local_sum, double local_tokens,
                                                  const ProcessGroups& g) {
-  const bool reporter = g.last_stage() && g.coord.tp == 0;
+  const bool reporter = g.last_stage() && g.coord.tp == 0 && g.coord.cp == 0;
   return {all_reduce_sum(*g.world, reporter ? local_sum : 0.0),
           all_reduce_sum(*g.world, reporter ? local_tokens : 0.0)};
 }
@@ -184,8 +185,8 @@ class Trainer {
   size_t state_bytes_ = 0;  // the optimizer's state on this rank
   TrainProgress progress_;  // as loaded, then as last saved
   std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
-  // The TP, PP, DP and embedding groups, whose bytes each log line reports.
-  Communicator* comm_groups_[4] = {};
+  // The TP, PP, DP (x CP), embedding and CP groups, whose bytes each log line reports.
+  Communicator* comm_groups_[5] = {};
 
   // Counters of the run.
   TrainResult result_;
@@ -200,7 +201,7 @@ class Trainer {
   double interval_loss_ = 0, interval_seconds_ = 0;
   int64_t interval_iters_ = 0;
   int64_t interval_skipped_ = 0, interval_nan_ = 0;  // Megatron counts these per interval
-  CommStats interval_comm_[4] = {};
+  CommStats interval_comm_[5] = {};
   std::unique_ptr<TensorBoardWriter> tb_;  // --tensorboard-dir, on the last rank only
 };
 
@@ -210,7 +211,7 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
       M_(cfg.num_micro_batches()),
       ckpt_cfg_(cfg.checkpoint_config()),
       sched_(cfg.lr_schedule()),
-      comm_groups_{g.tp.get(), g.pp.get(), g.dp.get(), g.embedding.get()} {
+      comm_groups_{g.tp.get(), g.pp.get(), g.dp_cp.get(), g.embedding.get(), g.cp.get()} {
   const bool cuda = cfg.device == "cuda";
   ops::set_device(cuda ? Device::CUDA : Device::CPU, cuda ? local_rank() : 0);
   int32_t eod = 0;
@@ -235,7 +236,8 @@ void Trainer::build_model_and_optimizer() {
   const std::vector<StageSpec> specs = train_chunk_specs(cfg, g_.world_rank);
   for (int c = 0; c < int(specs.size()); ++c) {
     chunks_.push_back(std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size,
-                                                 specs[size_t(c)], g_.tp.get(), store_.get(), c));
+                                                 specs[size_t(c)], g_.tp.get(), g_.cp.get(),
+                                                 store_.get(), c));
     chunks_.back()->set_per_token_loss(cfg.calculate_per_token_loss);
     chunk_ptrs_.push_back(chunks_.back().get());
   }
@@ -252,7 +254,7 @@ void Trainer::build_model_and_optimizer() {
                                          store_->param_data());
   if (cfg.fp16) scaler_ = std::make_unique<LossScaler>(cfg.loss_scaler);
   state_bytes_ = optim_ ? optim_->state_bytes() : dist_optim_->state_bytes();
-  if (g_.grid.dp > 1 && !cfg.use_distributed_optimizer)
+  if (g_.dp_cp->size() > 1 && !cfg.use_distributed_optimizer)
     reducer_ = std::make_unique<GradReducer>(*store_, g_, cfg.parallel.overlap_grad_reduce,
                                              grad_reduce_dtype);
 }
@@ -278,8 +280,8 @@ void Trainer::load_or_init() {
 void Trainer::log_setup() const {
   const ParamStore& model = *store_;
   if (ops::on_cuda()) log_line(str_cat(" > device: ", ops::device_description()));
-  log_line(str_cat(" > layout: world ", g_.grid.world(), " = TP ", g_.grid.tp, " x PP ",
-                   g_.grid.pp, " x DP ", g_.grid.dp,
+  log_line(str_cat(" > layout: world ", g_.grid.world(), " = ",
+                   cfg_.parallel.layout_string(g_.grid.world()),
                    cfg_.parallel.sequence_parallel ? " (sequence parallel)" : "",
                    "; micro-batches per iteration per DP rank: ", M_,
                    cfg_.parallel.virtual_stages > 1
@@ -438,7 +440,7 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
 }
 
 void Trainer::record(int64_t iter, const StepResult& step) {
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < 5; ++k)
     if (comm_groups_[k]) interval_comm_[k].p2p_bytes += comm_groups_[k]->stats().total();
   if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++interval_nan_;
   if (step.skipped) ++interval_skipped_;
@@ -476,6 +478,7 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.pp_bytes = interval_comm_[1].p2p_bytes / interval_iters_;
   l.dp_bytes = interval_comm_[2].p2p_bytes / interval_iters_;
   l.embedding_bytes = interval_comm_[3].p2p_bytes / interval_iters_;
+  l.cp_bytes = interval_comm_[4].p2p_bytes / interval_iters_;
   log_line(format_iteration(l));
   std::vector<std::pair<std::string, double>> timer_max_ms;
   if (timers::enabled_level() > 0) timer_max_ms = log_timers(g_, interval_iters_);

@@ -1,5 +1,6 @@
 // Megatron's rank grid against the worked 16-rank example of parallel_state's docstring
-// (TP = 2, PP = 4, DP = 2; megatron-reference.md §3), and the stage split.
+// (TP = 2, PP = 4, DP = 2; megatron-reference.md §3) and context-parallel grids, and the stage
+// split.
 #include "parallel/rank_grid.h"
 
 #include <gtest/gtest.h>
@@ -30,6 +31,50 @@ TEST(RankGrid, SixteenRankWorkedExample) {
     EXPECT_EQ(r, c.tp + 2 * (c.dp + 2 * c.pp));
     EXPECT_EQ(g.rank_of(c), r);
   }
+}
+
+// Context parallelism, written out by hand from upstream's rule (parallel_state's
+// generate_masked_orthogonal_rank_groups over the order tp-cp-ep-dp-pp): a group's members
+// enumerate its dimensions in that order, first fastest; groups enumerate the other dimensions
+// the same way. rank = tp + TP * (cp + CP * (dp + DP * pp)).
+TEST(RankGrid, ContextParallelTP2CP2DP2) {
+  RankGrid g{2, 1, 2, 2};
+  ASSERT_EQ(g.world(), 8);
+  EXPECT_EQ(g.groups("tp"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(g.groups("cp"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(g.groups("dp"), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(g.groups("dp-cp"), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(g.groups("tp-cp"), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  // Model parallel stays tp-pp: CP ranks hold the same parameters, like DP replicas.
+  EXPECT_EQ(g.groups("tp-pp"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(g.groups("pp"), (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  const RankGrid::Coord c6 = g.coord(6);  // 6 = 0 + 2 * (1 + 2 * 1)
+  EXPECT_EQ(c6.tp, 0);
+  EXPECT_EQ(c6.cp, 1);
+  EXPECT_EQ(c6.dp, 1);
+  EXPECT_EQ(c6.pp, 0);
+  for (int r = 0; r < 8; ++r) {
+    const auto c = g.coord(r);
+    EXPECT_EQ(r, c.tp + 2 * (c.cp + 2 * c.dp));
+    EXPECT_EQ(g.rank_of(c), r);
+  }
+}
+
+TEST(RankGrid, ContextParallelCP2PP2) {
+  RankGrid g{1, 2, 1, 2};
+  ASSERT_EQ(g.world(), 4);
+  EXPECT_EQ(g.groups("cp"), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(g.groups("pp"), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(g.groups("dp"), (Groups{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(g.groups("dp-cp"), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(g.groups("tp-cp"), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(g.groups("tp-pp"), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(g.embedding_groups(), (Groups{{0, 2}, {1, 3}}));
+  const RankGrid::Coord c3 = g.coord(3);  // 3 = 1 + 2 * 1
+  EXPECT_EQ(c3.cp, 1);
+  EXPECT_EQ(c3.pp, 1);
+  EXPECT_EQ(c3.dp, 0);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(g.rank_of(g.coord(r)), r);
 }
 
 TEST(RankGrid, PipelineOfOneHasSingleEmbeddingRank) {

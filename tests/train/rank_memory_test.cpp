@@ -27,6 +27,12 @@ TrainConfig tiny_run() {
   return c;
 }
 
+TrainConfig tiny_run_validated() {
+  TrainConfig c = tiny_run();
+  c.finalize_and_validate(1);
+  return c;
+}
+
 // formulas.md: P = 12 l h^2 + 13 l h + V h + s h + 2h for a GPT-2 shape.
 int64_t gpt2_params(const GPTConfig& m) {
   const int64_t l = m.num_layers, h = m.hidden_size, V = m.padded_vocab_size(),
@@ -112,6 +118,25 @@ TEST(RankMemory, RefusesWhatCannotFitWithTheBytesAndTheFlags) {
   EXPECT_EQ(tensor_bytes_live(), live);
   EXPECT_NE(b.find(" TiB on rank 0 (params 1.76 TiB, grads 1.76 TiB, optimizer 3.52 TiB"), std::string::npos) << b;
   EXPECT_NE(b.find("only 1.00 TiB available"), std::string::npos) << b;
+}
+
+// Context parallelism: a CP rank's activations are those of the sequence S / CP on one rank
+// (every per-token buffer follows the model's local sequence length).
+TEST(RankMemory, ContextParallelActivationsAreThoseOfTheLocalSequence) {
+  TrainConfig c = tiny_run();
+  c.parallel.context_parallel_size = 2;
+  c.finalize_and_validate(2);
+  TrainConfig half = tiny_run();
+  half.model.seq_length = 8;
+  half.finalize_and_validate(1);
+  for (int rank : {0, 1}) {
+    const StageSpec spec = train_chunk_specs(c, rank).front();
+    EXPECT_EQ(spec.cp_size, 2);
+    EXPECT_EQ(spec.cp_rank, rank);
+    EXPECT_EQ(rank_memory(c, rank).activations,
+              GPTModel::activation_bytes(half.model, 2, train_chunk_specs(half, 0).front()));
+  }
+  EXPECT_LT(rank_memory(c, 0).activations, rank_memory(tiny_run_validated(), 0).activations);
 }
 
 TEST(RankMemory, FormatsBytesInBinaryUnits) {
