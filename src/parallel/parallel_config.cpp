@@ -4,7 +4,6 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
-#include "pipeline/schedule_table.h"
 
 namespace mg {
 
@@ -104,10 +103,6 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                   " equal middle stage(s) of --pipeline-model-parallel-size ", P);
   }
   MG_USER_CHECK(L >= P, "--num-layers ", L, " is smaller than --pipeline-model-parallel-size ", P);
-  virtual_stages = mg::virtual_stages({L, P, num_layers_per_virtual_pipeline_stage,
-                                       num_virtual_stages_per_pipeline_rank, first, last});
-  MG_USER_CHECK(microbatch_group_size_per_vp_stage >= 0,
-                "--microbatch-group-size-per-virtual-pipeline-stage must be positive");
   MG_USER_CHECK(gbs % checked_mul(mbs, DP, "--micro-batch-size x data-parallel size") == 0,
                 "--global-batch-size ", gbs,
                 " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
@@ -115,8 +110,7 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
   MG_USER_CHECK(ddp_bucket_size >= 0, "--ddp-bucket-size must be positive, or 0 for Megatron's default "
                 "max(40M, 1M x data-parallel size) (got ", ddp_bucket_size, ")");
   if (ddp_bucket_size == 0) ddp_bucket_size = default_ddp_bucket_size(DP);
-  if (virtual_stages > 1)  // the interleaved schedule's micro-batch rules, with M of this batch
-    validate_schedule({P, virtual_stages, gbs / (mbs * DP), microbatch_group_size_per_vp_stage});
+
   std::string warning;
   if (sequence_parallel && T == 1) {
     sequence_parallel = false;

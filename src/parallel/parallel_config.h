@@ -38,7 +38,8 @@ struct ParallelConfig {
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // --num-virtual-stages-per-pipeline-rank
   int64_t microbatch_group_size_per_vp_stage = 0;     // --microbatch-group-size-per-virtual-
                                                       // pipeline-stage (0: PP)
-  int virtual_stages = 1;  // v, model chunks per pipeline rank (set by validate from the above)
+  int virtual_stages = 1;  // v, model chunks per pipeline rank (the trainer's config resolves
+                           // it from the above: pipeline/schedule_table.h)
   int64_t ddp_bucket_size = 0;  // --ddp-bucket-size: elements per DP all-reduce (0: Megatron's
                                 // default, max(40M, 1M x DP), set by validate)
   bool overlap_grad_reduce = false;      // --overlap-grad-reduce

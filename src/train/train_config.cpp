@@ -6,6 +6,7 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "pipeline/schedule_table.h"
 #include "train/run_length.h"
 
 namespace mg {
@@ -105,6 +106,16 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
       parallel.validate(world_size, model.layout_dims(parallel.tp()), micro_batch_size,
                         global_batch_size);
   data_parallel_size = int(world_size / model_parallel);
+  const ParallelConfig& p = parallel;
+  parallel.virtual_stages = mg::virtual_stages(
+      {model.num_layers, p.pp(), p.num_layers_per_virtual_pipeline_stage,
+       p.num_virtual_stages_per_pipeline_rank, p.decoder_first_pipeline_num_layers,
+       p.decoder_last_pipeline_num_layers});
+  MG_USER_CHECK(p.microbatch_group_size_per_vp_stage >= 0,
+                "--microbatch-group-size-per-virtual-pipeline-stage must be positive");
+  if (p.virtual_stages > 1)  // the interleaved schedule's micro-batch rules, with the final M
+    validate_schedule({p.pp(), p.virtual_stages, num_micro_batches(),
+                       p.microbatch_group_size_per_vp_stage});
   model.vocab_pad_tp = parallel.tp();
   MG_USER_CHECK(train_iters >= 0, "--train-iters must be positive (got ", train_iters, ")");
   MG_USER_CHECK(device == "cpu" || device == "cuda", "--device '", device,
