@@ -74,6 +74,11 @@ class Communicator {
   virtual void broadcast(float* data, int64_t n, int root) = 0;
   // All ops are posted, then all are waited for: no ordering deadlocks between pairs.
   virtual void batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
+  // All ops are posted; returns once the receives are complete, with a request that completes
+  // the sends (their buffers stay untouched until it is waited for). With sends that never
+  // block, a pipeline schedule cannot deadlock whatever the order of its exchanges. MPI sends
+  // this way; the default (NCCL, host staging) completes everything before returning.
+  virtual std::unique_ptr<CommRequest> exchange(const std::vector<P2POp>& ops);
   virtual void barrier() = 0;
 
   const CommStats& stats() const { return stats_; }

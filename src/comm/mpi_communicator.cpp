@@ -71,6 +71,33 @@ class MpiRequest : public CommRequest {
   const GroupInfo& group_;
 };
 
+// Point-to-point sends in flight (MpiCommunicator::exchange).
+class MpiRequests : public CommRequest {
+ public:
+  MpiRequests(const char* op, const GroupInfo& group) : op_(op), group_(group) {}
+  ~MpiRequests() override {
+    if (!reqs_.empty()) wait_mpi(reqs_.data(), int(reqs_.size()), op_, group_, &ops_);
+  }
+  void wait() override {
+    std::vector<MPI_Request> r;
+    r.swap(reqs_);  // a wait that throws (the timeout) abandons them
+    if (!r.empty()) wait_mpi(r.data(), int(r.size()), op_, group_, &ops_);
+  }
+  bool test() override {
+    int done = 1;
+    if (!reqs_.empty())
+      check_mpi(MPI_Testall(int(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE),
+                "MPI_Testall");
+    return done != 0;
+  }
+  std::vector<MPI_Request> reqs_;
+  std::vector<P2POp> ops_;
+
+ private:
+  const char* op_;
+  const GroupInfo& group_;
+};
+
 class DoneRequest : public CommRequest {
  public:
   void wait() override {}
@@ -152,6 +179,31 @@ class MpiCommunicator : public Communicator {
       }
     }
     wait_mpi(reqs.data(), int(reqs.size()), "send/recv", group_, &ops);
+  }
+  std::unique_ptr<CommRequest> exchange(const std::vector<P2POp>& ops) override {
+    std::vector<MPI_Request> recvs;
+    std::vector<P2POp> recv_ops, send_ops;
+    auto sends = std::make_unique<MpiRequests>("send", group_);
+    for (const P2POp& op : ops) {
+      MG_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_, "bad p2p peer ", op.peer);
+      if (op.is_send) {
+        sends->reqs_.push_back(MPI_REQUEST_NULL);
+        check_mpi(MPI_Isend(op.data, count(op.n), MPI_FLOAT, op.peer, op.tag, comm_,
+                            &sends->reqs_.back()),
+                  "MPI_Isend");
+        stats_.p2p_bytes += op.n * 4;
+        send_ops.push_back(op);
+      } else {
+        recvs.push_back(MPI_REQUEST_NULL);
+        check_mpi(MPI_Irecv(op.data, count(op.n), MPI_FLOAT, op.peer, op.tag, comm_,
+                            &recvs.back()),
+                  "MPI_Irecv");
+        recv_ops.push_back(op);
+      }
+    }
+    if (!recvs.empty()) wait_mpi(recvs.data(), int(recvs.size()), "send/recv", group_, &recv_ops);
+    sends->ops_ = std::move(send_ops);
+    return sends;
   }
   void barrier() override {
     MPI_Request r;

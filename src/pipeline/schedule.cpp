@@ -21,7 +21,9 @@ namespace {
 
 constexpr int kActivationTag = 1, kGradientTag = 2;
 
-// Where a rank exchanges with its neighbours: after each step under 1F1B (Megatron's
+// Where a rank exchanges with its neighbours (with sends that do not block, as MPI's, any order
+// is deadlock-free; with blocking exchanges, as NCCL's, these pair up across ranks for
+// Megatron's default micro-batch group of P): after each step under 1F1B (Megatron's
 // send_forward_recv_backward / send_backward_recv_forward pattern), after each round of the
 // interleaved schedule (a warm-up forward, a steady forward-backward pair, a cool-down backward:
 // Megatron's send_forward_backward_recv_forward_backward pattern, which the longer interleaved
@@ -74,18 +76,37 @@ class StageLinks {
     std::stable_sort(ops.begin(), ops.end(), [](const P2POp& a, const P2POp& b) {
       return a.tag < b.tag;  // activations first
     });
+    std::vector<const void*> sent;
+    for (const P2POp& op : pending_) sent.push_back(op.data);
     pending_.clear();
     if (ops.empty()) return;
     timers::Scope timer(phase(send_act, send_grad, recv_act, recv_grad));
-    pp_.batch_isend_irecv(ops);
+    in_flight_.push_back({pp_.exchange(ops), std::move(sent)});
+  }
+  // Waits for the sends still reading buf (before a step overwrites it; an activation's send
+  // has arrived by then, since its micro-batch came back as a gradient); null: for all.
+  void release(const void* buf) {
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      const auto& b = it->buffers;
+      if (buf && std::find(b.begin(), b.end(), buf) == b.end()) {
+        ++it;
+        continue;
+      }
+      it->request->wait();
+      recycle(b);
+      it = in_flight_.erase(it);
+    }
   }
   // The output of a step just run, sent with the next exchange.
   void output_of(const ScheduleStep& step, int64_t slot) {
     GPTModel& m = *chunks_[size_t(step.chunk)];
     if (step.forward && !last(step.chunk))
       pending_.push_back({true, m.output_activation(slot), n_, (r_ + 1) % P_, kActivationTag});
-    if (!step.forward && !first(step.chunk))
-      pending_.push_back({true, m.input_grad(), n_, (r_ + P_ - 1) % P_, kGradientTag});
+    if (!step.forward && !first(step.chunk)) {  // the chunk's next backward overwrites it
+      float* copy = grad_buffer();
+      ops::copy(copy, ops::device(), m.input_grad(), ops::device(), size_t(n_) * sizeof(float));
+      pending_.push_back({true, copy, n_, (r_ + P_ - 1) % P_, kGradientTag});
+    }
   }
 
  private:
@@ -107,6 +128,37 @@ class StageLinks {
   int64_t n_;
   Tensor d_output_;
   std::vector<P2POp> pending_;
+  struct Sends {
+    std::unique_ptr<CommRequest> request;
+    std::vector<const void*> buffers;
+  };
+  std::vector<Sends> in_flight_;
+  // Copies of input gradients being sent (a gradient's receiver may take it only after this
+  // rank's next backward of the same chunk), reused once their sends completed.
+  std::vector<Tensor> grad_copies_;
+  std::vector<float*> free_copies_;
+  float* grad_buffer() {
+    for (auto it = in_flight_.begin(); it != in_flight_.end() && free_copies_.empty();) {
+      if (!it->request->test()) {
+        ++it;
+        continue;
+      }
+      recycle(it->buffers);
+      it = in_flight_.erase(it);
+    }
+    if (free_copies_.empty()) {
+      grad_copies_.emplace_back(Shape{n_}, DType::F32, ops::device());
+      return grad_copies_.back().data<float>();
+    }
+    float* b = free_copies_.back();
+    free_copies_.pop_back();
+    return b;
+  }
+  void recycle(const std::vector<const void*>& buffers) {
+    for (const void* b : buffers)
+      for (const Tensor& t : grad_copies_)
+        if (t.raw() == b) free_copies_.push_back(t.data<float>());
+  }
 };
 
 // Runs the steps in order, round by round; returns the loss sum of the last virtual stage.
@@ -126,6 +178,7 @@ double run_steps(const std::vector<GPTModel*>& chunks, Communicator& pp, const S
       const ScheduleStep& step = t.steps[i];
       GPTModel& m = *chunks[size_t(step.chunk)];
       const int64_t slot = slot_of(step);
+      link.release(step.forward ? m.output_activation(slot) : m.input_grad());
       if (step.forward) {
         MicroBatch mb;  // the loader's wait is batch-generator time
         {
@@ -149,6 +202,7 @@ double run_steps(const std::vector<GPTModel*>& chunks, Communicator& pp, const S
     }
   }
   link.exchange_for(nullptr, nullptr, slot_of);
+  link.release(nullptr);
   double loss = 0;
   for (GPTModel* c : chunks) loss += c->take_loss();
   return loss;

@@ -2,9 +2,10 @@
 // ordered steps pipeline/schedule_table.h gives this rank (no pipelining, 1F1B, interleaved
 // 1F1B) over the rank's model chunks. Chunk c on pipeline rank r is virtual stage c P + r: it
 // receives its input from virtual stage c P + r - 1 and sends its output to c P + r + 1, so rank
-// P - 1 feeds rank 0's next chunk (wrap-around neighbours). Before each step one batched
-// exchange sends the previous step's output (activation or input gradient) and receives this
-// step's input; activations and gradients travel under two MPI tags. Each micro-batch's loss is
+// P - 1 feeds rank 0's next chunk (wrap-around neighbours). Before each step (1F1B) or round
+// (interleaved: a forward-backward pair) one exchange sends the previous outputs (activations,
+// input gradients) and receives this one's inputs; sends complete in the background where the
+// communicator allows (MPI), and activations and gradients travel under two MPI tags. Each micro-batch's loss is
 // scaled by 1/M, so grads accumulate to the mean over micro-batches.
 #pragma once
 #include <functional>

@@ -124,6 +124,15 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(distributed_backend == "nccl" || distributed_backend == "mpi",
                 "--distributed-backend '", distributed_backend,
                 "' is not available; use nccl or mpi");
+  // NCCL's exchanges block until the peer takes them; those of the interleaved schedule pair up
+  // across ranks only for micro-batch groups of PP (pipeline/schedule.h). MPI's sends do not block.
+  const int64_t group = parallel.microbatch_group_size_per_vp_stage;
+  MG_USER_CHECK(parallel.virtual_stages == 1 || group == 0 || group == parallel.pp() ||
+                    distributed_backend == "mpi",
+                "--microbatch-group-size-per-virtual-pipeline-stage ", group,
+                " other than --pipeline-model-parallel-size ", parallel.pp(),
+                " needs --distributed-backend mpi (NCCL's blocking exchanges pair up across "
+                "ranks only for groups of PP micro-batches)");
   MG_USER_CHECK(distributed_backend == "mpi" || device == "cuda", "--distributed-backend nccl "
                 "moves GPU memory and needs --device cuda; CPU runs use mpi");
   MG_USER_CHECK(std::isfinite(distributed_timeout_minutes) && distributed_timeout_minutes > 0,

@@ -89,15 +89,18 @@ struct Target {
   std::string flags;
 };
 
-// Save under (TP, PP, DP) = (2, 2, 2) at iteration 10; load under other layouts and continue
-// within 1e-5 of the uninterrupted run.
-void expect_reshard(const std::vector<Target>& targets, const std::string& model = kModel) {
+// Save under `from` ((TP, PP, DP) = (2, 2, 2) by default) at iteration 10; load under other
+// layouts and continue within 1e-5 of the uninterrupted run.
+void expect_reshard(const std::vector<Target>& targets, const std::string& model = kModel,
+                    const Target& from = {8, "--tensor-model-parallel-size 2 "
+                                             "--pipeline-model-parallel-size 2"}) {
   TempDir d;
-  const std::string layout = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
-  const auto full = run(8, layout, model);
+  const std::string& layout = from.flags;
+  const auto full = run(from.ranks, layout, model);
   ASSERT_EQ(full.exit_code, 0) << full.output;
   const auto want = tail(losses(full), 10);
-  const auto save = run(8, layout + " --save " + d.str("ck") + " --exit-interval 10", model);
+  const auto save =
+      run(from.ranks, layout + " --save " + d.str("ck") + " --exit-interval 10", model);
   ASSERT_EQ(save.exit_code, 0) << save.output;
   for (const Target& t : targets) {
     const auto r = run(t.ranks, t.flags + " --load " + d.str("ck"), model);
@@ -113,6 +116,17 @@ TEST(Checkpoint, ReshardsIntoOtherLayouts) {
   expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"},
                   Target{4, "--pipeline-model-parallel-size 4"},
                   Target{8, "--tensor-model-parallel-size 2 --use-distributed-optimizer"}});
+}
+
+// Saved by the interleaved schedule (two model chunks per pipeline rank, one parameter store):
+// continued on one rank, without interleaving, and under another virtual-stage layout with the
+// distributed optimizer.
+TEST(Checkpoint, InterleavedPipelineReshards) {
+  const std::string vp2 = "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
+  expect_reshard({Target{1, ""}, Target{2, "--pipeline-model-parallel-size 2"},
+                  Target{4, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
+                            " --use-distributed-optimizer"}},
+                 kModel, Target{2, vp2});
 }
 
 // The same for a Llama: the grouped QKV rows and SwiGLU's stacked [gate; up] fc1 (partition

@@ -117,6 +117,44 @@ INSTANTIATE_TEST_SUITE_P(
                                 "--decoder-last-pipeline-num-layers 1"}),
     layout_name);
 
+// The interleaved schedule: v model chunks per pipeline rank (virtual stage c P + r on rank r),
+// wrap-around neighbours, micro-batches in groups; every step as the single rank.
+struct ModelLayout {
+  const char* name;
+  std::string model;
+  Layout layout;
+};
+void PrintTo(const ModelLayout& l, std::ostream* os) { *os << l.name; }
+std::string with_layers(const std::string& model, const std::string& layers) {
+  std::string m = model;
+  return m.replace(m.find("--num-layers 4"), 14, "--num-layers " + layers);
+}
+class InterleavedParity : public ::testing::TestWithParam<ModelLayout> {};
+TEST_P(InterleavedParity, MatchesSingleRank) {
+  expect_parity(GetParam().layout, GetParam().model);
+}
+const std::string kVp2 = "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, InterleavedParity,
+    ::testing::Values(
+        ModelLayout{"pp2vp2", kModel, {2, kVp2}},
+        ModelLayout{"pp4vp2", with_layers(kModel, "8"),
+                    {4, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1"}},
+        // 9 layers: 6 on the first rank, 3 on the last, each rank's in 3 chunks; groups of 4
+        ModelLayout{"pp2vp3_uneven_group4", with_layers(kModel, "9"),
+                    {2, "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3 "
+                        "--decoder-first-pipeline-num-layers 6 "
+                        "--microbatch-group-size-per-virtual-pipeline-stage 4"}},
+        ModelLayout{"tp2pp2vp2", kModel, {4, "--tensor-model-parallel-size 2 " + kVp2}},
+        ModelLayout{"pp2vp2dp2_distopt_overlap", kModel,
+                    {4, kVp2 + " --use-distributed-optimizer --overlap-grad-reduce "
+                               "--overlap-param-gather"}},
+        ModelLayout{"llama_pp2vp2", kLlama, {2, kVp2}},
+        ModelLayout{"llama_tp2pp2vp2_sp", kLlama,
+                    {4, "--tensor-model-parallel-size 2 --sequence-parallel " + kVp2}},
+        ModelLayout{"dropout_pp2vp2dp2", kDropout, {4, kVp2}}),
+    [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
+
 // With dropout on (0.1 / 0.1) every layout draws the single rank's masks: same losses.
 class DropoutLayoutParity : public ::testing::TestWithParam<Layout> {};
 
@@ -370,6 +408,13 @@ TEST(InvalidLayouts, RefusedWithTheirMessage) {
   expect_refused(4, "--global-batch-size 4", "--global-batch-size 4 must be a multiple");
   expect_refused(2, "--pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 4",
                  "cannot be split");
+  expect_refused(2, "--num-virtual-stages-per-pipeline-rank 2",
+                 "pipeline-model-parallel size should be greater than 1");
+  expect_refused(2, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3",
+                 "must be divisible by --num-layers-per-virtual-pipeline-stage (3)");
+  expect_refused(2, "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                    "--microbatch-group-size-per-virtual-pipeline-stage 3",
+                 "The remainder of M (the total micro-batches, 4) divided by N");
 }
 
 TEST(InvalidLayouts, SequenceParallelWithoutTPWarns) {
@@ -512,7 +557,9 @@ TEST(MixedPrecision, Bf16LayoutsTrackTheSingleRankRun) {
   for (const std::string layout :
        {"--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2",
         "--use-distributed-optimizer --overlap-param-gather --overlap-grad-reduce",
-        "--tensor-model-parallel-size 2 --use-distributed-optimizer"}) {
+        "--tensor-model-parallel-size 2 --use-distributed-optimizer",
+        "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+        "--use-distributed-optimizer"}) {
     const RunOut four = train(4, "--bf16 " + layout);
     ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
     for (size_t i = 0; i < one.losses.size(); ++i)
