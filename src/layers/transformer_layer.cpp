@@ -1,6 +1,7 @@
 #include "layers/transformer_layer.h"
 
 #include "backend/dispatch.h"
+#include "context_parallel/cp_attention.h"
 #include "tensor_parallel/parallel_linear.h"
 
 namespace mg {
@@ -83,6 +84,8 @@ ops::AttentionShape attention_shape(const tp::TPGroup& g, const ops::FusedQKV& v
   return a;
 }
 
+bool context_parallel(const LayerInputs& in) { return in.cp && in.cp->comm->size() > 1; }
+
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
 ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
   return ops::fused_qkv(t.raw(), t.dtype(), d.B, d.S, d.NH_local(), d.NG_local(), d.HD());
@@ -164,8 +167,12 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
     ops::rope_forward(v.k, in.positions, in.inv_freq, N, d.NG_local(), d.HD(), d.rotary_dim,
                       d.rotary_interleaved);
   }
-  ops::attention_forward(store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
-                         attention_shape(g, v, d, in), in.seg_start);
+  if (context_parallel(in))
+    cp::cp_attention_forward(*in.cp, store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
+                             attention_shape(g, v, d, in), in.seg_start);
+  else
+    ops::attention_forward(store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
+                           attention_shape(g, v, d, in), in.seg_start);
   const bool drop = hidden_dropout_on(in);
   DropoutRows attn_drop, mlp_drop;
   if (drop) {
@@ -225,9 +232,14 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                             branch_grad(DropoutSite::AttentionOut), full, act(c.attn),
                             weight(w.proj_w, d), {N, d.attn_local(), H});
   const ops::FusedQKV v = qkv_views(c.qkv, d), dv = qkv_views(s.d_qkv, d);
-  ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k, v.v,
-                          c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
-                          ops::GradWrite::Set);
+  if (context_parallel(in))
+    cp::cp_attention_backward(*in.cp, dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q,
+                              v.k, v.v, c.lse.data<float>(), attention_shape(g, v, d, in),
+                              in.seg_start, ops::GradWrite::Set);
+  else
+    ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k,
+                            v.v, c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
+                            ops::GradWrite::Set);
   if (d.spec.rope) {  // back through the rotation: the transpose rotates by the opposite angles
     ops::rope_backward(dv.q, in.positions, in.inv_freq, N, d.NH_local(), d.HD(), d.rotary_dim,
                        d.rotary_interleaved);
