@@ -23,8 +23,7 @@ struct Ulysses {
 
 // The full natural sequence of this rank's head slice [rank*nh/N, (rank+1)*nh/N) of x (rows
 // local rows of nh heads): (S*B, nh/N, HD) in x's dtype.
-std::vector<float> to_heads(Communicator& comm, const Ulysses& u, const ops::Heads& x,
-                            int64_t nh) {
+std::vector<float> to_heads(Communicator& comm, const Ulysses& u, const ops::Heads& x, int64_t nh) {
   const int64_t ns = nh / u.N(), block = u.rows * ns * u.HD;
   const size_t e = dtype_size(x.dtype);
   std::vector<float> send = byte_buffer(block * u.N() * int64_t(e)), recv = send;
@@ -87,16 +86,17 @@ Ulysses ulysses(const CpAttention& cp, const ops::AttentionShape& a) {
 
 }  // namespace
 
-void a2a_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse,
-                           const ops::Heads& q, const ops::Heads& k, const ops::Heads& v,
-                           const ops::AttentionShape& a, const int32_t* seg_start) {
+void a2a_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, const ops::Heads& q,
+                           const ops::Heads& k, const ops::Heads& v, const ops::AttentionShape& a,
+                           const int32_t* seg_start) {
   const Ulysses u = ulysses(cp, a);
   const ops::AttentionShape f = slice_shape(u, a);
   const DType t = q.dtype;
-  const std::vector<float> qf = to_heads(*cp.comm, u, q, a.NH), kf = to_heads(*cp.comm, u, k, a.NKV),
+  const std::vector<float> qf = to_heads(*cp.comm, u, q, a.NH),
+                           kf = to_heads(*cp.comm, u, k, a.NKV),
                            vf = to_heads(*cp.comm, u, v, a.NKV);
-  const std::vector<int32_t> seg = seg_start ? full_seg_start(*cp.comm, u, seg_start)
-                                             : std::vector<int32_t>{};
+  const std::vector<int32_t> seg =
+      seg_start ? full_seg_start(*cp.comm, u, seg_start) : std::vector<int32_t>{};
   std::vector<float> of = byte_buffer(f.Sq * u.B * f.NH * u.HD * int64_t(dtype_size(t)));
   auto heads = [&](const std::vector<float>& x, int64_t n) {
     return contiguous_heads(const_cast<float*>(x.data()), t, n, u.HD);
@@ -123,8 +123,8 @@ void a2a_attention_backward(const CpAttention& cp, const ops::Heads& dq, const o
   const ops::Heads dout_heads = contiguous_heads(const_cast<float*>(dout), DType::F32, a.NH, u.HD);
   const std::vector<float> of = to_heads(comm, u, out_heads, a.NH);
   const std::vector<float> dof = to_heads(comm, u, dout_heads, a.NH);
-  const std::vector<int32_t> seg = seg_start ? full_seg_start(comm, u, seg_start)
-                                             : std::vector<int32_t>{};
+  const std::vector<int32_t> seg =
+      seg_start ? full_seg_start(comm, u, seg_start) : std::vector<int32_t>{};
   const int64_t rows = f.Sq * u.B;
   std::vector<float> dqf(size_t(rows * f.NH * u.HD)), dkf(size_t(rows * f.NKV * u.HD)),
       dvf(dkf.size());
@@ -137,10 +137,10 @@ void a2a_attention_backward(const CpAttention& cp, const ops::Heads& dq, const o
                           seg_start ? seg.data() : nullptr, ops::GradWrite::Set);
   write_heads(dq, to_sequence(comm, u, dqf.data(), DType::F32, a.NH).data(), u.rows, a.NH, u.HD,
               write);
-  write_heads(dk, to_sequence(comm, u, dkf.data(), DType::F32, a.NKV).data(), u.rows, a.NKV,
-              u.HD, write);
-  write_heads(dv, to_sequence(comm, u, dvf.data(), DType::F32, a.NKV).data(), u.rows, a.NKV,
-              u.HD, write);
+  write_heads(dk, to_sequence(comm, u, dkf.data(), DType::F32, a.NKV).data(), u.rows, a.NKV, u.HD,
+              write);
+  write_heads(dv, to_sequence(comm, u, dvf.data(), DType::F32, a.NKV).data(), u.rows, a.NKV, u.HD,
+              write);
 }
 
 }  // namespace mg::cp

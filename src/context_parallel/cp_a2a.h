@@ -5,9 +5,9 @@
 
 namespace mg::cp {
 
-void a2a_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse,
-                           const ops::Heads& q, const ops::Heads& k, const ops::Heads& v,
-                           const ops::AttentionShape& a, const int32_t* seg_start);
+void a2a_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, const ops::Heads& q,
+                           const ops::Heads& k, const ops::Heads& v, const ops::AttentionShape& a,
+                           const int32_t* seg_start);
 void a2a_attention_backward(const CpAttention& cp, const ops::Heads& dq, const ops::Heads& dk,
                             const ops::Heads& dv, const float* dout, ops::Mat out,
                             const ops::Heads& q, const ops::Heads& k, const ops::Heads& v,

@@ -18,7 +18,9 @@ CpCommType parse_cp_comm_type(const std::string& name) {
   throw UsageError("--cp-comm-type " + name + ": expected p2p (ring) or a2a (all-to-all)");
 }
 
-const char* cp_comm_type_name(CpCommType t) { return t == CpCommType::P2P ? "p2p" : "a2a"; }
+const char* cp_comm_type_name(CpCommType t) {
+  return t == CpCommType::P2P ? "p2p" : "a2a";
+}
 
 CpLayout cp_layout(const CpAttention& cp, int64_t S_local) {
   return {S_local, cp.comm->rank(), cp.comm->size()};
@@ -49,8 +51,8 @@ void cp_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, co
 void cp_attention_backward(const CpAttention& cp, const ops::Heads& dq, const ops::Heads& dk,
                            const ops::Heads& dv, const float* dout, ops::Mat out,
                            const ops::Heads& q, const ops::Heads& k, const ops::Heads& v,
-                           const float* lse, const ops::AttentionShape& a,
-                           const int32_t* seg_start, ops::GradWrite write) {
+                           const float* lse, const ops::AttentionShape& a, const int32_t* seg_start,
+                           ops::GradWrite write) {
   check_cp_attention(cp, a.Sq, a.NH, a.NKV);
   MG_CHECK(a.causal && a.Sq == a.Sk, "context-parallel attention is causal self-attention");
   check_host(dout);
@@ -82,33 +84,31 @@ void write_heads(const ops::Heads& dst, const float* src, int64_t rows, int64_t 
     }
 }
 
-// Chunk `half` of rank s's block <-> global chunk chunk_index(half) of the natural rows.
-template <bool kToNatural>
-void move_chunks(char* natural, char* per_rank, const CpLayout& l, int64_t B, int64_t row_bytes) {
+// f(offset in per_rank, offset in natural, bytes) for chunk `half` of each rank s's block,
+// which is global chunk chunk_index(half) of rank s.
+template <typename F>
+void for_each_chunk(const CpLayout& l, int64_t B, int64_t row_bytes, F f) {
   const size_t chunk = size_t(l.chunk() * B * row_bytes);
-  for (int s = 0; s < l.size; ++s) {
-    const CpLayout owner{l.S_local, s, l.size};
-    for (int half = 0; half < 2; ++half) {
-      char* local = per_rank + (size_t(2 * s) + size_t(half)) * chunk;
-      char* global = natural + size_t(owner.chunk_index(half)) * chunk;
-      if (kToNatural)
-        std::memcpy(global, local, chunk);
-      else
-        std::memcpy(local, global, chunk);
-    }
-  }
+  for (int s = 0; s < l.size; ++s)
+    for (int half = 0; half < 2; ++half)
+      f((size_t(2 * s) + size_t(half)) * chunk,
+        size_t(CpLayout{l.S_local, s, l.size}.chunk_index(half)) * chunk, chunk);
 }
 
 void local_to_natural(void* natural, const void* per_rank, const CpLayout& l, int64_t B,
                       int64_t row_bytes) {
-  move_chunks<true>(static_cast<char*>(natural), const_cast<char*>(static_cast<const char*>(per_rank)),
-                    l, B, row_bytes);
+  for_each_chunk(l, B, row_bytes, [&](size_t local, size_t global, size_t n) {
+    std::memcpy(static_cast<char*>(natural) + global, static_cast<const char*>(per_rank) + local,
+                n);
+  });
 }
 
 void natural_to_local(void* per_rank, const void* natural, const CpLayout& l, int64_t B,
                       int64_t row_bytes) {
-  move_chunks<false>(const_cast<char*>(static_cast<const char*>(natural)),
-                     static_cast<char*>(per_rank), l, B, row_bytes);
+  for_each_chunk(l, B, row_bytes, [&](size_t local, size_t global, size_t n) {
+    std::memcpy(static_cast<char*>(per_rank) + local, static_cast<const char*>(natural) + global,
+                n);
+  });
 }
 
 void check_host(const void* p) {

@@ -50,8 +50,8 @@ struct CpAttention {
 
 // The load-balanced layout of one CP rank's local sequence (the one place it is written).
 struct CpLayout {
-  int64_t S_local;  // local rows-of-B, S / N (two chunks)
-  int rank, size;   // CP rank r, CP size N
+  int64_t S_local;                               // local rows-of-B, S / N (two chunks)
+  int rank, size;                                // CP rank r, CP size N
   int64_t chunk() const { return S_local / 2; }  // c = S / (2N)
   // The global chunk index of local chunk `half` (0: r, 1: 2N-1-r).
   int64_t chunk_index(int half) const { return half == 0 ? rank : 2 * int64_t(size) - 1 - rank; }
@@ -81,7 +81,7 @@ void cp_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, co
 void cp_attention_backward(const CpAttention& cp, const ops::Heads& dq, const ops::Heads& dk,
                            const ops::Heads& dv, const float* dout, ops::Mat out,
                            const ops::Heads& q, const ops::Heads& k, const ops::Heads& v,
-                           const float* lse, const ops::AttentionShape& a,
-                           const int32_t* seg_start, ops::GradWrite write);
+                           const float* lse, const ops::AttentionShape& a, const int32_t* seg_start,
+                           ops::GradWrite write);
 
 }  // namespace mg::cp

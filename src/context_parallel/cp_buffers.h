@@ -22,8 +22,7 @@ inline std::vector<float> byte_buffer(int64_t bytes) {
 }
 
 // dst (rows, nh, HD) in src's dtype = heads [h0, h0 + nh) of rows [0, rows) of src.
-void copy_heads(void* dst, const ops::Heads& src, int64_t rows, int64_t h0, int64_t nh,
-                int64_t HD);
+void copy_heads(void* dst, const ops::Heads& src, int64_t rows, int64_t h0, int64_t nh, int64_t HD);
 // The f32 view dst (+)= src (rows, nh, HD) over heads [0, nh).
 void write_heads(const ops::Heads& dst, const float* src, int64_t rows, int64_t nh, int64_t HD,
                  ops::GradWrite write);

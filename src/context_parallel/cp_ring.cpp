@@ -24,9 +24,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // The geometry both directions share.
 struct Ring {
   CpLayout l;
-  int64_t B, NH, NKV, HD, c, rows;  // rows: S_local * B
-  size_t e;                         // bytes per q/k/v element
-  int64_t kv() const { return rows * NKV * HD; }           // elements of one K or V block
+  int64_t B, NH, NKV, HD, c, rows;                            // rows: S_local * B
+  size_t e;                                                   // bytes per q/k/v element
+  int64_t kv() const { return rows * NKV * HD; }              // elements of one K or V block
   int64_t kv_bytes() const { return 2 * kv() * int64_t(e); }  // [K | V]
   int next() const { return (l.rank + 1) % l.size; }
   int prev() const { return (l.rank + l.size - 1) % l.size; }
@@ -42,7 +42,8 @@ Ring ring(const CpAttention& cp, const ops::AttentionShape& a, DType t) {
 // when every key of it is in the queries' causal future.
 bool pair_shape(ops::AttentionShape& p, const Ring& r, const ops::AttentionShape& a, int qh,
                 int owner, int kh) {
-  const int64_t qi = r.l.chunk_index(qh), ki = CpLayout{r.l.S_local, owner, r.l.size}.chunk_index(kh);
+  const int64_t qi = r.l.chunk_index(qh),
+                ki = CpLayout{r.l.S_local, owner, r.l.size}.chunk_index(kh);
   if (ki > qi) return false;
   p = a;
   p.Sq = p.Sk = r.c;
@@ -52,13 +53,15 @@ bool pair_shape(ops::AttentionShape& p, const Ring& r, const ops::AttentionShape
 }
 
 // Rows of local chunk `half` inside a row-major buffer of `width` elements per row.
-int64_t chunk_rows(const Ring& r, int half) { return half * r.c * r.B; }
+int64_t chunk_rows(const Ring& r, int half) {
+  return half * r.c * r.B;
+}
 
 // Sends the block to the next rank and receives the previous rank's into `into` (bytes each).
-void pass_on(Communicator& comm, const Ring& r, std::vector<float>& block,
-             std::vector<float>& into, int64_t bytes) {
-  comm.batch_isend_irecv({{true, block.data(), bytes / 4, r.next()},
-                          {false, into.data(), bytes / 4, r.prev()}});
+void pass_on(Communicator& comm, const Ring& r, std::vector<float>& block, std::vector<float>& into,
+             int64_t bytes) {
+  comm.batch_isend_irecv(
+      {{true, block.data(), bytes / 4, r.next()}, {false, into.data(), bytes / 4, r.prev()}});
 }
 
 // Merges a pair's (o_p, lse_p) of local chunk `half` into the running (acc, m):
@@ -85,9 +88,9 @@ void merge(std::vector<float>& acc, float* m, const Ring& r, int half, const flo
 
 }  // namespace
 
-void ring_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse,
-                            const ops::Heads& q, const ops::Heads& k, const ops::Heads& v,
-                            const ops::AttentionShape& a, const int32_t* seg_start) {
+void ring_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, const ops::Heads& q,
+                            const ops::Heads& k, const ops::Heads& v, const ops::AttentionShape& a,
+                            const int32_t* seg_start) {
   const Ring r = ring(cp, a, q.dtype);
   const DType t = q.dtype;
   std::vector<float> block = byte_buffer(r.kv_bytes()), next = byte_buffer(r.kv_bytes());

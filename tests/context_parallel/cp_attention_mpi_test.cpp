@@ -107,9 +107,8 @@ void run_case(const Case& k) {
   ops::attention_forward(ops::MatOut(out_ref.data(), t), lse_ref.data(), f.q, f.k, f.v, a,
                          k.seg ? seg.data() : nullptr);
   const ops::FusedQKV df = ops::fused_qkv(d_ref.data(), DType::F32, B, S, NH, NKV, HD);
-  ops::attention_backward(df.q, df.k, df.v, dout.data(), ops::Mat(out_ref.data(), t), f.q, f.k,
-                          f.v, lse_ref.data(), a, k.seg ? seg.data() : nullptr,
-                          ops::GradWrite::Set);
+  ops::attention_backward(df.q, df.k, df.v, dout.data(), ops::Mat(out_ref.data(), t), f.q, f.k, f.v,
+                          lse_ref.data(), a, k.seg ? seg.data() : nullptr, ops::GradWrite::Set);
 
   // This rank's rows through the CP attention.
   const Bytes qkv_l = local_rows(qkv.data(), l, W * e);
@@ -170,7 +169,9 @@ int cp_size() {
 TEST_P(CpAttentionTest, GroupedQueryMatchesOneRank) {
   run_case({GetParam(), 8, GetParam() == cp::CpCommType::P2P ? 2 : cp_size()});
 }
-TEST_P(CpAttentionTest, MultiHeadMatchesOneRank) { run_case({GetParam(), 4, 4}); }
+TEST_P(CpAttentionTest, MultiHeadMatchesOneRank) {
+  run_case({GetParam(), 4, 4});
+}
 TEST_P(CpAttentionTest, TwoDocumentsPerSampleMatchOneRank) {
   run_case({GetParam(), 4, 4, /*seg=*/true});
 }

@@ -31,11 +31,15 @@ double rel_error(const float* a, const float* b, int64_t n) {
 struct Params {
   std::vector<float> ln1, qkv, proj, ln2, fc1, fc2;
   explicit Params(const LayerSpec& s)
-      : ln1(H), qkv(size_t(s.qkv_rows() * H)), proj(size_t(H * NH * HD)), ln2(H),
-        fc1(size_t(s.fc1_rows() * H)), fc2(size_t(H * F)) {}
+      : ln1(H),
+        qkv(size_t(s.qkv_rows() * H)),
+        proj(size_t(H * NH * HD)),
+        ln2(H),
+        fc1(size_t(s.fc1_rows() * H)),
+        fc2(size_t(H * F)) {}
   std::vector<std::vector<float>*> all() { return {&ln1, &qkv, &proj, &ln2, &fc1, &fc2}; }
   LayerWeights weights() {
-    return {ln1.data(), nullptr, qkv.data(), nullptr, proj.data(), nullptr, nullptr, nullptr,
+    return {ln1.data(), nullptr, qkv.data(), nullptr, proj.data(), nullptr, nullptr,    nullptr,
             nullptr,    nullptr, ln2.data(), nullptr, fc1.data(),  nullptr, fc2.data(), nullptr};
   }
 };
@@ -104,8 +108,8 @@ TEST_P(CpLayerTest, ForwardAndBackwardMatchOneRank) {
     LayerCache c(d);
     LayerScratch s(d);
     transformer_layer_forward(tp, y_ref.data(), x.data(), w.weights(), c, s, d, in);
-    transformer_layer_backward(tp, dx_ref.data(), x.data(), w.weights(), g_ref.weights(), c, s,
-                               d, in);
+    transformer_layer_backward(tp, dx_ref.data(), x.data(), w.weights(), g_ref.weights(), c, s, d,
+                               in);
   }
   // This rank's rows under CP.
   LayerDims dl = d;
@@ -123,8 +127,8 @@ TEST_P(CpLayerTest, ForwardAndBackwardMatchOneRank) {
     LayerCache c(dl);
     LayerScratch s(dl);
     transformer_layer_forward(tp, y_l.data(), x_l.data(), w.weights(), c, s, dl, in_l);
-    transformer_layer_backward(tp, dx_l.data(), x_l.data(), w.weights(), g_cp.weights(), c, s,
-                               dl, in_l);
+    transformer_layer_backward(tp, dx_l.data(), x_l.data(), w.weights(), g_cp.weights(), c, s, dl,
+                               in_l);
   }
   const std::vector<float> y_exp = local_rows(y_ref, l, H), dx_exp = local_rows(dx_ref, l, H);
   EXPECT_LE(rel_error(y_l.data(), y_exp.data(), int64_t(y_l.size())), 1e-5);
