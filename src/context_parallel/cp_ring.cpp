@@ -52,8 +52,8 @@ bool pair_shape(ops::AttentionShape& p, const Ring& r, const ops::AttentionShape
   return true;
 }
 
-// Rows of local chunk `half` inside a row-major buffer of `width` elements per row.
-int64_t chunk_rows(const Ring& r, int half) {
+// The first row (t*B + b) of local chunk `half`.
+int64_t first_row(const Ring& r, int half) {
   return half * r.c * r.B;
 }
 
@@ -98,7 +98,7 @@ void ring_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, 
   copy_heads(reinterpret_cast<char*>(block.data()) + r.kv() * r.e, v, r.rows, 0, r.NKV, r.HD);
   std::vector<float> acc(size_t(r.rows * r.NH * r.HD), 0.f), lse_p(size_t(r.B * r.NH * r.c));
   std::vector<float> o_p(size_t(r.c * r.B * r.NH * r.HD));
-  std::vector<float> o_p16 = byte_buffer(int64_t(o_p.size() * r.e));
+  std::vector<float> o_stored = byte_buffer(int64_t(o_p.size() * r.e));
   std::fill(lse, lse + r.B * r.NH * r.l.S_local, kNegInf);
   std::vector<int32_t> seg[2];
   if (seg_start)
@@ -110,12 +110,12 @@ void ring_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, 
       for (int kh = 0; kh < 2; ++kh) {
         ops::AttentionShape p;
         if (!pair_shape(p, r, a, qh, r.owner(step), kh)) continue;
-        const int64_t qoff = chunk_rows(r, qh), koff = chunk_rows(r, kh) * r.NKV * r.HD;
+        const int64_t qoff = first_row(r, qh), koff = first_row(r, kh) * r.NKV * r.HD;
         // The kernel stores out in the operands' dtype: the merge reads its widened values.
-        ops::attention_forward(ops::MatOut(o_p16.data(), t), lse_p.data(),
+        ops::attention_forward(ops::MatOut(o_stored.data(), t), lse_p.data(),
                                q.shifted(qoff * q.row_stride), kb.shifted(koff), vb.shifted(koff),
                                p, seg_start ? seg[qh].data() : nullptr);
-        ops::cast_to_f32(o_p.data(), o_p16.data(), t, int64_t(o_p.size()));
+        ops::cast_to_f32(o_p.data(), o_stored.data(), t, int64_t(o_p.size()));
         merge(acc, lse, r, qh, o_p.data(), lse_p.data());
       }
     if (step + 1 < r.l.size) {
@@ -158,7 +158,7 @@ void ring_attention_backward(const CpAttention& cp, const ops::Heads& dq, const 
       for (int kh = 0; kh < 2; ++kh) {
         ops::AttentionShape p;
         if (!pair_shape(p, r, a, qh, r.owner(step), kh)) continue;
-        const int64_t qrow = chunk_rows(r, qh), koff = chunk_rows(r, kh) * r.NKV * r.HD;
+        const int64_t qrow = first_row(r, qh), koff = first_row(r, kh) * r.NKV * r.HD;
         const ops::Mat out_q(static_cast<const char*>(out.data) + qrow * H * r.e, out.dtype);
         ops::attention_backward(dq_all.shifted(qrow * H), dkb.shifted(koff), dvb.shifted(koff),
                                 dout + qrow * H, out_q, q.shifted(qrow * q.row_stride),
