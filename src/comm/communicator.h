@@ -2,7 +2,8 @@
 // (sums: fp32 or bf16; gathers: any dtype; the rest fp32), with byte counters. Counters record
 // what this rank sends under ring algorithms, the convention of formulas.md and nccl-tests' bus
 // bandwidth: all-reduce of n elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements
-// in total = (p-1)/p n, send = n, broadcast = n on the root, each element at its dtype's size
+// in total = (p-1)/p n, all-to-all of n elements sent in total (n_per_rank to each rank, this
+// one included) = (p-1)/p n, send = n, broadcast = n on the root, each element at its dtype's size
 // (a bf16 sum moves half the bytes of an fp32 one). Groups of size 1 move nothing and count
 // nothing. A bf16 sum (--grad-reduce-in-bf16) adds two bf16 values in fp32 and rounds the
 // result to bf16 (nearest even) at every step of the algorithm, as NCCL's ncclBfloat16 sum
@@ -22,10 +23,10 @@ enum class ReduceOp { Sum, Max };
 
 struct CommStats {
   int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0,
-          broadcast_bytes = 0, p2p_bytes = 0;
+          broadcast_bytes = 0, p2p_bytes = 0, all_to_all_bytes = 0;
   int64_t total() const {
     return all_reduce_bytes + reduce_scatter_bytes + all_gather_bytes + broadcast_bytes +
-           p2p_bytes;
+           p2p_bytes + all_to_all_bytes;
   }
 };
 
@@ -72,6 +73,9 @@ class Communicator {
   // out gets size() chunks of n_in elements, chunk r from rank r.
   virtual void all_gather(const void* in, void* out, int64_t n_in, DType dtype = DType::F32) = 0;
   virtual void broadcast(float* data, int64_t n, int root) = 0;
+  // in holds size() chunks of n_per_rank elements, chunk j for rank j; out gets size() chunks,
+  // chunk j from rank j (any dtype; in and out do not overlap).
+  virtual void all_to_all(const void* in, void* out, int64_t n_per_rank, DType dtype) = 0;
   // All ops are posted, then all are waited for: no ordering deadlocks between pairs.
   virtual void batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
   // All ops are posted; returns once the receives are complete, with a request that completes

@@ -164,6 +164,17 @@ class MpiCommunicator : public Communicator {
     wait_mpi(&r, 1, "broadcast", group_);
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
+  void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    if (size_ == 1) {
+      std::memcpy(out, in, size_t(n) * dtype_size(t));
+      return;
+    }
+    MPI_Request r;
+    check_mpi(MPI_Ialltoall(in, count(n), mpi_type(t), out, count(n), mpi_type(t), comm_, &r),
+              "MPI_Ialltoall");
+    wait_mpi(&r, 1, "all-to-all", group_);
+    stats_.all_to_all_bytes += (size_ - 1) * n * int64_t(dtype_size(t));
+  }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     std::vector<MPI_Request> reqs(ops.size());
     for (size_t i = 0; i < ops.size(); ++i) {

@@ -158,6 +158,23 @@ class NcclCommunicator : public Communicator {
     finish("broadcast");
     if (rank_ == root) stats_.broadcast_bytes += n * 4;
   }
+  // One send and one receive per peer in one group; this rank's own chunk is a device copy.
+  void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    const size_t chunk = size_t(n) * dtype_size(t);
+    const auto* src = static_cast<const char*>(in);
+    auto* dst = static_cast<char*>(out);
+    runtime::copy(dst + rank_ * chunk, Device::CUDA, src + rank_ * chunk, Device::CUDA, chunk);
+    if (size_ == 1 || n == 0) return;
+    MG_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      MG_NCCL_CHECK(ncclSend(src + peer * chunk, size_t(n), nccl_type(t), peer, comm(), stream()));
+      MG_NCCL_CHECK(ncclRecv(dst + peer * chunk, size_t(n), nccl_type(t), peer, comm(), stream()));
+    }
+    MG_NCCL_CHECK(ncclGroupEnd());
+    finish("all-to-all");
+    stats_.all_to_all_bytes += (size_ - 1) * n * int64_t(dtype_size(t));
+  }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     MG_NCCL_CHECK(ncclGroupStart());
     for (const P2POp& op : ops) {

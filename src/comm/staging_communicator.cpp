@@ -124,6 +124,11 @@ class StagingCommunicator : public Communicator {
     counted([&] { inner_->broadcast(static_cast<float*>(d.get()), n, root); });
     d.copy_out();
   }
+  void all_to_all(const void* in, void* out, int64_t n, DType t) override {
+    Staged i(in, bytes(n * size(), t), mem_, true), o(out, bytes(n * size(), t), mem_, false);
+    counted([&] { inner_->all_to_all(i.get(), o.get(), n, t); });
+    o.copy_out();
+  }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     std::vector<std::unique_ptr<Staged>> bufs;
     std::vector<P2POp> staged = ops;
@@ -150,6 +155,7 @@ class StagingCommunicator : public Communicator {
     stats_.all_gather_bytes += after.all_gather_bytes - before.all_gather_bytes;
     stats_.broadcast_bytes += after.broadcast_bytes - before.broadcast_bytes;
     stats_.p2p_bytes += after.p2p_bytes - before.p2p_bytes;
+    stats_.all_to_all_bytes += after.all_to_all_bytes - before.all_to_all_bytes;
   }
   static std::unique_ptr<CommRequest> finish(std::unique_ptr<CommRequest> r,
                                              std::unique_ptr<Staged> a, std::unique_ptr<Staged> b,

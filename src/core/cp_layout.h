@@ -17,6 +17,10 @@ struct CpLayout {
 
   MG_HOST_DEVICE int64_t chunk() const { return S / (2 * size); }
   MG_HOST_DEVICE int64_t local_length() const { return size == 1 ? S : 2 * chunk(); }
+  // The global chunk index of the rank's local chunk `half` (0: rank, 1: 2 CP - 1 - rank).
+  MG_HOST_DEVICE int64_t chunk_index(int half) const {
+    return half == 0 ? rank : 2 * size - 1 - rank;
+  }
   // The global sequence position of the rank's local token t (0 <= t < local_length()).
   MG_HOST_DEVICE int64_t position(int64_t t) const {
     if (size == 1) return t;

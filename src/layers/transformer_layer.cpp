@@ -1,6 +1,7 @@
 #include "layers/transformer_layer.h"
 
 #include "backend/dispatch.h"
+#include "context_parallel/cp_attention.h"
 #include "tensor_parallel/parallel_linear.h"
 
 namespace mg {
@@ -67,8 +68,9 @@ void head_norm_backward(const ops::Heads& dheads, int64_t n_heads, const Tensor&
 DropoutRows hidden_dropout(const tp::TPGroup& g, const LayerDims& d, const LayerInputs& in,
                            DropoutSite site) {
   const DropoutStep& st = *in.dropout;
+  const bool cp = in.cp && in.cp->comm->size() > 1;  // masks keyed by global positions
   return {st.key(st.hidden, in.layer, site), st.sample0, d.B, d.sp ? g.rank() * (d.S / d.tp) : 0,
-          0};
+          0, cp ? cp::cp_layout(*in.cp, d.S) : CpLayout{}};
 }
 bool hidden_dropout_on(const LayerInputs& in) { return in.dropout && in.dropout->hidden > 0.f; }
 
@@ -82,6 +84,8 @@ ops::AttentionShape attention_shape(const tp::TPGroup& g, const ops::FusedQKV& v
                  in.dropout->sample0, g.rank() * d.NH_local()};
   return a;
 }
+
+bool context_parallel(const LayerInputs& in) { return in.cp && in.cp->comm->size() > 1; }
 
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
 ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
@@ -164,8 +168,12 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
     ops::rope_forward(v.k, in.positions, in.inv_freq, N, d.NG_local(), d.HD(), d.rotary_dim,
                       d.rotary_interleaved);
   }
-  ops::attention_forward(store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
-                         attention_shape(g, v, d, in), in.seg_start);
+  if (context_parallel(in))
+    cp::cp_attention_forward(*in.cp, store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
+                             attention_shape(g, v, d, in), in.seg_start);
+  else
+    ops::attention_forward(store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
+                           attention_shape(g, v, d, in), in.seg_start);
   const bool drop = hidden_dropout_on(in);
   DropoutRows attn_drop, mlp_drop;
   if (drop) {
@@ -225,9 +233,14 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                             branch_grad(DropoutSite::AttentionOut), full, act(c.attn),
                             weight(w.proj_w, d), {N, d.attn_local(), H});
   const ops::FusedQKV v = qkv_views(c.qkv, d), dv = qkv_views(s.d_qkv, d);
-  ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k, v.v,
-                          c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
-                          ops::GradWrite::Set);
+  if (context_parallel(in))
+    cp::cp_attention_backward(*in.cp, dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q,
+                              v.k, v.v, c.lse.data<float>(), attention_shape(g, v, d, in),
+                              in.seg_start, ops::GradWrite::Set);
+  else
+    ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k,
+                            v.v, c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
+                            ops::GradWrite::Set);
   if (d.spec.rope) {  // back through the rotation: the transpose rotates by the opposite angles
     ops::rope_backward(dv.q, in.positions, in.inv_freq, N, d.NH_local(), d.HD(), d.rotary_dim,
                        d.rotary_interleaved);

@@ -25,6 +25,10 @@
 
 namespace mg {
 
+namespace cp {
+struct CpAttention;
+}
+
 // Pointers into the flat parameter (or gradient) buffer for one layer (local TP shards). The
 // GEMM weights are in the layer's dtype for parameters (f32 for grads); the 1-D parameters
 // (norms, biases) are always f32 (under mixed precision: the model's f32 copies). Absent
@@ -87,6 +91,11 @@ struct LayerInputs {
   const float* inv_freq = nullptr;      // (rotary_dim / 2): RoPE inverse frequencies
   const DropoutStep* dropout = nullptr; // training with dropout; null: none (eval, generate)
   int64_t layer = 0;                    // the layer's global index (keys its dropout masks)
+  // Context parallelism (--context-parallel-size > 1): the attention core runs over the whole
+  // sequence across the CP group (context_parallel/cp_attention.h); the layer's rows are then
+  // this rank's load-balanced S/CP positions (LayerDims::S is the local length) and seg_start
+  // holds global positions. Null, or a group of one rank: the local ops.
+  const cp::CpAttention* cp = nullptr;
 };
 
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).
@@ -96,7 +105,8 @@ struct LayerCache {
   Tensor qkv;                      // (S*B, (NH + 2 NG) HD / TP) [dtype], Q and K after RoPE
   Tensor q_pre, q_mean, q_rstd;    // --qk-layernorm: (S*B*NH/TP, HD) Q heads before their norm,
   Tensor k_pre, k_mean, k_rstd;    // (S*B*NH/TP), (S*B*NH/TP); the same for the K heads (NG/TP)
-  Tensor lse;                      // (B, NH/TP, S) attention log-sum-exp (flash attention)
+  Tensor lse;                      // (B, NH/TP, S) attention log-sum-exp (flash attention;
+                                   // under CP what cp_attention_forward saves, the same size)
   Tensor attn;                     // (S*B, NH HD / TP) [dtype] attention output
   Tensor x_mid;                    // (R, H) residual stream after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (R, H) [dtype], (R), (R)

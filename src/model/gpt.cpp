@@ -69,6 +69,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
       tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp}, cp_comm_(cp_comm),
       cp_{spec.cp_size, spec.cp_rank, cfg.seq_length},
+      cp_attention_{cp_comm, cp::parse_cp_comm_type(spec.cp_comm_type)},
       own_store_(own_store(cfg, spec, store)),
       store_(store ? store : own_store_.get()),
       param_base_(store_->chunk_params(chunk).first),
@@ -199,6 +200,7 @@ LayerInputs GPTModel::layer_inputs(const Slot& s) const {
     in.inv_freq = rope_inv_freq_.data<float>();
   }
   if (s.dropout_on) in.dropout = &s.dropout;
+  if (cp_.size > 1) in.cp = &cp_attention_;
   return in;
 }
 

@@ -19,6 +19,7 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "context_parallel/cp_attention.h"
 #include "core/cp_layout.h"
 #include "layers/transformer_layer.h"
 #include "model/config.h"
@@ -43,6 +44,7 @@ struct StageSpec {
   ShardSpec shard;                // TP shard and pipeline stage
   bool sequence_parallel = false;
   int64_t cp_size = 1, cp_rank = 0;  // context parallelism: CP ranks, this rank's index
+  std::string cp_comm_type = "p2p";  // --cp-comm-type: the attention's exchange (p2p ring, a2a)
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
   int64_t bucket_dp = -1;         // a model owning its store: StoreSpec's bucket layout
   int64_t bucket_size = 40000000;
@@ -200,6 +202,7 @@ class GPTModel {
   tp::TPGroup tp_;
   Communicator* cp_comm_;            // null when CP = 1
   CpLayout cp_;                      // this CP rank's tokens of each sequence
+  cp::CpAttention cp_attention_;     // the attention across the CP group (CP > 1)
   std::unique_ptr<ParamStore> own_store_;  // when no store was given
   ParamStore* store_;
   int param_base_ = 0;   // this chunk's first parameter in the store's layout

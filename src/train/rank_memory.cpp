@@ -38,6 +38,7 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
     spec.sequence_parallel = cfg.parallel.sequence_parallel;
     spec.cp_size = grid.cp;
     spec.cp_rank = c.cp;
+    spec.cp_comm_type = cfg.parallel.cp_comm_type;
     spec.num_slots = in_flight(table, chunk);
     spec.dtype = cfg.model_dtype();
     if (cfg.recompute_granularity == "full") {

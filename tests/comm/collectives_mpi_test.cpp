@@ -59,6 +59,23 @@ TEST(MpiCollectives, BroadcastAndRingExchange) {
   w->barrier();
 }
 
+TEST(MpiCollectives, AllToAll) {
+  auto w = mpi_world();
+  const int p = w->size(), r = w->rank();
+  // Chunk j of rank r holds 100 r + 10 j + i: rank r receives 100 j + 10 r + i from rank j.
+  std::vector<float> in(size_t(2 * p)), out(size_t(2 * p));
+  for (int j = 0; j < p; ++j)
+    for (int i = 0; i < 2; ++i) in[size_t(2 * j + i)] = float(100 * r + 10 * j + i);
+  w->all_to_all(in.data(), out.data(), 2, DType::F32);
+  for (int j = 0; j < p; ++j)
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(out[size_t(2 * j + i)], float(100 * j + 10 * r + i));
+  EXPECT_EQ(w->stats().all_to_all_bytes, (p - 1) * 2 * 4);
+  std::vector<int32_t> in32(static_cast<size_t>(p)), out32(in32.size());
+  for (int j = 0; j < p; ++j) in32[size_t(j)] = 1000 * r + j;
+  w->all_to_all(in32.data(), out32.data(), 1, DType::I32);
+  for (int j = 0; j < p; ++j) EXPECT_EQ(out32[size_t(j)], 1000 * j + r);
+}
+
 TEST(MpiCollectives, SubgroupsFollowTheGrid) {
   auto w = mpi_world();
   if (w->size() != 4) GTEST_SKIP() << "needs 4 ranks";

@@ -95,6 +95,23 @@ TEST(NcclCollectives, BroadcastAndPointToPoint) {
   EXPECT_EQ(w->stats().p2p_bytes, 4);
 }
 
+TEST(NcclCollectives, AllToAll) {
+  MG_REQUIRE_GPUS();
+  auto w = nccl_world();
+  const int p = w->size(), r = w->rank();
+  // Chunk j of rank r holds 100 r + 10 j + i: rank r receives 100 j + 10 r + i from rank j.
+  std::vector<float> in(size_t(2 * p));
+  for (int j = 0; j < p; ++j)
+    for (int i = 0; i < 2; ++i) in[size_t(2 * j + i)] = float(100 * r + 10 * j + i);
+  auto din = on_device(in);
+  cuda::Buffer dout(in.size() * sizeof(float));
+  w->all_to_all(din.get(), dout.get(), 2, DType::F32);
+  const auto out = on_host(dout, in.size());
+  for (int j = 0; j < p; ++j)
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(out[size_t(2 * j + i)], float(100 * j + 10 * r + i));
+  EXPECT_EQ(w->stats().all_to_all_bytes, (p - 1) * 2 * 4);
+}
+
 // ncclBfloat16 sums (--grad-reduce-in-bf16) against the fp64 reference of the MPI tests
 // (testing/bf16_sum_reference.h), with half of fp32's byte counts.
 TEST(NcclCollectives, Bf16SumsRoundEachPartialSum) {
