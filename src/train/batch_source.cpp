@@ -76,12 +76,12 @@ BatchFn BatchSource::at(int64_t consumed) {
     if (consumed != batches_consumed_) batches_.clear(), batches_consumed_ = consumed;
     MG_CHECK(m <= int64_t(batches_.size()), "micro-batch ", m, " requested before micro-batch ",
              batches_.size());
-    if (m == int64_t(batches_.size()))
+    if (m == int64_t(batches_.size())) {
       batches_.push_back(loader_ ? loader_->next()
                                  : make_batch(*ds_, start, cfg_.micro_batch_size,
                                               cfg_.model.seq_length, opt_));
-    if (cp_.size > 1 && m == int64_t(batches_.size()) - 1)
-      batches_.back() = slice_for_context_parallel(batches_.back(), cp_);
+      if (cp_.size > 1) batches_.back() = slice_for_context_parallel(batches_.back(), cp_);
+    }
     const Batch& b = batches_[size_t(m)];
     return {b.tokens.data(), b.position_ids.data(), b.labels.data(), b.loss_mask.data(),
             b.attention_start.empty() ? nullptr : b.attention_start.data(), start};

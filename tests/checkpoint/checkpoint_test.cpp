@@ -129,6 +129,15 @@ TEST(Checkpoint, InterleavedPipelineReshards) {
                  kModel, Target{2, vp2});
 }
 
+// Saved under context parallelism (CP 2 x DP 2, distributed optimizer sharded over DP x CP):
+// continued on one rank, under CP 4 with the all-to-all attention, and under PP 2 x VP 2.
+TEST(Checkpoint, ContextParallelReshards) {
+  expect_reshard({Target{1, ""}, Target{4, "--context-parallel-size 4 --cp-comm-type a2a"},
+                  Target{2, "--pipeline-model-parallel-size 2 "
+                            "--num-virtual-stages-per-pipeline-rank 2"}},
+                 kModel, Target{4, "--context-parallel-size 2 --use-distributed-optimizer"});
+}
+
 // The same for a Llama: the grouped QKV rows and SwiGLU's stacked [gate; up] fc1 (partition
 // stride 2) reshard from TP 2 to TP 1 and TP 4.
 TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {

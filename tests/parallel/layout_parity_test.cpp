@@ -155,6 +155,39 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"dropout_pp2vp2dp2", kDropout, {4, kVp2}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
+// Context parallelism: every sequence split over the CP ranks (load-balanced chunks r and
+// 2 CP - 1 - r), attention as a K/V ring (p2p) or all-to-all over heads (a2a), gradients summed
+// over DP x CP; with every other layout, every step as the single rank.
+class ContextParallelParity : public ::testing::TestWithParam<ModelLayout> {};
+TEST_P(ContextParallelParity, MatchesSingleRank) {
+  expect_parity(GetParam().layout, GetParam().model);
+}
+// Documents of a few tokens each (the mock corpus's lengths start at 1): attention restarts at
+// every EOD inside a sample, so the starts cross the CP chunks.
+const std::string kResetMask =
+    kModel + " --reset-attention-mask --reset-position-ids --eod-mask-loss --seq-length 32";
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ContextParallelParity,
+    ::testing::Values(
+        ModelLayout{"cp2", kModel, {2, "--context-parallel-size 2"}},
+        ModelLayout{"cp4", kModel, {4, "--context-parallel-size 4"}},
+        ModelLayout{"cp2_a2a", kModel, {2, "--context-parallel-size 2 --cp-comm-type a2a"}},
+        ModelLayout{"cp2tp2_sp", kModel,
+                    {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel"}},
+        ModelLayout{"cp2pp2", kModel,
+                    {4, "--context-parallel-size 2 --pipeline-model-parallel-size 2"}},
+        ModelLayout{"cp2pp2vp2", kModel, {4, "--context-parallel-size 2 " + kVp2}},
+        ModelLayout{"cp2dp2_distopt", kModel,
+                    {4, "--context-parallel-size 2 --use-distributed-optimizer"}},
+        ModelLayout{"cp2_reset_attention_mask", kResetMask, {2, "--context-parallel-size 2"}},
+        ModelLayout{"dropout_cp2", kDropout, {2, "--context-parallel-size 2"}},
+        ModelLayout{"llama_cp2", kLlama, {2, "--context-parallel-size 2"}},
+        ModelLayout{"llama_cp2tp2_a2a", kLlama,
+                    {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                        "--cp-comm-type a2a"}}),
+    [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
+
 // With dropout on (0.1 / 0.1) every layout draws the single rank's masks: same losses.
 class DropoutLayoutParity : public ::testing::TestWithParam<Layout> {};
 
@@ -331,6 +364,29 @@ TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
   EXPECT_EQ(field(r.log, "dp comm bytes"), 0);
   // Tied embedding: all-reduce of the word-embedding shard (V/t x h) between first and last.
   EXPECT_EQ(field(r.log, "embedding comm bytes"), 4 * 2 * 1 * (V * h / t) / 2);
+}
+
+// Interleaving: rank r of P sends, per micro-batch, the activation of each of its v chunks but
+// the last virtual stage's and the input gradient of each but the first's: (2 v - [r = 0] -
+// [r = P - 1]) b s h elements (formulas.md), v times 1F1B's traffic on the middle ranks.
+// Context parallelism: the K/V ring of every layer (context_parallel/cp_attention.h), plus the
+// loss-mask count of each micro-batch and the step's loss summed over CP (2 floats each).
+TEST(CommVolume, InterleavingAndContextParallelMatchFormulas) {
+  const int64_t b = 2, s = 16, h = 32, L = 4, M = 4, bsh = b * s * h;
+  for (int v : {1, 2}) {
+    const RunOut r = train(2, "--pipeline-model-parallel-size 2 "
+                              "--num-virtual-stages-per-pipeline-rank " + std::to_string(v));
+    EXPECT_EQ(field(r.log, "pp comm bytes"), 4 * M * bsh * (2 * v - 1)) << "v = " << v;
+    EXPECT_EQ(field(r.log, "cp comm bytes"), 0);
+  }
+  const int64_t NKV = 4, HD = 8;
+  for (int N : {2, 4}) {
+    const RunOut r = train(N, "--context-parallel-size " + std::to_string(N));
+    const int64_t E = b * (s / N) * NKV * HD;  // one K or V block
+    const int64_t ring = (N - 1) * 2 * E * 4 + (N - 1) * 2 * E * 4 + N * 2 * E * 4;
+    const int64_t sums = (M + 1) * 2 * (N - 1) * 2 * 4 / N;  // all-reduces of 2 floats
+    EXPECT_EQ(field(r.log, "cp comm bytes"), M * L * ring + sums) << "CP " << N;
+  }
 }
 
 // ---- a rank that dies ----

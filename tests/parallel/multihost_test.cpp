@@ -40,6 +40,7 @@ struct Layout {
 };
 const Layout kLayouts[] = {
     {"tp2pp2dp2", 8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
+    {"cp2dp2", 4, "--context-parallel-size 2"},
 };
 
 // Why the simulated hosts cannot be made here ("" when they are up).
