@@ -141,7 +141,7 @@ void finish_save(const CheckpointIO& io, const TrainProgress& progress, const st
   meta.seed = c.seed;
   meta.model = c.model;
   meta.precision = io.params.dtype();
-  meta.tp = g.grid.tp, meta.pp = g.grid.pp, meta.dp = g.grid.dp;
+  meta.tp = g.grid.tp, meta.pp = g.grid.pp, meta.dp = g.grid.dp, meta.cp = g.grid.cp;
   meta.distributed_optimizer = io.distributed_optimizer;
   meta.args = c.argv;
   if (progress.has_scaler) meta.loss_scaler = progress.scaler;
@@ -299,7 +299,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     log_line(str_cat(" > note: the checkpoint was trained with --seed ", meta.seed,
                      "; this run's --seed ", c.seed, " decides the data order from here"));
   log_line(str_cat(" > loaded checkpoint '", dir, "' (iteration ", meta.iteration,
-                   ", saved with TP ", meta.tp, " PP ", meta.pp, " DP ", meta.dp, ", \"",
+                   ", saved with TP ", meta.tp, " CP ", meta.cp, " PP ", meta.pp, " DP ", meta.dp, ", \"",
                    dtype_name(meta.precision), "\"",
                    load_optim ? ", with optimizer state" : ", weights only", ") in ",
                    timer.seconds(), " s (rank 0 read and verified ", reader.bytes_read() / 1e6,

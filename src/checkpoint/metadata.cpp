@@ -85,6 +85,7 @@ std::string checkpoint_metadata_text(const CheckpointMetadata& m) {
                 {{"tensor_model_parallel_size", m.tp},
                  {"pipeline_model_parallel_size", m.pp},
                  {"data_parallel_size", m.dp},
+                 {"context_parallel_size", m.cp},
                  {"use_distributed_optimizer", m.distributed_optimizer}}},
                {"args", m.args}};
   if (m.loss_scaler)
@@ -133,6 +134,8 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
   m.tp = layout.integer("tensor_model_parallel_size", 1, kMaxRanks);
   m.pp = layout.integer("pipeline_model_parallel_size", 1, kMaxRanks);
   m.dp = layout.integer("data_parallel_size", 1, kMaxRanks);
+  m.cp = layout.has("context_parallel_size")
+             ? layout.integer("context_parallel_size", 1, kMaxRanks) : 1;
   m.distributed_optimizer = layout.boolean("use_distributed_optimizer");
   m.args = f.strings("args");
   if (f.has("loss_scaler")) {
@@ -142,9 +145,9 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
                                     s.integer("hysteresis_tracker", -kMaxCount)};
   }
   const std::vector<JsonFields> ranks = f.objects("ranks");
-  MG_USER_CHECK(int64_t(ranks.size()) == m.tp * m.pp * m.dp, f.name("ranks"), " lists ",
-                ranks.size(), " ranks but the layout (TP ", m.tp, " x PP ", m.pp, " x DP ", m.dp,
-                ") has ", m.tp * m.pp * m.dp);
+  MG_USER_CHECK(int64_t(ranks.size()) == m.tp * m.cp * m.pp * m.dp, f.name("ranks"), " lists ",
+                ranks.size(), " ranks but the layout (TP ", m.tp, " x CP ", m.cp, " x PP ", m.pp,
+                " x DP ", m.dp, ") has ", m.tp * m.cp * m.pp * m.dp);
   for (size_t r = 0; r < ranks.size(); ++r) {
     const JsonFields& e = ranks[r];
     ShardFiles s{e.string("index"), e.crc("index_crc32"), e.string("bin"),

@@ -41,6 +41,7 @@ struct CheckpointMetadata {
   GPTConfig model;                 // written as model_record(model); read back validated
   DType precision = DType::F32;    // the weights' dtype
   int64_t tp = 1, pp = 1, dp = 1;  // layout.*_parallel_size
+  int64_t cp = 1;  // layout.context_parallel_size (absent before context parallelism: 1)
   bool distributed_optimizer = false;
   std::vector<std::string> args;               // the command line it was trained with
   std::optional<LossScalerState> loss_scaler;  // fp16 runs

@@ -140,6 +140,21 @@ class StagingCommunicator : public Communicator {
     for (size_t k = 0; k < ops.size(); ++k)
       if (!ops[k].is_send) bufs[k]->copy_out();
   }
+  // Receives staged back once the inner exchange returns; the staged sends live in the request.
+  std::unique_ptr<CommRequest> exchange(const std::vector<P2POp>& ops) override {
+    std::vector<std::unique_ptr<Staged>> bufs, sends;
+    std::vector<P2POp> staged = ops;
+    for (P2POp& op : staged) {
+      bufs.push_back(std::make_unique<Staged>(op.data, bytes(op.n), mem_, op.is_send));
+      op.data = static_cast<float*>(bufs.back()->get());
+    }
+    std::unique_ptr<CommRequest> r;
+    counted([&] { r = inner_->exchange(staged); });
+    for (size_t k = 0; k < ops.size(); ++k)
+      if (!ops[k].is_send) bufs[k]->copy_out();
+      else sends.push_back(std::move(bufs[k]));
+    return std::make_unique<StagedRequest>(std::move(r), std::move(sends), nullptr);
+  }
   void barrier() override { inner_->barrier(); }
 
  private:

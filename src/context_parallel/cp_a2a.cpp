@@ -61,7 +61,7 @@ std::vector<int32_t> full_seg_start(Communicator& comm, const Ulysses& u, const 
   std::vector<int32_t> all(size_t(u.B * S)), full(size_t(u.B * S));
   comm.all_gather(seg, all.data(), u.B * S_local, DType::I32);
   for (int s = 0; s < u.N(); ++s) {
-    const CpLayout owner{S_local, s, u.N()};
+    const CpLayout owner{u.N(), s, S};
     for (int64_t b = 0; b < u.B; ++b)
       for (int64_t t = 0; t < S_local; ++t)
         full[size_t(b * S + owner.position(t))] = all[size_t((s * u.B + b) * S_local + t)];

@@ -137,7 +137,7 @@ TEST(CheckpointMetadata, EveryFieldIsCheckedWithANamedMessage) {
   EXPECT_EQ(error_of(v2_with([](json& j) { j["ranks"][0]["bin"] = "../../etc/passwd"; })),
             kWhere + "field 'ranks[0].bin' must be \"rank_00000.bin\"");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["layout"]["tensor_model_parallel_size"] = 2; })),
-            kWhere + "field 'ranks' lists 1 ranks but the layout (TP 2 x PP 1 x DP 1) has 2");
+            kWhere + "field 'ranks' lists 1 ranks but the layout (TP 2 x CP 1 x PP 1 x DP 1) has 2");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["version"] = 4; })),
             kWhere + "field 'version' must be an integer in [1, 3], got 4 (this build reads "
                      "format versions 1 to 3)");
