@@ -206,7 +206,7 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 MG_FIELD(distributed_timeout_minutes)),
       valued<C>("--timing-log-level", "N",
                 "phase timers after each log line: 0 off, 1 step phases, 2 also communication, "
-                "optimizer parts and compute by kind of op",
+                "optimizer parts, compute by kind of op and (PP > 1) the pipeline bubble per stage",
                 MG_FIELD(timing_log_level)),
       valued<C>("--eval-interval", "N", "iterations between validations (0: never)",
                 MG_FIELD(eval_interval)),

@@ -28,6 +28,7 @@
 #include "pipeline/schedule.h"
 #include "train/batch_source.h"
 #include "train/log_format.h"
+#include "train/pipeline_bubble.h"
 #include "train/rank_memory.h"
 #include "train/tensorboard_log.h"
 
@@ -47,9 +48,9 @@ bool sigterm_received() { return g_sigterm != 0; }
 
 // Megatron's timer printout: each enabled phase as (min, max) over ranks of its ms per
 // iteration in this log interval. Returns each printed phase's max (for TensorBoard).
-std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g, int64_t iters) {
-  std::vector<double> t = timers::totals();
-  timers::reset();
+std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g,
+                                                      const std::vector<double>& t,
+                                                      int64_t iters) {
   std::vector<float> mx(t.size()), neg_mn(t.size());
   for (size_t i = 0; i < t.size(); ++i) mx[i] = neg_mn[i] = float(1e3 * t[i] / double(iters));
   for (float& v : neg_mn) v = -v;
@@ -70,6 +71,17 @@ std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g, i
   }
   log_line(out);
   return max_ms;
+}
+
+// --timing-log-level 2 under PP: each stage's measured idle fraction (the mean over its ranks)
+// beside the analytic bubble. t: this rank's timer totals of the interval.
+void log_pipeline_bubble(const ProcessGroups& g, const std::vector<double>& t, int64_t v,
+                         int64_t m) {
+  std::vector<float> sums(size_t(g.grid.pp), 0.f);  // each rank adds into its stage's slot
+  sums[size_t(g.coord.pp)] = float(idle_fraction(t));
+  g.world->all_reduce(sums.data(), int64_t(sums.size()), ReduceOp::Sum);
+  log_line(bubble_line(std::vector<double>(sums.begin(), sums.end()), g.grid.world() / g.grid.pp,
+                       g.grid.pp, v, m));
 }
 
 // The last stage's mean loss, averaged over DP, delivered to every rank (a world reduction
@@ -481,7 +493,14 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.cp_bytes = interval_comm_[4].p2p_bytes / interval_iters_;
   log_line(format_iteration(l));
   std::vector<std::pair<std::string, double>> timer_max_ms;
-  if (timers::enabled_level() > 0) timer_max_ms = log_timers(g_, interval_iters_);
+  if (timers::enabled_level() > 0) {
+    const std::vector<double> t = timers::totals();
+    timers::reset();
+    timer_max_ms = log_timers(g_, t, interval_iters_);
+    if (timers::enabled_level() >= 2 && g_.grid.pp > 1)
+      log_pipeline_bubble(g_, t, cfg_.parallel.virtual_stages,
+                          step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp));
+  }
   if (tb_) {
     if (cfg_.tensorboard.log_timers)
       write_interval_scalars(*tb_, iter, l.ms_per_iter / 1e3,
