@@ -128,15 +128,15 @@ class StageLinks {
   int64_t n_;
   Tensor d_output_;
   std::vector<P2POp> pending_;
-  struct Sends {
-    std::unique_ptr<CommRequest> request;
-    std::vector<const void*> buffers;
-  };
-  std::vector<Sends> in_flight_;
   // Copies of input gradients being sent (a gradient's receiver may take it only after this
   // rank's next backward of the same chunk), reused once their sends completed.
   std::vector<Tensor> grad_copies_;
   std::vector<float*> free_copies_;
+  struct Sends {
+    std::unique_ptr<CommRequest> request;
+    std::vector<const void*> buffers;
+  };
+  std::vector<Sends> in_flight_;  // after the copies: destroyed (its sends waited for) first
   float* grad_buffer() {
     for (auto it = in_flight_.begin(); it != in_flight_.end() && free_copies_.empty();) {
       if (!it->request->test()) {

@@ -138,6 +138,9 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(std::isfinite(distributed_timeout_minutes) && distributed_timeout_minutes > 0,
                 "--distributed-timeout-minutes must be a positive number of minutes (got ",
                 distributed_timeout_minutes, "); fractions are allowed, e.g. 0.05 for 3 s");
+  MG_USER_CHECK(parallel.cp() == 1 || device == "cpu", "--context-parallel-size ", parallel.cp(),
+                " runs its attention on the CPU for now: use --device cpu, or "
+                "--context-parallel-size 1 with --device cuda");
   if (device == "cuda") {
     const int64_t head_dim = model.head_dim();
     MG_USER_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128, "--device cuda: the CUDA "
@@ -166,6 +169,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                                 std::pair{"--lr-wsd-decay-samples", lr_wsd_decay_samples}})
     MG_USER_CHECK(v >= 0, flag, " must be >= 0 (got ", v, ")");
   resolve_run_length(*this);  // --train-iters | --train-samples, --lr
+  // Every global batch of a --rampup-batch-size ramp runs the interleaved schedule too.
+  if (parallel.virtual_stages > 1 && rampup.start > 0)
+    for (int64_t b = rampup.start; b < global_batch_size; b += rampup.increment)
+      validate_schedule({parallel.pp(), parallel.virtual_stages,
+                         b / (int64_t(micro_batch_size) * data_parallel_size),
+                         parallel.microbatch_group_size_per_vp_stage});
   MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
                 "' is not available; use adam or sgd");
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +
