@@ -138,10 +138,11 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(std::isfinite(distributed_timeout_minutes) && distributed_timeout_minutes > 0,
                 "--distributed-timeout-minutes must be a positive number of minutes (got ",
                 distributed_timeout_minutes, "); fractions are allowed, e.g. 0.05 for 3 s");
-  MG_USER_CHECK(parallel.cp() == 1 || device == "cpu", "--context-parallel-size ", parallel.cp(),
-                " runs its attention on the CPU for now: use --device cpu, or "
-                "--context-parallel-size 1 with --device cuda");
   if (device == "cuda") {
+    // Refused here rather than by the first forward, after every rank has allocated.
+    MG_USER_CHECK(parallel.cp() == 1, "--context-parallel-size ", parallel.cp(),
+                  " runs its attention (ring and all-to-all) on the CPU for now: train with "
+                  "--device cpu, or --device cuda with --context-parallel-size 1");
     const int64_t head_dim = model.head_dim();
     MG_USER_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128, "--device cuda: the CUDA "
                   "attention kernels take head dims 32, 64 and 128, but the head dim (--kv-channels, "

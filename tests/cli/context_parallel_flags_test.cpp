@@ -87,5 +87,16 @@ TEST(ContextParallelFlags, InvalidLayoutsNameTheFlag) {
             std::string::npos);
 }
 
+// The CP attention runs on host memory only: a GPU run with CP is refused at validation, before
+// any rank allocates. The same run with --context-parallel-size 1 passes this check.
+TEST(ContextParallelFlags, CudaWithContextParallelIsRefused) {
+  EXPECT_EQ(refusal("--device cuda --context-parallel-size 2", 2),
+            "--context-parallel-size 2 runs its attention (ring and all-to-all) on the CPU for "
+            "now: train with --device cpu, or --device cuda with --context-parallel-size 1");
+  const TrainConfig c = config("--device cuda --hidden-size 128", 1);  // head dim 32
+  EXPECT_EQ(c.device, "cuda");
+  EXPECT_EQ(c.parallel.cp(), 1);
+}
+
 }  // namespace
 }  // namespace mg
