@@ -58,8 +58,7 @@ std::unique_ptr<ParamStore> own_store(const GPTConfig& cfg, const StageSpec& spe
                                       ParamStore* given) {
   if (given) return nullptr;
   return std::make_unique<ParamStore>(
-      cfg, StoreSpec{{spec.shard}, spec.dtype, spec.sequence_parallel, spec.bucket_dp,
-                     spec.bucket_size});
+      cfg, StoreSpec{{spec.shard}, spec.dtype, spec.sequence_parallel});
 }
 }  // namespace
 
@@ -139,18 +138,19 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   }
 }
 
+std::vector<int> GPTModel::in_store(const std::vector<int>& ids) const {
+  std::vector<int> out(ids);
+  for (int& i : out) i += param_base_;
+  return out;
+}
+
 void GPTModel::notify(const std::vector<int>& ids) {
-  if (ids.empty() || !report_grads_) return;
-  std::vector<int> in_store(ids);
-  for (int& i : in_store) i += param_base_;
-  store_->notify_grad_ready(in_store);
+  if (!ids.empty() && report_grads_) store_->notify_grad_ready(in_store(ids));
 }
 
 void GPTModel::need(const std::vector<int>& ids) {
   if (ids.empty()) return;
-  std::vector<int> in_store(ids);
-  for (int& i : in_store) i += param_base_;
-  store_->notify_params_needed(in_store);
+  store_->notify_params_needed(in_store(ids));
   if (!dims_.low_precision()) return;
   for (int i : ids)
     if (small_offset_[size_t(i)] >= 0) {

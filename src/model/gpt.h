@@ -46,8 +46,6 @@ struct StageSpec {
   int64_t cp_size = 1, cp_rank = 0;  // context parallelism: CP ranks, this rank's index
   std::string cp_comm_type = "p2p";  // --cp-comm-type: the attention's exchange (p2p ring, a2a)
   int64_t num_slots = 1;          // activation sets for in-flight micro-batches
-  int64_t bucket_dp = -1;         // a model owning its store: StoreSpec's bucket layout
-  int64_t bucket_size = 40000000;
   DType dtype = DType::F32;       // params and activations: F32, BF16 (--bf16) or F16 (--fp16)
   // Full activation recompute (--recompute-granularity full): "uniform" recomputes every layer
   // in chunks of recompute_num_layers (one chunk's caches live at a time), "block" the first
@@ -229,6 +227,8 @@ class GPTModel {
   bool dropout_enabled_ = false;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;
+  // Chunk parameter indices as the store's (its hooks speak store indices).
+  std::vector<int> in_store(const std::vector<int>& ids) const;
   void notify(const std::vector<int>& ids);
   // Parameters about to be read: waits for them (hook), then refreshes their f32 copies.
   void need(const std::vector<int>& ids);

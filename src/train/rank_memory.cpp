@@ -25,9 +25,7 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
   const RankGrid grid = cfg.rank_grid();
   const RankGrid::Coord c = grid.coord(world_rank);
   const int v = cfg.parallel.virtual_stages;
-  const ScheduleTable table = schedule_table(
-      {grid.pp, v, cfg.num_micro_batches(), cfg.parallel.microbatch_group_size_per_vp_stage},
-      c.pp);
+  const ScheduleTable table = schedule_table(cfg.schedule_shape(cfg.num_micro_batches()), c.pp);
   std::vector<StageSpec> chunks;
   for (int chunk = 0; chunk < v; ++chunk) {
     const auto [layer_begin, layer_end] =

@@ -113,9 +113,6 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
        p.decoder_last_pipeline_num_layers});
   MG_USER_CHECK(p.microbatch_group_size_per_vp_stage >= 0,
                 "--microbatch-group-size-per-virtual-pipeline-stage must be positive");
-  if (p.virtual_stages > 1)  // the interleaved schedule's micro-batch rules, with the final M
-    validate_schedule({p.pp(), p.virtual_stages, num_micro_batches(),
-                       p.microbatch_group_size_per_vp_stage});
   model.vocab_pad_tp = parallel.tp();
   MG_USER_CHECK(train_iters >= 0, "--train-iters must be positive (got ", train_iters, ")");
   MG_USER_CHECK(device == "cpu" || device == "cuda", "--device '", device,
@@ -170,12 +167,13 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                                 std::pair{"--lr-wsd-decay-samples", lr_wsd_decay_samples}})
     MG_USER_CHECK(v >= 0, flag, " must be >= 0 (got ", v, ")");
   resolve_run_length(*this);  // --train-iters | --train-samples, --lr
-  // Every global batch of a --rampup-batch-size ramp runs the interleaved schedule too.
-  if (parallel.virtual_stages > 1 && rampup.start > 0)
-    for (int64_t b = rampup.start; b < global_batch_size; b += rampup.increment)
-      validate_schedule({parallel.pp(), parallel.virtual_stages,
-                         b / (int64_t(micro_batch_size) * data_parallel_size),
-                         parallel.microbatch_group_size_per_vp_stage});
+  // The interleaved schedule's micro-batch rules for every global batch the run takes: a
+  // --rampup-batch-size ramp's, then --global-batch-size.
+  if (parallel.virtual_stages > 1) {
+    for (int64_t b = rampup.start; b > 0 && b < global_batch_size; b += rampup.increment)
+      validate_schedule(schedule_shape(b / (int64_t(micro_batch_size) * data_parallel_size)));
+    validate_schedule(schedule_shape(num_micro_batches()));
+  }
   MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
                 "' is not available; use adam or sgd");
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +

@@ -14,6 +14,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/parallel_config.h"
 #include "parallel/rank_grid.h"
+#include "pipeline/schedule_table.h"
 #include "train/run_length.h"
 #include "train/tensorboard_log.h"
 
@@ -124,6 +125,11 @@ struct TrainConfig {
   // Micro-batches per iteration on each data-parallel rank.
   int64_t num_micro_batches() const {
     return global_batch_size / (micro_batch_size * data_parallel_size);
+  }
+  // The pipeline schedule's shape for M micro-batches per iteration.
+  ScheduleShape schedule_shape(int64_t M) const {
+    return {parallel.pp(), parallel.virtual_stages, M,
+            parallel.microbatch_group_size_per_vp_stage};
   }
   LRSchedule lr_schedule() const;
   // Storage of params and activations: F32, BF16 (--bf16) or F16 (--fp16).

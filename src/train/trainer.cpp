@@ -179,11 +179,6 @@ class Trainer {
   std::unique_ptr<ParamStore> store_;              // every parameter of this rank
   std::vector<std::unique_ptr<GPTModel>> chunks_;  // its model chunks (v under interleaving)
   std::vector<GPTModel*> chunk_ptrs_;
-  // The schedule's shape for M micro-batches.
-  ScheduleShape schedule_shape(int64_t M) const {
-    return {g_.grid.pp, cfg_.parallel.virtual_stages, M,
-            cfg_.parallel.microbatch_group_size_per_vp_stage};
-  }
   // Loss-mask tokens counted by the chunks since the last call (the last virtual stage's).
   double take_tokens() {
     double t = 0;
@@ -365,7 +360,7 @@ StepResult Trainer::train_step(int64_t iter) {
   {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(
-        chunk_ptrs_, *g_.pp, schedule_shape(M), train_batches_->at(consumed_),
+        chunk_ptrs_, *g_.pp, cfg_.schedule_shape(M), train_batches_->at(consumed_),
         [&] {
           if (reducer_) reducer_->arm();
           if (dist_optim_) dist_optim_->arm();
