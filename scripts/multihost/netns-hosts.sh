@@ -11,6 +11,8 @@
 #   netns-hosts.sh hostfile N K  print the hostfile of the first N hosts with K slots each
 #   netns-hosts.sh down          remove every host, the bridge and the /etc/hosts lines (idempotent)
 #   netns-hosts.sh check         exit 0 when namespaces can be made here, else say why
+#   netns-hosts.sh status        each host's link, the launch host's neighbour entry for it and
+#                                processes (to diagnose a stalled job)
 set -euo pipefail
 
 DIR=${MG_NETNS_DIR:-/tmp/mg-netns}
@@ -75,10 +77,27 @@ up() {
   echo "netns-hosts: $n hosts up (mghost0..mghost$((n - 1)), $SUBNET.1-$n); hostfile $DIR/hostfile"
 }
 
+status() {
+  ip -br link show master "$BRIDGE" 2>&1 || true
+  for ns in $(ip netns list 2>/dev/null | awk '/^mg(host[0-9]+|launch)/ {print $1}'); do
+    local addr neigh=""
+    addr=$(ip -n "$ns" -4 -o addr show dev eth0 2>/dev/null | awk '{print $4}')
+    # The launch host's ARP entry for it (no ping here): REACHABLE/STALE once they have talked.
+    [ "$ns" = mglaunch ] || [ -z "$addr" ] ||
+      neigh=" mglaunch's neighbour entry: $(ip -n mglaunch neigh show "${addr%/*}" | awk '{print $NF}')"
+    echo "$ns ($addr)$neigh:"
+    local pids
+    pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ',' | sed 's/,$//')
+    [ -z "$pids" ] || ps -o pid=,stat=,etime=,args= -p "$pids" | cut -c1-200 | sed 's/^/  /'
+  done
+  grep "$MARK" /etc/hosts 2>&1 || echo "no mghost lines in /etc/hosts"
+}
+
 case "${1:-}" in
   up) up "${2:?usage: netns-hosts.sh up N [K]}" "${3:-1}" ;;
   hostfile) hostfile "${2:?usage: netns-hosts.sh hostfile N K}" "${3:?}" ;;
   down) down ;;
   check) check ;;
-  *) sed -n '9,13p' "$0" >&2; exit 2 ;;
+  status) status ;;
+  *) sed -n '9,15p' "$0" >&2; exit 2 ;;
 esac

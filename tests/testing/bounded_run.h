@@ -15,6 +15,8 @@
 #include <iterator>
 #include <string>
 
+#include "testing/subprocess.h"
+
 namespace mg::testing {
 
 struct BoundedRun {
@@ -24,6 +26,7 @@ struct BoundedRun {
   double seconds = 0;         // start to end
   double after_marker = -1;   // marker's arrival to end (-1: no marker)
   int leftovers = 0;          // processes still alive at the end (then killed)
+  bool marker_late = false;   // the marker had not come by its deadline (then killed)
 };
 
 // The live processes whose environment holds tag (SIGKILLed when kill_them); how many.
@@ -51,8 +54,12 @@ inline int find_tagged(const std::string& tag, bool kill_them) {
   return found;
 }
 
+// With marker_deadline > 0 the command is killed when the marker has not come by then, after
+// `diagnose` (a shell command, e.g. listing the job's processes) has run and its output has been
+// appended: a stall is told apart from a slow end.
 inline BoundedRun run_bounded(const std::string& cmd, double limit_seconds,
-                              const std::string& marker = "") {
+                              const std::string& marker = "", double marker_deadline = 0,
+                              const std::string& diagnose = "") {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
@@ -84,8 +91,15 @@ inline BoundedRun run_bounded(const std::string& cmd, double limit_seconds,
       r.hit_limit = true;
       break;
     }
+    if (marker_deadline > 0 && marked == Clock::time_point{} && since(start) > marker_deadline) {
+      r.marker_late = true;
+      r.output += "\n--- no '" + marker + "' after " + std::to_string(int(marker_deadline)) +
+                  " s; " + diagnose + ":\n";
+      if (!diagnose.empty()) r.output += run_command(diagnose).output;
+      break;
+    }
     pollfd p{fds[0], POLLIN, 0};
-    if (poll(&p, 1, int(left * 1000) + 1) <= 0) continue;
+    if (poll(&p, 1, marker_deadline > 0 ? 500 : int(left * 1000) + 1) <= 0) continue;
     char buf[4096];
     const ssize_t n = read(fds[0], buf, sizeof(buf));
     if (n <= 0) {
@@ -97,7 +111,7 @@ inline BoundedRun run_bounded(const std::string& cmd, double limit_seconds,
         r.output.find(marker) != std::string::npos)
       marked = Clock::now();
   }
-  if (r.hit_limit) kill(-child, SIGKILL);
+  if (r.hit_limit || r.marker_late) kill(-child, SIGKILL);
   int status = 0;
   // After EOF the command has closed its output; it ends within moments (bounded all the same).
   while (waitpid(child, &status, WNOHANG) == 0) {
@@ -110,7 +124,7 @@ inline BoundedRun run_bounded(const std::string& cmd, double limit_seconds,
   const Clock::time_point end = Clock::now();
   r.seconds = std::chrono::duration<double>(end - start).count();
   if (marked != Clock::time_point{}) r.after_marker = std::chrono::duration<double>(end - marked).count();
-  if (!r.hit_limit && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  if (!r.hit_limit && !r.marker_late && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   close(fds[0]);
   // The job's processes end with it (an aborting MPI job takes a moment to reap its ranks).
   for (int i = 0; i < 200 && find_tagged(tag, false) > 0; ++i) usleep(10000);
