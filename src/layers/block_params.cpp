@@ -77,13 +77,44 @@ void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const La
     out.push_back({prefix + "linear_fc2.bias", {H}, replicated_sp(), InitKind::Zeros});
 }
 
+namespace {
+// An expert's MLP (or the shared experts'): as mlp_params, but its linear_fc2 bias is added to
+// the TP-partial outputs on TP rank 0 before they are combined and reduced, so its gradient,
+// taken from the full output gradient, is whole on every rank (not partial under SP).
+void expert_mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                       int64_t ffn, int64_t fc1_rows, int64_t H, const InitScales& init) {
+  const int64_t stride = s.mlp == MlpKind::SwiGLU ? 2 : 1;
+  out.push_back({prefix + "linear_fc1.weight", {fc1_rows, H}, split(0, stride), InitKind::Normal,
+                 init.std});
+  if (s.linear_bias)
+    out.push_back({prefix + "linear_fc1.bias", {fc1_rows}, split(0, stride), InitKind::Zeros});
+  out.push_back({prefix + "linear_fc2.weight", {H, ffn}, split(1), InitKind::Normal,
+                 init.out_std});
+  if (s.linear_bias) out.push_back({prefix + "linear_fc2.bias", {H}, Sharding{}, InitKind::Zeros});
+}
+}  // namespace
+
+void moe_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                int64_t H, const InitScales& init) {
+  out.push_back({prefix + "router.weight", {s.moe.num_experts, H}, Sharding{}, InitKind::Normal,
+                 init.std});
+  for (int64_t e = 0; e < s.moe.num_experts; ++e)
+    expert_mlp_params(out, prefix + "experts.local_experts." + std::to_string(e) + ".", s,
+                      s.moe.ffn, s.expert_fc1_rows(), H, init);
+  if (s.ffn > 0)
+    expert_mlp_params(out, prefix + "shared_experts.", s, s.ffn, s.fc1_rows(), H, init);
+}
+
 void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const LayerSpec& s,
                               int64_t H, const InitScales& init) {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
   norm_params(out, p + "input_layernorm", s.norm, s.norm_weight_offset, H);
   attention_params(out, p + "self_attention.", s, H, init);
   norm_params(out, p + "pre_mlp_layernorm", s.norm, s.norm_weight_offset, H);
-  mlp_params(out, p + "mlp.", s, H, init);
+  if (s.is_moe())
+    moe_params(out, p + "mlp.", s, H, init);
+  else
+    mlp_params(out, p + "mlp.", s, H, init);
 }
 
 void output_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, bool tied_copy,

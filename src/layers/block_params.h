@@ -46,7 +46,14 @@ void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, co
 // linear_fc2 [H, F].
 void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
                 int64_t H, const InitScales& init);
-// One transformer layer: norm, attention, norm, MLP under "decoder.layers.<i>.".
+// A mixture-of-experts MLP (Megatron-Core's MoELayer names): router.weight [E, H] (replicated;
+// every TP rank routes the full rows alike), experts.local_experts.<e>.linear_fc1 / linear_fc2
+// for each global expert e (TP-split as the MLP's), and with LayerSpec::ffn > 0 the
+// shared_experts' linear_fc1 / linear_fc2. The experts' and shared experts' fc2 biases are
+// whole-gradient replicated parameters (see layers/moe_layer.h).
+void moe_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
+                int64_t H, const InitScales& init);
+// One transformer layer: norm, attention, norm, MLP (or MoE) under "decoder.layers.<i>.".
 void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const LayerSpec& s,
                               int64_t H, const InitScales& init);
 // The output layer [V, H] of an untied model (vocab-parallel), or the last stage's tied copy of

@@ -120,7 +120,12 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
           {&C::ln2_rstd, "ln2_rstd", {R}, f},
           {&C::ln2_full, "ln2_full", {full, H}, t},
           {&C::fc1, "fc1", {N, d.fc1_local()}, t},
-          {&C::act, "act", {N, d.F_local()}, t}};
+          {&C::act, "act", {N, d.F_local()}, t},
+          {&C::moe_logits, "moe_logits", {d.spec.is_moe() ? N : 0, d.num_experts()}, f},
+          {&C::moe_x, "moe_x", {d.moe_rows(), H}, t},
+          {&C::moe_fc1, "moe_fc1", {d.moe_rows(), d.expert_fc1_local()}, t},
+          {&C::moe_act, "moe_act", {d.moe_rows(), d.expert_F_local()}, t},
+          {&C::moe_y, "moe_y", {d.moe_rows(), H}, f}};
 }
 
 int64_t layer_cache_bytes(const LayerDims& d) { return decl_bytes(layer_cache_decls(d)); }
@@ -139,7 +144,13 @@ std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d) {
           {&S::d_act, "d_act", {N, d.F_local()}, f},
           {&S::qk_out, "qk_out", {qk_rows, d.HD()}, d.dtype},
           {&S::d_qk_in, "d_qk_in", {qk_rows, d.HD()}, f},
-          {&S::d_qk, "d_qk", {qk_rows, d.HD()}, f}};
+          {&S::d_qk, "d_qk", {qk_rows, d.HD()}, f},
+          {&S::moe_full, "moe_full", {d.spec.is_moe() ? N : 0, d.H}, f},
+          {&S::moe_dy, "moe_dy", {d.moe_rows(), d.H}, f},
+          {&S::moe_d_fc1, "moe_d_fc1", {d.moe_rows(), d.expert_fc1_local()}, f},
+          {&S::moe_d_act, "moe_d_act", {d.moe_rows(), d.expert_F_local()}, f},
+          {&S::moe_dx, "moe_dx", {d.moe_rows(), d.H}, f},
+          {&S::moe_dlogits, "moe_dlogits", {d.spec.is_moe() ? N : 0, d.num_experts()}, f}};
 }
 
 int64_t layer_scratch_bytes(const LayerDims& d) { return decl_bytes(layer_scratch_decls(d)); }
@@ -184,6 +195,8 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                            w.proj_b, x, {N, d.attn_local(), H}, drop ? &attn_drop : nullptr);
   // MLP block.
   norm_forward(c.ln2, c.ln2_mean, c.ln2_rstd, c.x_mid.data<float>(), w.ln2_w, w.ln2_b, d);
+  if (d.spec.is_moe())
+    return moe_forward(g, y, c.x_mid.data<float>(), w, c, s, d, drop ? &mlp_drop : nullptr);
   tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
                               w.fc1_b, {N, H, d.fc1_local()});
   if (swiglu(d))
@@ -214,18 +227,22 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
     return s.d_ln.data<float>();
   };
   // MLP block.
-  tp::row_parallel_backward(g, s.d_act.data<float>(), f32(gw.fc2_w), gw.fc2_b,
-                            branch_grad(DropoutSite::MlpOut), full, act(c.act),
-                            weight(w.fc2_w, d), {N, d.F_local(), H});
-  if (swiglu(d))
-    ops::swiglu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(), N,
-                         d.F_local(), ops::GradWrite::Set);
-  else
-    ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(),
-                       N * d.F_local(), ops::GradWrite::Set);
-  tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
-                               s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
-                               {N, H, d.fc1_local()});
+  if (d.spec.is_moe()) {
+    moe_backward(g, branch_grad(DropoutSite::MlpOut), w, gw, c, s, d, in);
+  } else {
+    tp::row_parallel_backward(g, s.d_act.data<float>(), f32(gw.fc2_w), gw.fc2_b,
+                              branch_grad(DropoutSite::MlpOut), full, act(c.act),
+                              weight(w.fc2_w, d), {N, d.F_local(), H});
+    if (swiglu(d))
+      ops::swiglu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(), N,
+                           d.F_local(), ops::GradWrite::Set);
+    else
+      ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(),
+                         N * d.F_local(), ops::GradWrite::Set);
+    tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
+                                 s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
+                                 {N, H, d.fc1_local()});
+  }
   norm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(), c.x_mid.data<float>(),
                 w.ln2_w, c.ln2_mean, c.ln2_rstd, d);
   // Attention block.

@@ -20,6 +20,7 @@
 
 #include "core/dropout_mask.h"
 #include "layers/layer_spec.h"
+#include "layers/moe_layer.h"
 #include "tensor/tensor.h"
 #include "tensor_parallel/mappings.h"
 
@@ -46,6 +47,9 @@ struct LayerWeights {
   float* fc1_b;            // (F / TP), SwiGLU (2F / TP)
   void* fc2_w;             // (H, F / TP)
   float* fc2_b;            // (H)
+  // A MoE layer: its router and experts; the fc1/fc2 fields above are its shared experts
+  // (null without them).
+  MoeWeights moe;
 };
 
 struct LayerDims {
@@ -68,6 +72,11 @@ struct LayerDims {
   int64_t F_local() const { return spec.ffn / tp; }
   int64_t fc1_local() const { return spec.fc1_rows() / tp; }
   bool low_precision() const { return dtype != DType::F32; }
+  // A MoE layer's routed rows (one per token and chosen expert) and expert widths per rank.
+  int64_t moe_rows() const { return spec.is_moe() ? rows() * spec.moe.router.topk : 0; }
+  int64_t expert_F_local() const { return spec.moe.ffn / tp; }
+  int64_t expert_fc1_local() const { return spec.is_moe() ? spec.expert_fc1_rows() / tp : 0; }
+  int64_t num_experts() const { return spec.moe.num_experts; }
 };
 
 // Dropout of one training micro-batch (Megatron's places: the attention probabilities, and the
@@ -91,6 +100,9 @@ struct LayerInputs {
   const float* inv_freq = nullptr;      // (rotary_dim / 2): RoPE inverse frequencies
   const DropoutStep* dropout = nullptr; // training with dropout; null: none (eval, generate)
   int64_t layer = 0;                    // the layer's global index (keys its dropout masks)
+  float loss_scale = 1.f;               // backward: what the LM loss's gradient is scaled by
+                                        // (loss scale / micro-batches); a MoE layer's aux and
+                                        // z losses enter backward with the same scale
   // Context parallelism (--context-parallel-size > 1): the attention core runs over the whole
   // sequence across the CP group (context_parallel/cp_attention.h); the layer's rows are then
   // this rank's load-balanced S/CP positions (LayerDims::S is the local length) and seg_start
@@ -113,6 +125,13 @@ struct LayerCache {
   Tensor ln2_full;                 // (S*B, H) [dtype] (sequence parallel only)
   Tensor fc1;                      // (S*B, F/TP or 2F/TP) [dtype] pre-activation
   Tensor act;                      // (S*B, F/TP) [dtype] GELU / SwiGLU output
+  // A MoE layer (M = S*B*topk routed rows, the first routing.rows() used; F_e the expert width):
+  Tensor moe_logits;               // (S*B, E) router logits
+  Tensor moe_x;                    // (M, H) [dtype] the tokens permuted by expert
+  Tensor moe_fc1;                  // (M, fc1_e/TP) [dtype]
+  Tensor moe_act;                  // (M, F_e/TP) [dtype]
+  Tensor moe_y;                    // (M, H) expert outputs (TP-partial)
+  MoeRouting routing;              // host: the routing, for backward
   explicit LayerCache(const LayerDims& d);
 };
 
@@ -133,6 +152,13 @@ struct LayerScratch {
   Tensor d_act;           // (S*B, F/TP)
   Tensor qk_out;          // --qk-layernorm: (S*B*NH/TP, HD) [dtype] normalized heads
   Tensor d_qk_in, d_qk;   // (S*B*NH/TP, HD) their gradients before and after the norm
+  // A MoE layer (M routed rows as in LayerCache):
+  Tensor moe_full;        // (S*B, H) shared experts' output; input gradient before the reduction
+  Tensor moe_dy;          // (M, H) expert output gradients
+  Tensor moe_d_fc1;       // (M, fc1_e/TP)
+  Tensor moe_d_act;       // (M, F_e/TP)
+  Tensor moe_dx;          // (M, H) permuted input gradients
+  Tensor moe_dlogits;     // (S*B, E)
   explicit LayerScratch(const LayerDims& d);
 };
 // The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.

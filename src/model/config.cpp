@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 
@@ -8,6 +10,92 @@
 #include "parallel/parallel_config.h"
 
 namespace mg {
+
+namespace {
+// --moe-layer-freq as a list of 0/1 per layer: an integer k (every k-th layer, from layer 0) or
+// a Python list expression of Megatron's scripts: "[1,0,1]", "([1]*3+[0]*1)*2", "[0]+[1]*23".
+class LayerFreqParser {
+ public:
+  explicit LayerFreqParser(const std::string& text) : t_(text) {}
+  std::vector<int64_t> parse(int64_t layers) {
+    std::vector<int64_t> v;
+    if (!t_.empty() && std::all_of(t_.begin(), t_.end(), ::isdigit)) {
+      const int64_t k = std::stoll(t_);
+      MG_USER_CHECK(k >= 1, "--moe-layer-freq ", t_, " must be >= 1");
+      for (int64_t i = 0; i < layers; ++i) v.push_back(i % k == 0 ? 1 : 0);
+      return v;
+    }
+    v = sum();
+    skip();
+    expect(i_ == t_.size(), "unexpected '" + t_.substr(i_) + "'");
+    expect(int64_t(v.size()) == layers, "it lists " + std::to_string(v.size()) +
+                                            " layers; --num-layers is " + std::to_string(layers));
+    return v;
+  }
+
+ private:
+  void expect(bool ok, const std::string& why) const {
+    MG_USER_CHECK(ok, "--moe-layer-freq '", t_, "': ", why,
+                  " (give an integer k, every k-th layer, or a 0/1 list per layer such as "
+                  "\"([1]*3+[0]*1)*2\")");
+  }
+  void skip() {
+    while (i_ < t_.size() && t_[i_] == ' ') ++i_;
+  }
+  bool eat(char c) {
+    skip();
+    if (i_ < t_.size() && t_[i_] == c) return ++i_, true;
+    return false;
+  }
+  int64_t number() {
+    skip();
+    const size_t b = i_;
+    while (i_ < t_.size() && std::isdigit(static_cast<unsigned char>(t_[i_]))) ++i_;
+    expect(i_ > b && i_ - b < 10, "expected a number at '" + t_.substr(b) + "'");
+    return std::stoll(t_.substr(b, i_ - b));
+  }
+  std::vector<int64_t> atom() {
+    std::vector<int64_t> v;
+    if (eat('(')) {
+      v = sum();
+      expect(eat(')'), "missing ')'");
+    } else {
+      expect(eat('['), "expected '[' or '('");
+      if (!eat(']')) {
+        do {
+          const int64_t x = number();
+          expect(x == 0 || x == 1, "list entries must be 0 or 1");
+          v.push_back(x);
+        } while (eat(','));
+        expect(eat(']'), "missing ']'");
+      }
+    }
+    while (eat('*')) {
+      const int64_t n = number();
+      expect(int64_t(v.size()) * n <= (int64_t(1) << 24), "the list is too long");
+      std::vector<int64_t> r;
+      for (int64_t k = 0; k < n; ++k) r.insert(r.end(), v.begin(), v.end());
+      v = std::move(r);
+    }
+    return v;
+  }
+  std::vector<int64_t> sum() {
+    std::vector<int64_t> v = atom();
+    while (eat('+')) {
+      const std::vector<int64_t> more = atom();
+      v.insert(v.end(), more.begin(), more.end());
+    }
+    return v;
+  }
+  const std::string& t_;
+  size_t i_ = 0;
+};
+}  // namespace
+
+bool GPTConfig::is_moe_layer(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  return LayerFreqParser(moe_layer_freq).parse(num_layers)[size_t(layer)] != 0;
+}
 
 int64_t GPTConfig::rotary_dim() const {
   return int64_t(double(head_dim()) * double(rotary_percent));
@@ -49,6 +137,7 @@ std::vector<std::string> GPTConfig::non_gpt2_features() const {
   if (query_groups() != num_attention_heads) f.push_back("grouped-query attention");
   if (head_dim() * num_attention_heads != hidden_size) f.push_back("--kv-channels");
   if (qk_layernorm) f.push_back("--qk-layernorm");
+  if (num_experts > 0) f.push_back("mixture of experts");
   return f;
 }
 
@@ -71,10 +160,22 @@ GPTConfig GPTConfig::resolved() const {
     c.use_rope_scaling = defaults.use_rope_scaling;
   }
   if (!c.use_rope_scaling) c.rope_scaling_factor = defaults.rope_scaling_factor;
+  if (num_experts > 0) {
+    c.moe_ffn_hidden_size = moe_ffn();
+  } else {  // a dense model: the MoE settings do not matter
+    c.num_experts = 0;
+    c.moe_layer_freq = defaults.moe_layer_freq;
+    c.moe_ffn_hidden_size = defaults.moe_ffn_hidden_size;
+    c.moe_shared_expert_intermediate_size = defaults.moe_shared_expert_intermediate_size;
+    c.moe_router_topk = defaults.moe_router_topk;
+    c.moe_router_score_function = defaults.moe_router_score_function;
+    c.moe_router_pre_softmax = defaults.moe_router_pre_softmax;
+    c.moe_router_topk_scaling_factor = defaults.moe_router_topk_scaling_factor;
+  }
   return c;
 }
 
-LayerSpec GPTConfig::layer_spec(int64_t) const {
+LayerSpec GPTConfig::layer_spec(int64_t layer) const {
   LayerSpec s;
   s.norm = norm();
   s.heads = num_attention_heads;
@@ -87,6 +188,20 @@ LayerSpec GPTConfig::layer_spec(int64_t) const {
   s.mlp = swiglu ? MlpKind::SwiGLU : MlpKind::Gelu;
   s.ffn = ffn();
   s.linear_bias = add_bias_linear;
+  if (is_moe_layer(layer)) {
+    s.ffn = moe_shared_expert_intermediate_size;
+    s.moe.num_experts = num_experts;
+    s.moe.ffn = moe_ffn();
+    s.moe.capacity_factor = moe_expert_capacity_factor;
+    MoeRouterConfig& r = s.moe.router;
+    r.num_experts = num_experts;
+    r.topk = moe_router_topk;
+    r.score = moe_router_score_function == "sigmoid" ? RouterScore::Sigmoid : RouterScore::Softmax;
+    r.pre_softmax = moe_router_pre_softmax;
+    r.topk_scaling_factor = moe_router_topk_scaling_factor > 0.f ? moe_router_topk_scaling_factor : 1.0;
+    r.aux_loss_coeff = moe_router_load_balancing_type == "aux_loss" ? moe_aux_loss_coeff : 0.0;
+    r.z_loss_coeff = moe_z_loss_coeff;
+  }
   return s;
 }
 
@@ -111,6 +226,31 @@ double GPTConfig::train_flops_per_token() const {
   return 6.0 * (double(num_parameters()) - lookup) + 12.0 * double(num_layers) *
                                               double(num_attention_heads * head_dim()) *
                                               double(seq_length);
+}
+
+void GPTConfig::validate_moe() const {
+  MG_USER_CHECK(num_experts > 0, "--num-experts must be positive (got ", num_experts, ")");
+  MG_USER_CHECK(moe_ffn_hidden_size >= 0 && moe_shared_expert_intermediate_size >= 0,
+                "--moe-ffn-hidden-size and --moe-shared-expert-intermediate-size must be >= 0");
+  MG_USER_CHECK(moe_router_score_function == "softmax" || moe_router_score_function == "sigmoid",
+                "--moe-router-score-function '", moe_router_score_function,
+                "' is not known; use softmax or sigmoid");
+  MG_USER_CHECK(moe_router_load_balancing_type == "aux_loss" ||
+                    moe_router_load_balancing_type == "none",
+                "--moe-router-load-balancing-type '", moe_router_load_balancing_type,
+                "' is not supported; use aux_loss or none (seq_aux_loss and global_aux_loss "
+                "are not implemented yet)");
+  MG_USER_CHECK(moe_router_dtype == "fp32", "--moe-router-dtype '", moe_router_dtype,
+                "' is not supported: the router computes in fp32 (use fp32)");
+  MG_USER_CHECK(moe_router_topk_scaling_factor >= 0.f,
+                "--moe-router-topk-scaling-factor must be positive (got ",
+                moe_router_topk_scaling_factor, ")");
+  MG_USER_CHECK(moe_expert_capacity_factor >= 0.f,
+                "--moe-expert-capacity-factor must be positive (got ", moe_expert_capacity_factor,
+                ")");
+  LayerFreqParser(moe_layer_freq).parse(num_layers);
+  for (int64_t l = 0; l < num_layers; ++l)
+    if (is_moe_layer(l)) layer_spec(l).moe.router.validate();
 }
 
 void GPTConfig::validate() const {
@@ -165,6 +305,7 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(init_method_std > 0.f, "--init-method-std must be positive (got ",
                 init_method_std, ")");
   MG_USER_CHECK(norm_epsilon > 0.f, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
+  if (num_experts != 0) validate_moe();
   // Every derived size and the parameter count in checked arithmetic: an overflow is refused
   // here, naming the flags, before anything is sized from them.
   num_parameters();

@@ -51,6 +51,22 @@ struct GPTConfig {
   bool apply_layernorm_1p = false;       // norm weights stored zero-centred: each norm scales by
                                          // 1 + w, w initialised to 0 (Megatron-Core's
                                          // layernorm_zero_centered_gamma)
+  // Mixture of experts (Megatron-Core's MoE; docs/moe.md). 0 experts: every MLP is dense.
+  int64_t num_experts = 0;                  // E experts in each MoE layer
+  std::string moe_layer_freq = "1";         // which layers are MoE: every k-th ("k", layer
+                                            // i when i % k == 0) or a 0/1 list per layer,
+                                            // "[1,0,1,0]" or Python's "([1]*3+[0]*1)*2"
+  int64_t moe_ffn_hidden_size = 0;          // each expert's width; 0: --ffn-hidden-size
+  int64_t moe_shared_expert_intermediate_size = 0;  // shared experts' width; 0: none
+  int64_t moe_router_topk = 2;              // experts per token
+  std::string moe_router_score_function = "softmax";  // softmax | sigmoid
+  bool moe_router_pre_softmax = false;      // softmax over all E before the top-k
+  float moe_router_topk_scaling_factor = 0.f;  // scales the chosen weights; 0: none (1)
+  std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | none
+  std::string moe_router_dtype = "fp32";    // the router's logits, softmax and losses: fp32
+  float moe_aux_loss_coeff = 0.f;           // switch load-balancing loss coefficient
+  float moe_z_loss_coeff = 0.f;             // router z-loss coefficient
+  float moe_expert_capacity_factor = 0.f;   // > 0: token dropping above the capacity; 0: none
   // Dropout while training (Megatron's defaults; no dropout in evaluation or generation):
   float hidden_dropout = 0.1f;           // embedding output and after the attention and MLP blocks
   float attention_dropout = 0.1f;        // attention probabilities
@@ -81,6 +97,9 @@ struct GPTConfig {
   // RoPE's inverse frequencies (rotary_dim()/2 of them), scaled for Llama 3.1 when asked.
   std::vector<float> rope_inv_freq() const;
   LayerSpec layer_spec(int64_t layer) const;
+  // Whether layer (0-based) is a MoE layer (--num-experts > 0 and --moe-layer-freq).
+  bool is_moe_layer(int64_t layer) const;
+  int64_t moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn(); }
   // What sets this model apart from GPT-2's architecture (LayerNorm, learned positions, GELU,
   // biases, MHA with H / NH channels per head, tied output), e.g. {"RMSNorm", "SwiGLU"}; empty
   // for a GPT-2 (what the Hugging Face GPT-2 conversion can write).
@@ -109,6 +128,7 @@ struct GPTConfig {
 
   // Throws UsageError naming the flag when values are inconsistent.
   void validate() const;
+  void validate_moe() const;
 };
 
 using ModelConfig = GPTConfig;

@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/dispatch.h"
@@ -10,12 +11,26 @@
 namespace mg {
 
 namespace {
+// The spec every layer of the stage fits in: a MoE layer's (if any) with the widest dense MLP
+// (a dense layer's, or the shared experts').
+LayerSpec stage_union_spec(const GPTConfig& c, const ShardSpec& sh) {
+  const int64_t end = sh.layer_end < 0 ? c.num_layers : sh.layer_end;
+  LayerSpec u = c.layer_spec(sh.layer_begin);
+  int64_t ffn = 0;
+  for (int64_t l = sh.layer_begin; l < end; ++l) {
+    const LayerSpec s = c.layer_spec(l);
+    if (s.is_moe() && !u.is_moe()) u = s;
+    ffn = std::max(ffn, s.ffn);
+  }
+  u.ffn = ffn;
+  return u;
+}
 LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   LayerDims d;
   d.B = B;
   d.S = c.seq_length / s.cp_size;  // this CP rank's tokens of each sequence
   d.H = c.hidden_size;
-  d.spec = c.layer_spec(s.shard.layer_begin);
+  d.spec = stage_union_spec(c, s.shard);
   d.tp = s.shard.tp_size;
   d.sp = s.sequence_parallel && d.tp > 1;
   d.eps = c.norm_epsilon;
@@ -23,6 +38,11 @@ LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   d.rotary_interleaved = c.rotary_interleaved;
   d.dtype = s.dtype;
   d.device = ops::device();
+  return d;
+}
+LayerDims layer_dims(const GPTConfig& c, const LayerDims& stage, int64_t layer) {
+  LayerDims d = stage;
+  d.spec = c.layer_spec(layer);
   return d;
 }
 // Layer caches a stage keeps per slot (layers not recomputed) and in the shared recompute pool
@@ -97,6 +117,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   }
   small_ = Tensor({small}, DType::F32, dev_);
   for (int64_t l = 0; l < num_layers_; ++l) {
+    layer_dims_.push_back(layer_dims(cfg, dims_, sh.layer_begin + l));
     layer_params_.push_back(layer_view(false, sh.layer_begin + l));
     layer_grads_.push_back(layer_view(true, sh.layer_begin + l));
   }
@@ -122,7 +143,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   for (Slot& s : slots_) {
     for (int64_t l = 0; l <= num_layers_; ++l) s.resid.emplace_back(Shape{R, H}, DType::F32, dev_);
     for (int64_t l = 0; l < num_layers_; ++l)
-      s.caches.push_back(recomputed(l) ? nullptr : std::make_unique<LayerCache>(dims_));
+      s.caches.push_back(recomputed(l) ? nullptr : std::make_unique<LayerCache>(layer_dims_[l]));
     allocate_decls(s, slot_tensors, dev_);
   }
   allocate_decls(*this, buffer_decls(cfg, dims_, spec), dev_);
@@ -261,14 +282,30 @@ LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
     return for_grads ? grads() + layout_.get(n).offset : const_cast<void*>(matrix(n.c_str()).data);
   };
   const bool ln = spec.norm == NormKind::LayerNorm, qk = spec.qk_layernorm, bias = spec.linear_bias;
-  return {vec("input_layernorm.weight", true),          vec("input_layernorm.bias", ln),
-          mat("self_attention.linear_qkv.weight"),      vec("self_attention.linear_qkv.bias", spec.qkv_bias),
-          mat("self_attention.linear_proj.weight"),     vec("self_attention.linear_proj.bias", bias),
-          vec("self_attention.q_layernorm.weight", qk), vec("self_attention.q_layernorm.bias", qk && ln),
-          vec("self_attention.k_layernorm.weight", qk), vec("self_attention.k_layernorm.bias", qk && ln),
-          vec("pre_mlp_layernorm.weight", true),        vec("pre_mlp_layernorm.bias", ln),
-          mat("mlp.linear_fc1.weight"),                 vec("mlp.linear_fc1.bias", bias),
-          mat("mlp.linear_fc2.weight"),                 vec("mlp.linear_fc2.bias", bias)};
+  // The dense MLP: a dense layer's, or a MoE layer's shared experts (absent: null).
+  const std::string mlp = spec.is_moe() ? "mlp.shared_experts." : "mlp.";
+  const bool dense = spec.has_dense_mlp();
+  auto mlp_mat = [&](const std::string& n) { return dense ? mat((mlp + n).c_str()) : nullptr; };
+  LayerWeights w{vec("input_layernorm.weight", true),          vec("input_layernorm.bias", ln),
+                 mat("self_attention.linear_qkv.weight"),      vec("self_attention.linear_qkv.bias", spec.qkv_bias),
+                 mat("self_attention.linear_proj.weight"),     vec("self_attention.linear_proj.bias", bias),
+                 vec("self_attention.q_layernorm.weight", qk), vec("self_attention.q_layernorm.bias", qk && ln),
+                 vec("self_attention.k_layernorm.weight", qk), vec("self_attention.k_layernorm.bias", qk && ln),
+                 vec("pre_mlp_layernorm.weight", true),        vec("pre_mlp_layernorm.bias", ln),
+                 mlp_mat("linear_fc1.weight"),  vec((mlp + "linear_fc1.bias").c_str(), dense && bias),
+                 mlp_mat("linear_fc2.weight"),  vec((mlp + "linear_fc2.bias").c_str(), dense && bias),
+                 {}};
+  if (spec.is_moe()) {
+    w.moe.router_w = mat("mlp.router.weight");
+    for (int64_t e = 0; e < spec.moe.num_experts; ++e) {
+      const std::string x = "mlp.experts.local_experts." + std::to_string(e) + ".";
+      w.moe.fc1_w.push_back(mat((x + "linear_fc1.weight").c_str()));
+      w.moe.fc1_b.push_back(vec((x + "linear_fc1.bias").c_str(), bias));
+      w.moe.fc2_w.push_back(mat((x + "linear_fc2.weight").c_str()));
+      w.moe.fc2_b.push_back(vec((x + "linear_fc2.bias").c_str(), bias));
+    }
+  }
+  return w;
 }
 
 void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
@@ -335,8 +372,16 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
   }
   for (int64_t l = 0; l < num_layers_; ++l) {
     need(layer_param_ids_[size_t(l)]);
+    LayerCache& c = cache(s, l);
     transformer_layer_forward(tp_, s.resid[l + 1].data<float>(), s.resid[l].data<float>(),
-                              layer_params_[l], cache(s, l), scratch_, dims_, layer_inputs(s, l));
+                              layer_params_[l], c, scratch_, layer_dims_[l], layer_inputs(s, l));
+    if (layer_dims_[l].spec.is_moe()) {
+      const MoeRouterConfig& rc = layer_dims_[l].spec.moe.router;
+      if (rc.aux_loss_coeff > 0) moe_losses_.load_balancing += c.routing.router.aux_loss / rc.aux_loss_coeff;
+      if (rc.z_loss_coeff > 0) moe_losses_.z += c.routing.router.z_loss / rc.z_loss_coeff;
+      moe_losses_.dropped += double(c.routing.dropped);
+      moe_losses_.layer_microbatches += 1;
+    }
   }
   if (!sh.last_stage) return;
   need(head_params_);
@@ -403,11 +448,13 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
                           !recomputed(l + 1)))
       for (int64_t r = chunk_begin(l); r <= l; ++r)
         transformer_layer_forward(tp_, s.resid[r + 1].data<float>(), s.resid[r].data<float>(),
-                                  layer_params_[r], cache(s, r), scratch_, dims_,
+                                  layer_params_[r], cache(s, r), scratch_, layer_dims_[r],
                                   layer_inputs(s, r));
+    LayerInputs in = layer_inputs(s, l);
+    in.loss_scale = loss_scale;
     transformer_layer_backward(tp_, d_resid_.data<float>(), s.resid[l].data<float>(),
-                               layer_params_[l], layer_grads_[l], cache(s, l), scratch_, dims_,
-                               layer_inputs(s, l));
+                               layer_params_[l], layer_grads_[l], cache(s, l), scratch_,
+                               layer_dims_[l], in);
     notify(layer_param_ids_[size_t(l)]);
   }
   if (sh.first_stage) {
@@ -490,9 +537,14 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
                      "--hidden-size ...)";
   const int64_t resid = checked_bytes(checked_mul(layers + 1, d.local_rows() * d.H, what),
                                       DType::F32, what);
+  // The stored caches: every layer's, or under block recompute those after the first
+  // recompute_num_layers (uniform recompute stores none).
+  int64_t stored = 0;
+  for (int64_t l = layers - caches.stored; l < layers; ++l)
+    stored = checked_add(
+        stored, layer_cache_bytes(layer_dims(cfg, d, spec.shard.layer_begin + l)), what);
   const int64_t per_slot =
-      checked_add(checked_add(resid, checked_mul(caches.stored, layer_cache_bytes(d), what), what),
-                  decl_bytes(slot_decls(cfg, d, spec)), what);
+      checked_add(checked_add(resid, stored, what), decl_bytes(slot_decls(cfg, d, spec)), what);
   int64_t b = checked_mul(spec.num_slots, per_slot, what);
   b = checked_add(b, checked_mul(caches.pool, layer_cache_bytes(d), what), what);
   b = checked_add(b, layer_scratch_bytes(d), what);
@@ -502,22 +554,21 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
 size_t GPTModel::allocated_activation_bytes() const {
   size_t b = 0;
   auto add = [&b](const Tensor& t) { b += t.empty() ? 0 : t.nbytes(); };  // never allocated: 0
-  auto add_cache = [&](const LayerCache& c) {
-    for (const ActivationDecl& a : layer_cache_decls(dims_)) add(c.*a.member);
+  auto add_cache = [&](const LayerCache& c, const LayerDims& d) {
+    for (const ActivationDecl& a : layer_cache_decls(d)) add(c.*a.member);
   };
   for (const Slot& s : slots_) {
     for (const Tensor& t : s.resid) add(t);
-    for (const auto& c : s.caches)
-      if (c) add_cache(*c);
+    for (size_t l = 0; l < s.caches.size(); ++l)
+      if (s.caches[l]) add_cache(*s.caches[l], layer_dims_[l]);
     for (const Tensor* t : {&s.tokens, &s.positions, &s.labels, &s.tokens_h, &s.positions_h,
                             &s.labels_h, &s.mask, &s.mask_d, &s.attention_start, &s.lnf,
                             &s.lnf_mean, &s.lnf_rstd, &s.lnf_full, &s.logits, &s.losses, &s.lse})
       add(*t);
   }
-  for (const auto& c : recompute_pool_) add_cache(*c);
-  for (const Tensor* t : {&scratch_.full, &scratch_.d_ln, &scratch_.d_qkv, &scratch_.d_attn,
-                          &scratch_.d_fc1, &scratch_.d_act, &scratch_.qk_out, &scratch_.d_qk_in,
-                          &scratch_.d_qk, &emb_full_, &d_resid_, &d_lnf_, &d_full_, &dlosses_,
+  for (const auto& c : recompute_pool_) add_cache(*c, dims_);
+  for (const auto& a : layer_scratch_decls(dims_)) add(scratch_.*a.member);
+  for (const Tensor* t : {&emb_full_, &d_resid_, &d_lnf_, &d_full_, &dlosses_,
                           &dlosses_h_, &loss_sum_, &rope_inv_freq_, &rope_positions_, &ce_scratch_})
     add(*t);
   return b;

@@ -40,6 +40,13 @@ struct MicroBatch {
   int64_t first_sample = -1;  // global index of the first sample (keys dropout masks); -1: unknown
 };
 
+// Sums over MoE layers and micro-batches (GPTModel::take_moe_losses).
+struct MoeLosses {
+  double load_balancing = 0, z = 0;  // the losses without their coefficients
+  double dropped = 0;                // (token, expert) assignments dropped for capacity
+  double layer_microbatches = 0;     // MoE layer forwards summed
+};
+
 struct StageSpec {
   ShardSpec shard;                // TP shard and pipeline stage
   bool sequence_parallel = false;
@@ -119,6 +126,10 @@ class GPTModel {
   // sum(loss * mask) itself, not divided by sum(mask), and backward seeds each unmasked token
   // with loss_scale; the caller divides by the global batch's token count (take_tokens, summed).
   void set_per_token_loss(bool on) { per_token_loss_ = on; }
+  // The MoE layers' load-balancing and z losses (each divided by its coefficient, as Megatron
+  // logs them) summed over this stage's MoE layers and the micro-batches forward ran since the
+  // last call, and the tokens dropped for capacity; then 0.
+  MoeLosses take_moe_losses() { return std::exchange(moe_losses_, MoeLosses{}); }
   // The loss-mask count of the micro-batches since the last call (0 on other stages), then 0;
   // under CP the whole sequences' count, the same on every CP rank (sum it over DP only).
   double take_tokens() { return std::exchange(tokens_, 0.0); }
@@ -194,8 +205,9 @@ class GPTModel {
 
   GPTConfig cfg_;
   StageSpec spec_;
-  LayerDims dims_;
+  LayerDims dims_;      // the stage's layers' union (the scratch and recompute pool fit any)
   int64_t num_layers_;  // layers on this stage
+  std::vector<LayerDims> layer_dims_;  // each layer's own (dense or MoE)
   std::unique_ptr<Communicator> self_comm_;
   tp::TPGroup tp_;
   Communicator* cp_comm_;            // null when CP = 1
@@ -219,6 +231,7 @@ class GPTModel {
   Tensor dlosses_h_;                 // (S*B) host: dlosses is formed from the host mask
   Tensor loss_sum_;                  // one double on the compute device: take_loss()'s sum
   bool per_token_loss_ = false;      // set_per_token_loss
+  MoeLosses moe_losses_;             // take_moe_losses()'s sums
   double tokens_ = 0;                // take_tokens()'s count
   Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
   Tensor rope_positions_;            // (S*B) RoPE position of each row

@@ -132,17 +132,26 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
   const int64_t end = shard.layer_end < 0 ? cfg.num_layers : shard.layer_end;
   const int64_t layers = end - shard.layer_begin;
   if (layers <= 0) return c;
-  std::vector<ParamDecl> one;
-  const float unused_std = 0.f;  // init scales do not change sizes
-  transformer_layer_params(one, shard.layer_begin, cfg.layer_spec(shard.layer_begin),
-                           cfg.hidden_size, {unused_std, unused_std});
-  ParamCount layer;
-  add_count(layer, one, shard.tp_size);
+  // The layers come in two kinds (dense and MoE, --moe-layer-freq): each kind counted once.
+  int64_t moe_layers = 0;
+  for (int64_t l = shard.layer_begin; l < end; ++l) moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
   const char* what = "parameter elements (--num-layers x the elements of one layer)";
-  c.elements = checked_add(c.elements, checked_mul(layers, layer.elements, what), what);
-  c.vector_elements = checked_add(c.vector_elements, checked_mul(layers, layer.vector_elements,
-                                                                 what), what);
-  c.tensors = checked_add(c.tensors, checked_mul(layers, layer.tensors, what), what);
+  for (const bool moe : {false, true}) {
+    const int64_t n = moe ? moe_layers : layers - moe_layers;
+    if (n == 0) continue;
+    int64_t l = shard.layer_begin;
+    while (cfg.is_moe_layer(l) != moe) ++l;
+    std::vector<ParamDecl> one;
+    const float unused_std = 0.f;  // init scales do not change sizes
+    transformer_layer_params(one, l, cfg.layer_spec(l), cfg.hidden_size,
+                             {unused_std, unused_std});
+    ParamCount layer;
+    add_count(layer, one, shard.tp_size);
+    c.elements = checked_add(c.elements, checked_mul(n, layer.elements, what), what);
+    c.vector_elements =
+        checked_add(c.vector_elements, checked_mul(n, layer.vector_elements, what), what);
+    c.tensors = checked_add(c.tensors, checked_mul(n, layer.tensors, what), what);
+  }
   return c;
 }
 

@@ -48,20 +48,27 @@ void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu:
   if (!dropout && g.size() == 1 && !g.sequence_parallel)  // nothing to reduce
     return ops::linear_residual_forward(y_local, x, weight, bias, residual, s.rows, s.in, s.out);
   ops::linear_forward(partial, x, weight, nullptr, s.rows, s.in, s.out);
+  reduce_bias_dropout_add(g, y_local, partial, bias, residual, s.rows, s.out, dropout);
+}
+
+void reduce_bias_dropout_add(const TPGroup& g, float* y_local, float* partial, const float* bias,
+                             const float* residual, int64_t rows, int64_t width,
+                             const DropoutRows* dropout) {
+  const int64_t R = local_rows(g, rows);
   // The reduced output (+ bias) lands in `out`; then the residual add, through the mask.
   float* out = y_local;
   if (g.sequence_parallel) {
-    reduce_scatter_to_sp_forward(g, partial, y_local, R * s.out);
+    reduce_scatter_to_sp_forward(g, partial, y_local, R * width);
   } else {
-    if (g.size() > 1) reduce_from_region_forward(g, partial, s.rows * s.out);
+    if (g.size() > 1) reduce_from_region_forward(g, partial, rows * width);
     if (dropout)
       out = partial;
     else
-      ops::copy(y_local, ops::device(), partial, ops::device(), s.rows * s.out * sizeof(float));
+      ops::copy(y_local, ops::device(), partial, ops::device(), rows * width * sizeof(float));
   }
-  if (bias) ops::bias_add_forward(out, bias, R, s.out);
-  if (dropout) return ops::dropout_forward(y_local, out, residual, R, s.out, *dropout);
-  ops::residual_forward(y_local, residual, y_local, R * s.out);
+  if (bias) ops::bias_add_forward(out, bias, R, width);
+  if (dropout) return ops::dropout_forward(y_local, out, residual, R, width, *dropout);
+  ops::residual_forward(y_local, residual, y_local, R * width);
 }
 
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,

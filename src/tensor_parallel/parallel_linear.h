@@ -36,6 +36,12 @@ void column_parallel_backward(const TPGroup& g, float* dx_local, float* dx_full,
 void row_parallel_forward(const TPGroup& g, float* y_local, float* partial, cpu::Mat x,
                           cpu::Mat weight, const float* bias, const float* residual,
                           const LinearShape& s, const DropoutRows* dropout = nullptr);
+// The second half of row_parallel_forward: partial (rows, width) TP-partial sums (overwritten)
+// reduced over TP (all-reduce, or reduce-scatter under SP), + bias, then y_local (R, width) =
+// residual + dropout(that).
+void reduce_bias_dropout_add(const TPGroup& g, float* y_local, float* partial, const float* bias,
+                             const float* residual, int64_t rows, int64_t width,
+                             const DropoutRows* dropout = nullptr);
 // dy_local: (R, out); dy_full: (rows, out) scratch under SP; dx: (rows, in_local) receives (=)
 // the input grad.
 void row_parallel_backward(const TPGroup& g, float* dx, float* dweight, float* dbias,

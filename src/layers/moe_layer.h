@@ -1,0 +1,63 @@
+// The mixture-of-experts MLP block of a transformer layer (Megatron-Core's MoELayer), CPU:
+//   logits = x Wrᵀ (E per token, fp32), top-k experts and weights (layers/moe_router.h),
+//   tokens permuted by expert (expert order, then token order; assignments beyond an expert's
+//   capacity dropped), each expert an MLP (GELU or SwiGLU) on its tokens,
+//   out = Σ_k weight_k · expert_k(x) + shared_experts(x), reduced over TP, + residual.
+// Tensor parallelism splits every expert as the dense MLP is split (expert TP = TP): each rank
+// routes the FULL rows (gathered under SP) alike, so routing and the aux losses equal the
+// 1-rank run's; its expert shards give partial outputs that are combined by weight, then
+// all-reduced (or reduce-scattered under SP) once. In backward the routing weights' gradients
+// (dot products with the partial outputs) are all-reduced over TP, every rank takes the same
+// router gradient, and only TP rank 0 adds the router's input gradient (the reduction sums
+// the ranks). The experts' fc2 biases are added on TP rank 0 before the reduction.
+// The load-balancing and z losses enter backward through the router, scaled as the LM loss is
+// (LayerInputs::loss_scale).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "layers/moe_router.h"
+
+namespace mg {
+
+namespace tp {
+struct TPGroup;
+}
+struct LayerWeights;
+struct LayerCache;
+struct LayerScratch;
+struct LayerDims;
+struct LayerInputs;
+struct DropoutRows;
+
+// One MoE layer's expert parameters (or gradients) on this rank: the router and each expert's
+// linear_fc1 / linear_fc2 (null biases without --add-bias-linear). The shared experts use the
+// dense MLP's fields of LayerWeights.
+struct MoeWeights {
+  void* router_w = nullptr;          // (E, H)
+  std::vector<void*> fc1_w, fc2_w;   // per expert: (fc1 rows / TP, H), (H, F_e / TP)
+  std::vector<float*> fc1_b, fc2_b;  // per expert: (fc1 rows / TP), (H)
+};
+
+// The routing of one micro-batch through one MoE layer, kept for backward (host memory).
+struct MoeRouting {
+  MoeRouterCache<float> router;            // chosen experts, weights, aux scores, losses
+  std::vector<uint8_t> keep;               // (N, k) 1 where the assignment was not dropped
+  std::vector<int32_t> row_token;          // (rows) the token of each permuted row
+  std::vector<int64_t> row_slot;           // (rows) its (token, k) slot: token * k + j
+  std::vector<int64_t> expert_begin;       // (E + 1) first permuted row of each expert
+  int64_t dropped = 0;                     // assignments dropped for capacity
+  int64_t rows() const { return expert_begin.empty() ? 0 : expert_begin.back(); }
+};
+
+// y (R, H) = x_mid + dropout(MoE(norm output)): the MLP half of transformer_layer_forward,
+// from the pre-MLP norm's output in c.ln2 (R rows).
+void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const LayerWeights& w,
+                 LayerCache& c, LayerScratch& s, const LayerDims& d, const DropoutRows* dropout);
+// dy (R, H): the block output's gradient (through the dropout mask); leaves dL/d(norm output)
+// (R, H) in s.d_ln and adds the parameter gradients into gw.
+void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
+                  const LayerWeights& gw, const LayerCache& c, LayerScratch& s,
+                  const LayerDims& d, const LayerInputs& in);
+
+}  // namespace mg
