@@ -2,7 +2,8 @@
 // parsers keep working:
 //  iteration        N/       T | consumed samples: ... | elapsed time per iteration (ms): ... |
 //  [throughput per GPU (TFLOP/s/GPU): ... |] learning rate: 1.234567E-04 | global batch size: ... |
-//  lm loss: 2.345678E+00 | loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations:
+//  lm loss: 2.345678E+00 | [load_balancing_loss: ... | z_loss: ... | dropped tokens: ... |]
+//  loss scale: 1.0 | grad norm: 0.987 | number of skipped iterations:
 //  ... | number of nan iterations: ... |
 // (the throughput field only with --log-throughput, as upstream), followed by this rank's
 // per-step communication volume:
@@ -20,6 +21,10 @@ struct IterationLog {
   int64_t skipped_iterations = 0, nan_iterations = 0;
   // --log-num-zeros-in-grad, --log-params-norm (< 0: off, the field is left out).
   double num_zeros = -1, params_norm = -1;
+  // MoE models (< 0: left out): the load-balancing and z losses as Megatron logs them (without
+  // their coefficients; averaged over MoE layers, micro-batches and DP), and the (token,
+  // expert) assignments dropped for capacity in the step.
+  double load_balancing_loss = -1, z_loss = -1, dropped_tokens = -1;
   bool show_throughput = false;  // --log-throughput: print the tflops field
   // Bytes this rank sent per step in each process group (ring-algorithm accounting).
   int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0, cp_bytes = 0;

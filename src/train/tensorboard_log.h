@@ -41,6 +41,7 @@ struct TrainingScalars {
   double lr = 0, lm_loss = 0, loss_scale = 1, grad_norm = 0;
   bool skipped = false;  // an fp16 overflow skipped the step: no grad-norm
   double num_zeros = -1, params_norm = -1;
+  double load_balancing_loss = -1, z_loss = -1;  // MoE (< 0: not written); Megatron's tags
 };
 void write_training_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
                             const TrainingScalars& s);

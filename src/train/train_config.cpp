@@ -152,6 +152,19 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "--micro-batch-size ", micro_batch_size, " x ", heads_local,
                   " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
   }
+  if (model.num_experts > 0) {
+    MG_USER_CHECK(device == "cpu", "--num-experts: the MoE layers run on the CPU backend for "
+                  "now; train with --device cpu");
+    // Routing is per token, but the load-balancing loss, the z-loss's mean and the capacity
+    // are taken over the micro-batch's tokens, which CP splits.
+    MG_USER_CHECK(parallel.cp() == 1 || (model.moe_aux_loss_coeff == 0.f &&
+                                         model.moe_z_loss_coeff == 0.f &&
+                                         model.moe_expert_capacity_factor == 0.f),
+                  "--context-parallel-size ", parallel.cp(), " with --num-experts: the router's "
+                  "--moe-aux-loss-coeff, --moe-z-loss-coeff and --moe-expert-capacity-factor "
+                  "statistics are not yet taken over the whole sequence across CP ranks; set "
+                  "them to 0 or use --context-parallel-size 1");
+  }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");

@@ -101,6 +101,26 @@ std::pair<double, double> global_loss_and_tokens(double local_sum, double local_
           all_reduce_sum(*g.world, reporter ? local_tokens : 0.0)};
 }
 
+// The step's MoE losses (StepResult's fields) from every rank's model chunks: each layer is
+// counted once per DP replica (TP rank 0, CP rank 0), summed over PP stages and DP.
+void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& g,
+                     const GPTConfig& m, double& load_balancing, double& z, double& dropped) {
+  MoeLosses sum;
+  for (const MoeLosses& c : chunks) {
+    sum.load_balancing += c.load_balancing;
+    sum.z += c.z;
+    sum.dropped += c.dropped;
+    sum.layer_microbatches += c.layer_microbatches;
+  }
+  const bool reporter = g.coord.tp == 0 && g.coord.cp == 0;
+  auto total = [&](double v) { return all_reduce_sum(*g.world, reporter ? v : 0.0); };
+  const double n = std::max(total(sum.layer_microbatches), 1.0);
+  const bool aux = m.moe_router_load_balancing_type == "aux_loss" && m.moe_aux_loss_coeff > 0;
+  load_balancing = aux ? total(sum.load_balancing) / n : -1;
+  z = m.moe_z_loss_coeff > 0 ? total(sum.z) / n : -1;
+  dropped = m.moe_expert_capacity_factor > 0 ? total(sum.dropped) : -1;
+}
+
 // What one iteration's step produced.
 struct StepResult {
   double lr = 0;          // the scheduled learning rate it used
@@ -113,6 +133,9 @@ struct StepResult {
   double seconds = 0;     // wall time, the step's GPU work included
   double num_zeros = -1;    // --log-num-zeros-in-grad: zero grad elements (-1: not counted)
   double params_norm = -1;  // --log-params-norm: L2 norm of the updated params (-1: not)
+  // MoE (-1: not logged): the load-balancing and z losses without their coefficients,
+  // averaged over MoE layers, micro-batches and DP; assignments dropped for capacity (summed).
+  double load_balancing_loss = -1, z_loss = -1, dropped_tokens = -1;
 };
 
 // One rank's training run: its pipeline stage of the model, the optimizer (plain, or
@@ -385,6 +408,12 @@ StepResult Trainer::train_step(int64_t iter) {
   } else {
     step.loss = report_loss(local_loss / double(M), g_);
   }
+  if (cfg_.model.num_experts > 0) {
+    std::vector<MoeLosses> moe;
+    for (auto& c : chunks_) moe.push_back(c->take_moe_losses());
+    moe_step_losses(moe, g_, cfg_.model, step.load_balancing_loss, step.z_loss,
+                    step.dropped_tokens);
+  }
   inject_grad_overflow(iter);
   optimizer_phase(iter, wd, step);
   consumed_ += step.global_batch_size;
@@ -481,6 +510,9 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   l.num_zeros = step.num_zeros;
   l.params_norm = step.params_norm;
+  l.load_balancing_loss = step.load_balancing_loss;
+  l.z_loss = step.z_loss;
+  l.dropped_tokens = step.dropped_tokens;
   l.tp_bytes = interval_comm_[0].p2p_bytes / interval_iters_;
   l.pp_bytes = interval_comm_[1].p2p_bytes / interval_iters_;
   l.dp_bytes = interval_comm_[2].p2p_bytes / interval_iters_;
@@ -543,6 +575,8 @@ void Trainer::write_tensorboard(int64_t iter, const StepResult& step) {
   s.skipped = step.skipped;
   s.num_zeros = step.num_zeros;
   s.params_norm = step.params_norm;
+  s.load_balancing_loss = step.load_balancing_loss;
+  s.z_loss = step.z_loss;
   write_training_scalars(*tb_, cfg_.tensorboard, s);
 }
 

@@ -92,6 +92,15 @@ void expect_parity(const Layout& layout, const std::string& model) {
   for (size_t i = 0; i < base.losses.size(); ++i)
     EXPECT_LT(std::fabs(run.losses[i] - base.losses[i]) / base.losses[i], 1e-5)
         << "step " << i + 1 << ": " << run.losses[i] << " vs " << base.losses[i];
+  // MoE models: the logged router losses and dropped assignments too (absent elsewhere).
+  for (const char* field : {"load_balancing_loss", "z_loss", "dropped tokens"}) {
+    const std::vector<double> want = testing::log_values(base.log, field),
+                              got = testing::log_values(run.log, field);
+    ASSERT_EQ(got.size(), want.size()) << field << "\n" << run.log;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_LE(std::fabs(got[i] - want[i]), 1e-5 * std::fabs(want[i]))
+          << field << ", step " << i + 1 << ": " << got[i] << " vs " << want[i];
+  }
   ASSERT_EQ(run.params.size(), base.params.size());
   std::vector<double> a(run.params.begin(), run.params.end()),
       b(base.params.begin(), base.params.end());
@@ -187,6 +196,51 @@ INSTANTIATE_TEST_SUITE_P(
                     {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
                         "--cp-comm-type a2a"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
+
+// Mixture of experts (expert parallelism 1: every rank holds every expert, TP-split): routing
+// runs on each micro-batch's full rows, so every layout routes, balances and drops as the
+// single rank does. A Mixtral-like Llama (SwiGLU experts, top-2 of 4, aux and z losses) and a
+// GPT with GELU experts, biases, shared experts, MoE every other layer and token dropping.
+const std::string kMoe = kLlama +
+    " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-aux-loss-coeff 0.01"
+    " --moe-z-loss-coeff 0.001";
+const std::string kMoeGelu = kModel +
+    " --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64"
+    " --moe-layer-freq 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01";
+// Under CP the router's statistics over the whole sequence are not gathered yet: no aux, z or
+// capacity (train_config.cpp refuses them), so routing is per token.
+const std::string kMoeNoAux = kLlama + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48";
+class MoeLayoutParity : public ::testing::TestWithParam<ModelLayout> {};
+TEST_P(MoeLayoutParity, MatchesSingleRank) { expect_parity(GetParam().layout, GetParam().model); }
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, MoeLayoutParity,
+    ::testing::Values(
+        ModelLayout{"tp2", kMoe, {2, "--tensor-model-parallel-size 2"}},
+        ModelLayout{"tp2_sp", kMoe, {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
+        ModelLayout{"pp2", kMoe, {2, "--pipeline-model-parallel-size 2"}},
+        ModelLayout{"dp2_distopt", kMoe, {2, "--use-distributed-optimizer"}},
+        ModelLayout{"tp2pp2_sp", kMoe,
+                    {4, "--tensor-model-parallel-size 2 --sequence-parallel "
+                        "--pipeline-model-parallel-size 2"}},
+        ModelLayout{"pp2vp2", kMoe, {2, kVp2}},
+        ModelLayout{"cp2_no_aux", kMoeNoAux, {2, "--context-parallel-size 2"}},
+        ModelLayout{"gelu_shared_capacity_tp2_sp", kMoeGelu,
+                    {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
+        ModelLayout{"gelu_shared_capacity_pp2dp2", kMoeGelu,
+                    {4, "--pipeline-model-parallel-size 2"}}),
+    [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
+
+// A bf16 MoE under TP2 (SP) x DP2 follows the bf16 single-rank run.
+TEST(MixedPrecision, MoeBf16Tp2Dp2TracksTheSingleRankRun) {
+  const RunOut one = train(1, "--bf16", kMoe);
+  const RunOut four =
+      train(4, "--bf16 --tensor-model-parallel-size 2 --sequence-parallel", kMoe);
+  ASSERT_EQ(one.losses.size(), 20u) << one.log;
+  ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
+  for (size_t i = 0; i < one.losses.size(); ++i)
+    EXPECT_NEAR(four.losses[i], one.losses[i], 2e-3 * one.losses[i]) << "step " << i + 1;
+  EXPECT_LT(one.losses.back(), one.losses.front());
+}
 
 // With dropout on (0.1 / 0.1) every layout draws the single rank's masks: same losses.
 class DropoutLayoutParity : public ::testing::TestWithParam<Layout> {};
