@@ -149,6 +149,22 @@ TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {
   expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"}}, llama);
 }
 
+// A Mixtral-like MoE (4 SwiGLU experts, top 2, aux and z losses; experts named by global index)
+// saved under TP 2 x SP x DP 2 with the distributed optimizer, continued on one rank and under
+// PP 2 x TP 2.
+TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
+  const std::string moe =
+      kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
+               " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
+               " --position-embedding-type rope --disable-bias-linear"
+               " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
+               " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
+  expect_reshard({Target{1, ""}, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
+                                           "--pipeline-model-parallel-size 2"}},
+                 moe, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
+                                "--use-distributed-optimizer"});
+}
+
 // An untied output layer is padded like the word embedding: vocab 1100 pads to 1152 rows at
 // TP 1 and to 1280 at TP 2. A TP-1 checkpoint loads at TP 2 (shared rows copied, new rows zero),
 // and `generate --load` of a TP-2 checkpoint rebuilds the single-rank model.
