@@ -3,7 +3,9 @@
 # fp32 or bf16, in one run, alternating the programs (ROUNDS times each) so machine drift hits all
 # alike.
 #   [PRECISION=fp32|bf16] [MG_BINARY=path] [MG_BASELINE=path] bench/train_throughput.sh CONFIG
-#   CONFIG: tiny | gpt2-124m | gpt2-124m-s1024 | llama-tiny | llama-125m
+#   CONFIG: tiny | gpt2-124m | gpt2-124m-s1024 | llama-tiny | llama-125m | mixtral-tiny
+# (mixtral-tiny: llama-tiny's attention with a MoE MLP in each layer, 8 SwiGLU experts of width
+# 256, top-2, load-balancing loss 0.01; bench/moe.sh adds the time split of its MoE layers)
 # PRECISION=bf16 runs ours with --bf16 and the reference under torch.autocast('cpu', bfloat16).
 # MG_BINARY replaces build/megatron; MG_BASELINE names a second megatron binary (an older build)
 # timed in the same rounds, for before/after figures.
@@ -33,14 +35,16 @@ PY=${MG_PYTHON:-/usr/bin/python3}
 BIN=${MG_BINARY:-./build/megatron}
 BASE=${MG_BASELINE:-}
 
-NG="" F=""
+NG="" F="" MOE=""
 case "$CONFIG" in
   tiny) L=2 H=128 NH=4 S=128 V=1024 B=4 ITERS=20 WARM=3 ;;
   gpt2-124m) L=12 H=768 NH=12 S=256 V=50304 B=4 ITERS=6 WARM=2 ;;
   gpt2-124m-s1024) L=12 H=768 NH=12 S=1024 V=50304 B=4 ITERS=3 WARM=1 ;;
   llama-tiny) L=2 H=128 NH=4 NG=2 F=352 S=128 V=1024 B=4 ITERS=20 WARM=3 ;;
   llama-125m) L=12 H=768 NH=12 NG=4 F=2048 S=256 V=32000 B=4 ITERS=6 WARM=2 ;;
-  *) echo "unknown config '$CONFIG' (tiny | gpt2-124m | gpt2-124m-s1024 | llama-tiny | llama-125m)" >&2
+  mixtral-tiny) L=2 H=128 NH=4 NG=2 F=352 S=128 V=1024 B=4 ITERS=20 WARM=3
+    MOE="--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-aux-loss-coeff 0.01" ;;
+  *) echo "unknown config '$CONFIG' (tiny | gpt2-124m | gpt2-124m-s1024 | llama-tiny | llama-125m | mixtral-tiny)" >&2
      exit 2 ;;
 esac
 case "$PRECISION" in
@@ -54,8 +58,8 @@ MODEL="--num-layers $L --hidden-size $H --num-attention-heads $NH --seq-length $
 NODROP="--attention-dropout 0 --hidden-dropout 0"
 if [ -n "$NG" ]; then
   OURS_MODEL="$MODEL $NODROP --normalization RMSNorm --swiglu --ffn-hidden-size $F --position-embedding-type rope
-    --group-query-attention --num-query-groups $NG --disable-bias-linear --untie-embeddings-and-output-weights"
-  TORCH="bench/torch_llama_train.py $MODEL --num-query-groups $NG --ffn-hidden-size $F"
+    --group-query-attention --num-query-groups $NG --disable-bias-linear --untie-embeddings-and-output-weights $MOE"
+  TORCH="bench/torch_llama_train.py $MODEL --num-query-groups $NG --ffn-hidden-size $F $MOE"
 else
   OURS_MODEL="$MODEL $NODROP" TORCH="bench/torch_gpt2_train.py $MODEL"
 fi

@@ -38,6 +38,10 @@ constexpr Info kInfo[kNumPhases] = {
     {"compute/embedding", 2},
     {"compute/tp-comm", 2},
     {"compute/precision-casts", 2},
+    {"moe/router", 2},
+    {"moe/permute", 2},
+    {"moe/experts", 2},
+    {"moe/combine", 2},
 };
 int g_level = 0;
 double g_total[kNumPhases] = {};
@@ -67,8 +71,11 @@ Scope::Scope(Phase p) : p_(p), start_ns_(-1) {
   start_ns_ = now_ns();
 }
 
-Scope::~Scope() {
-  if (kInfo[p_].level > g_level) return;
+Scope::~Scope() { stop(); }
+
+void Scope::stop() {
+  if (stopped_ || kInfo[p_].level > g_level) return;
+  stopped_ = true;
   --g_depth[p_];
   if (start_ns_ < 0) return;
   if (g_sync) g_sync();

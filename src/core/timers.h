@@ -41,6 +41,11 @@ enum Phase : int {
   kEmbedding,
   kTpComm,
   kCast,
+  // level 2: a MoE layer's parts, forward and backward (docs/moe.md)
+  kMoeRouter,   // router GEMM, top-k, losses
+  kMoePermute,  // the tokens gathered by expert (forward), their gradients scattered back
+  kMoeExperts,  // the experts' MLPs (their GEMMs also count in compute/gemm)
+  kMoeCombine,  // the weighted sum of expert outputs, and its backward
   kNumPhases
 };
 
@@ -64,10 +69,13 @@ class Scope {
   ~Scope();
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
+  // Ends the phase before the scope does (the destructor then does nothing).
+  void stop();
 
  private:
   Phase p_;
   int64_t start_ns_;  // < 0 when not timing
+  bool stopped_ = false;
 };
 
 }  // namespace mg::timers

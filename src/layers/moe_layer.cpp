@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/dispatch.h"
+#include "core/timers.h"
 #include "layers/transformer_layer.h"
 #include "tensor_parallel/parallel_linear.h"
 
@@ -67,23 +68,30 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     x = c.ln2_full.raw();
   }
   float* logits = c.moe_logits.data<float>();
-  ops::linear_forward(logits, {x, t}, {w.moe.router_w, t}, nullptr, N, H, E);
   MoeRouting& r = c.routing;
-  r.router = moe_router_forward(m.router, logits, N);
-  if (m.capacity_factor > 0) {
-    CapacityDrop drop =
-        moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor);
-    r.keep = std::move(drop.keep);
-    r.dropped = drop.dropped;
-  } else {
-    r.keep.assign(size_t(N * k), 1);
-    r.dropped = 0;
+  {
+    timers::Scope timer(timers::kMoeRouter);
+    ops::linear_forward(logits, {x, t}, {w.moe.router_w, t}, nullptr, N, H, E);
+    r.router = moe_router_forward(m.router, logits, N);
+    if (m.capacity_factor > 0) {
+      CapacityDrop drop =
+          moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor);
+      r.keep = std::move(drop.keep);
+      r.dropped = drop.dropped;
+    } else {
+      r.keep.assign(size_t(N * k), 1);
+      r.dropped = 0;
+    }
   }
-  permute(r, N, k, E);
-  const size_t row_bytes = size_t(H) * dtype_size(t);
-  for (int64_t row = 0; row < r.rows(); ++row)
-    std::memcpy(at(c.moe_x.raw(), row * H, t), at(x, int64_t(r.row_token[size_t(row)]) * H, t),
-                row_bytes);
+  {
+    timers::Scope timer(timers::kMoePermute);
+    permute(r, N, k, E);
+    const size_t row_bytes = size_t(H) * dtype_size(t);
+    for (int64_t row = 0; row < r.rows(); ++row)
+      std::memcpy(at(c.moe_x.raw(), row * H, t), at(x, int64_t(r.row_token[size_t(row)]) * H, t),
+                  row_bytes);
+  }
+  timers::Scope experts_timer(timers::kMoeExperts);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = r.expert_begin[size_t(e)], n = r.expert_begin[size_t(e + 1)] - b;
     if (n == 0) continue;
@@ -95,7 +103,9 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
                         {w.moe.fc2_w[size_t(e)], t}, g.rank() == 0 ? w.moe.fc2_b[size_t(e)] : nullptr,
                         n, F, H);
   }
+  experts_timer.stop();
   // Combine: each token's rows weighted by its routing weights, into the TP-partial sums.
+  timers::Scope combine_timer(timers::kMoeCombine);
   float* full = s.full.data<float>();
   std::memset(full, 0, size_t(N * H) * sizeof(float));
   const float* ye = c.moe_y.data<float>();
@@ -105,6 +115,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     const float* in = ye + row * H;
     for (int64_t h = 0; h < H; ++h) out[h] += wt * in[h];
   }
+  combine_timer.stop();
   if (d.spec.ffn > 0) {  // shared experts: every token, as a dense MLP
     ops::linear_forward({c.fc1.raw(), t}, {x, t}, {w.fc1_w, t}, w.fc1_b, N, H, d.fc1_local());
     activation_forward({c.act.raw(), t}, {c.fc1.raw(), t}, N, d.F_local(), d);
@@ -144,6 +155,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
   // Each routed row's output gradient is its weight x the token's; each weight's gradient is
   // the row's output . the token's gradient (TP-partial: summed over TP below).
   std::vector<float> dweights(size_t(N * k), 0.f);
+  timers::Scope combine_timer(timers::kMoeCombine);
   const float* ye = c.moe_y.data<float>();
   float* drow = s.moe_dy.data<float>();
   for (int64_t row = 0; row < r.rows(); ++row) {
@@ -159,6 +171,8 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     }
     dweights[size_t(slot)] = float(dot);
   }
+  combine_timer.stop();
+  timers::Scope experts_timer(timers::kMoeExperts);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t b = r.expert_begin[size_t(e)], n = r.expert_begin[size_t(e + 1)] - b;
     if (n == 0) continue;
@@ -174,11 +188,15 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
                          dfc1, {at(c.moe_x.raw(), b * H, t), t}, {w.moe.fc1_w[size_t(e)], t}, n,
                          H, F1, ops::GradWrite::Set);
   }
-  const float* dx_rows = s.moe_dx.data<float>();
-  for (int64_t row = 0; row < r.rows(); ++row) {
-    float* out = dx_full + int64_t(r.row_token[size_t(row)]) * H;
-    const float* src = dx_rows + row * H;
-    for (int64_t h = 0; h < H; ++h) out[h] += src[h];
+  experts_timer.stop();
+  {
+    timers::Scope timer(timers::kMoePermute);
+    const float* dx_rows = s.moe_dx.data<float>();
+    for (int64_t row = 0; row < r.rows(); ++row) {
+      float* out = dx_full + int64_t(r.row_token[size_t(row)]) * H;
+      const float* src = dx_rows + row * H;
+      for (int64_t h = 0; h < H; ++h) out[h] += src[h];
+    }
   }
   if (g.size() > 1) {
     timers::Scope timer(timers::kTpComm);
@@ -189,10 +207,14 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
   scaled.aux_loss_coeff *= in.loss_scale;
   scaled.z_loss_coeff *= in.loss_scale;
   float* dlogits = s.moe_dlogits.data<float>();
-  moe_router_backward(scaled, r.router, c.moe_logits.data<float>(), dweights.data(), N, dlogits);
-  // Every TP rank holds the same router gradient; the input gradient is added once (rank 0).
-  ops::linear_backward(g.rank() == 0 ? dx_full : nullptr, static_cast<float*>(gw.moe.router_w),
-                       nullptr, dlogits, {x, t}, {w.moe.router_w, t}, N, H, E);
+  {
+    timers::Scope timer(timers::kMoeRouter);
+    moe_router_backward(scaled, r.router, c.moe_logits.data<float>(), dweights.data(), N,
+                        dlogits);
+    // Every TP rank holds the same router gradient; the input gradient is added once (rank 0).
+    ops::linear_backward(g.rank() == 0 ? dx_full : nullptr, static_cast<float*>(gw.moe.router_w),
+                         nullptr, dlogits, {x, t}, {w.moe.router_w, t}, N, H, E);
+  }
   if (d.sp) {
     tp::reduce_scatter_to_sp_forward(g, dx_full, s.d_ln.data<float>(), R * H);
   } else {

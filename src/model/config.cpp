@@ -222,7 +222,16 @@ int64_t GPTConfig::num_parameters() const { return shard_param_count(*this).elem
 // 6 FLOPs per parameter per token (2 forward, 4 backward) plus 12 * L * NH * HD * S for the
 // attention core (Q K^T and P V, forward and backward, without halving for the causal mask).
 double GPTConfig::train_flops_per_token() const {
-  const double lookup = tied_output() ? 0.0 : double(padded_vocab_size() * hidden_size);
+  double lookup = tied_output() ? 0.0 : double(padded_vocab_size() * hidden_size);
+  // A MoE layer runs top-k of its experts per token: the other E - k experts' parameters do
+  // no work for it (the router's E x H GEMM does).
+  for (int64_t l = 0; l < num_layers; ++l) {
+    if (!is_moe_layer(l)) continue;
+    const LayerSpec s = layer_spec(l);
+    const double bias = add_bias_linear ? double(s.expert_fc1_rows() + hidden_size) : 0.0;
+    const double expert = double(s.expert_fc1_rows() * hidden_size + hidden_size * s.moe.ffn) + bias;
+    lookup += double(num_experts - moe_router_topk) * expert;
+  }
   return 6.0 * (double(num_parameters()) - lookup) + 12.0 * double(num_layers) *
                                               double(num_attention_heads * head_dim()) *
                                               double(seq_length);

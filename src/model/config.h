@@ -123,7 +123,8 @@ struct GPTConfig {
   // arithmetic without building it: model/param_layout.h's shard_param_count).
   int64_t num_parameters() const;
   // Model FLOPs per token for training: 6 * (params - the input embedding of an untied model,
-  // which is a lookup, not a GEMM) + 12 * L * NH * HD * S (full-attention convention).
+  // which is a lookup, not a GEMM, - the E - topk experts a token skips in each MoE layer)
+  // + 12 * L * NH * HD * S (full-attention convention).
   double train_flops_per_token() const;
 
   // Throws UsageError naming the flag when values are inconsistent.

@@ -322,8 +322,10 @@ void Trainer::log_setup() const {
                    g_.coord.tp, ", ", g_.coord.pp, "): ", model.num_params(),
                    " (whole model: ", cfg_.model.num_parameters(), ")"));
   log_line(str_cat(" > model FLOPs per token: ", int64_t(cfg_.model.train_flops_per_token()),
-                   " (6 x parameters, an untied model's input embedding lookup excluded, + 12 x "
-                   "layers x heads x head dim x seq length; the throughput field's numerator)"));
+                   " (6 x parameters, an untied model's input embedding lookup",
+                   cfg_.model.num_experts > 0 ? " and the experts a token skips" : "",
+                   " excluded, + 12 x layers x heads x head dim x seq length; the throughput "
+                   "field's numerator)"));
   log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
                    model.dtype() == DType::F32 ? ""
                    : ops::on_cuda() ? " (GEMMs: cuBLASLt, fp32 accumulation)"

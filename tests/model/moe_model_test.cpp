@@ -168,6 +168,10 @@ TEST(MoeParams, CountEqualsClosedForm) {
   const int64_t V = c.padded_vocab_size();
   const int64_t want = V * H + c.seq_length * H + 2 * moe_layer + 2 * dense_layer + 2 * H;
   EXPECT_EQ(c.num_parameters(), want);
+  // FLOPs: a token skips E - k experts in each of the 2 MoE layers (tied output: no lookup).
+  const int64_t k = c.moe_router_topk, L = 4, NH = 2, HD = 4, S = c.seq_length;
+  EXPECT_EQ(c.train_flops_per_token(),
+            6.0 * double(want - 2 * (E - k) * expert) + 12.0 * double(L * NH * HD * S));
   EXPECT_EQ(gpt_param_layout(c).total_numel(), want);
   EXPECT_TRUE(gpt_param_layout(c).has("decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.weight"));
   EXPECT_TRUE(gpt_param_layout(c).has("decoder.layers.0.mlp.shared_experts.linear_fc1.weight"));
