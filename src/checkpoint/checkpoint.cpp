@@ -68,10 +68,12 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   const int64_t esize = int64_t(dtype_size(t));
   char* base = static_cast<char*>(m.param_data());
   // CP ranks hold DP-like copies: the distributed optimizer shards over DP x CP.
-  const int tp_rank = io.groups.coord.tp, dp_rank = io.groups.dp_cp->rank();
+  const int tp_rank = io.groups.coord.tp;
   const bool adam = io.cfg.optimizer == "adam";
   for (const ParamSpec& p : m.layout().params()) {
     const bool owner = counted_once(p, tp_rank);
+    // Experts differ across EP ranks: their copies are the expert-DP ranks'.
+    const int dp_rank = p.sharding.expert >= 0 ? io.groups.edp->rank() : io.groups.dp_cp->rank();
     const std::string name = param_name(p);
     if (!for_save || (owner && dp_rank == 0))
       out.push_back({"model/" + name, &p, 0, p.numel(), t, base + p.offset * esize});

@@ -95,9 +95,7 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--first-last-layers-bf16", "", "fp8 GEMMs (bf16 first/last layers)"},
     {"--fp4-format", "NAME", "fp4 GEMMs"},
     {"--moe-grouped-gemm", "", "mixture-of-experts layers (the MoE issue)"},
-    {"--moe-token-dispatcher-type", "NAME", "mixture-of-experts layers (the MoE issue)"},
     {"--moe-permute-fusion", "", "mixture-of-experts layers (the MoE issue)"},
-    {"--expert-tensor-parallel-size", "N", "expert parallelism (the MoE issue)"},
     {"--step-batch-size-schedule", "SCHEDULE...", "a token-based global batch size schedule"},
     {"--ckpt-format", "NAME",
      "checkpoints are megatron-cpp's own sharded format (docs/checkpoint-format.md), which "
@@ -108,9 +106,8 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--wandb-save-dir", "DIR", "Weights & Biases logging"},
 };
 
-constexpr DefaultOnlyFlag kTrainDefaultOnly[] = {
-    {"--expert-model-parallel-size", "EP", "1", "expert parallelism (the MoE issue)"},
-};
+// (--expert-model-parallel-size was one until expert parallelism came.)
+constexpr std::span<const DefaultOnlyFlag> kTrainDefaultOnly{};
 
 constexpr RenamedFlag kTrainRenamed[] = {
     // The 2021 flags meant full recompute, with --activations-checkpoint-num-layers 1 by default.

@@ -75,6 +75,16 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "context-parallel ranks: each sequence split in 2 x CP chunks, rank r holding "
                 "chunks r and 2 CP - 1 - r (gradients reduced over DP x CP)",
                 MG_FIELD(parallel.context_parallel_size)),
+      valued<C>("--expert-model-parallel-size", "EP",
+                "expert-parallel ranks: each MoE layer's experts split over EP of the DP x CP "
+                "ranks, tokens exchanged by all-to-all (docs/moe.md)",
+                MG_FIELD(parallel.expert_model_parallel_size)),
+      valued<C>("--expert-tensor-parallel-size", "N",
+                "the experts' tensor parallelism: --tensor-model-parallel-size (0: the same)",
+                MG_FIELD(parallel.expert_tensor_parallel_size)),
+      valued<C>("--moe-token-dispatcher-type", "NAME",
+                "how tokens reach their experts' EP ranks: alltoall | allgather",
+                MG_FIELD(parallel.moe_token_dispatcher_type)),
       valued<C>("--cp-comm-type", "NAME",
                 "context-parallel attention: p2p (ring exchanging K/V blocks) | a2a (all-to-all "
                 "over heads; heads / TP divisible by CP)",

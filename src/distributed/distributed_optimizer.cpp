@@ -15,8 +15,9 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
       overlap_params_(overlap_param_gather), grad_dtype_(grad_reduce_dtype) {
   check_reducible(grad_dtype_);
   const ParamLayout& layout = store.layout();
-  const int64_t dp = g.dp_cp->size(), d = g.dp_cp->rank();
-  for (const auto& [begin, end] : layout.buckets()) {
+  for (size_t bi = 0; bi < layout.buckets().size(); ++bi) {
+    const auto [begin, end] = layout.buckets()[bi];
+    const int64_t dp = group(bi).size(), d = group(bi).rank();
     MG_CHECK((end - begin) % dp == 0, "bucket not divisible by DP");
     const int64_t lo = begin + d * (end - begin) / dp, hi = lo + (end - begin) / dp;
     for (const ParamSpec& p : layout.params()) {
@@ -32,7 +33,9 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
             [](const ParamRun& x, const ParamRun& y) { return x.offset < y.offset; });
   optim_ = std::make_unique<Optimizer>(owned_runs_, cfg, store.dtype(), store.param_data());
   const auto& buckets = layout.buckets();
-  for (const auto& [begin, end] : buckets) {
+  for (size_t bi = 0; bi < buckets.size(); ++bi) {
+    const auto [begin, end] = buckets[bi];
+    const int64_t dp = group(bi).size();
     grad_shard_.emplace_back(Shape{(end - begin) / dp}, grad_dtype_, ops::device());
     param_shard_.emplace_back(Shape{(end - begin) / dp}, store.dtype(), ops::device());
     if (grad_dtype_ == DType::BF16)
@@ -74,14 +77,13 @@ void DistributedOptimizer::launch_reduce_scatter(size_t b) {
     in = grad_bf16_[b].raw();
   }
   grad_req_[b] =
-      g_.dp_cp->ireduce_scatter(in, grad_shard_[b].raw(), grad_shard_[b].numel(), grad_dtype_);
+      group(b).ireduce_scatter(in, grad_shard_[b].raw(), grad_shard_[b].numel(), grad_dtype_);
 }
 
 // Every bucket goes through the same non-blocking collective whether or not it started early,
 // so overlapping does not change a bit of the result.
 void DistributedOptimizer::reduce_scatter_grads() {
   float* G = store_.grads();
-  const int64_t d = g_.dp_cp->rank();
   const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!grad_req_[b]) launch_reduce_scatter(b);
@@ -89,7 +91,7 @@ void DistributedOptimizer::reduce_scatter_grads() {
     grad_req_[b]->wait();
     grad_req_[b].reset();
     const Tensor& shard = grad_shard_[b];
-    float* owned = G + buckets[b].first + d * shard.numel();
+    float* owned = G + buckets[b].first + group(b).rank() * shard.numel();
     if (grad_dtype_ == DType::BF16)
       ops::cast_to_f32(owned, shard.raw(), DType::BF16, shard.numel());
     else
@@ -117,14 +119,14 @@ void DistributedOptimizer::step(float lr, float wd, double grad_norm, float deco
   optim_->step(store_.param_data(), store_.grads(), lr, wd, grad_norm, decoupled_lr);
   char* P = static_cast<char*>(store_.param_data());
   const DType t = store_.dtype();
-  const int64_t esize = int64_t(dtype_size(t)), d = g_.dp_cp->rank();
+  const int64_t esize = int64_t(dtype_size(t));
   const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b) {
     const Tensor& shard = param_shard_[b];
-    const int64_t n = shard.numel();
+    const int64_t n = shard.numel(), d = group(b).rank();
     char* bucket = P + buckets[b].first * esize;
     ops::copy(shard.raw(), ops::device(), bucket + d * n * esize, ops::device(), shard.nbytes());
-    param_req_[b] = g_.dp_cp->iall_gather(shard.raw(), bucket, n, t);
+    param_req_[b] = group(b).iall_gather(shard.raw(), bucket, n, t);
   }
   if (!overlap_params_) wait_params();
 }

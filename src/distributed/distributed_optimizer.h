@@ -50,6 +50,11 @@ class DistributedOptimizer {
   int64_t owned_param_elements() const { return owned_; }
 
  private:
+  // The ranks bucket b is sharded over: DP x CP, or for expert buckets the expert-data-parallel
+  // group (the other EP ranks hold other experts).
+  Communicator& group(size_t b) const {
+    return store_.layout().bucket_is_expert(b) ? *g_.edp : *g_.dp_cp;
+  }
   ParamStore& store_;
   ProcessGroups& g_;
   std::vector<ParamRun> owned_runs_;    // parameter elements of this rank's shards

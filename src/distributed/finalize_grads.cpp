@@ -57,21 +57,31 @@ void sync_tied_embedding_params(ParamStore& store, ProcessGroups& g) {
 }
 
 double global_grad_norm(ParamStore& store, ProcessGroups& g) {
-  std::vector<ops::Range> ranges;  // one download for all params on a GPU
+  // One download each for the dense and the expert params on a GPU. The experts differ
+  // across EP ranks: their part is summed over EP, then everything over TP x PP.
+  std::vector<ops::Range> dense, experts;
   for (const ParamSpec& p : store.layout().params())
-    if (counted_once(p, g.coord.tp)) ranges.push_back({p.offset, p.numel()});
-  const double local =
-      ops::sum_squares_ranges(store.grads(), ranges.data(), int64_t(ranges.size()));
+    if (counted_once(p, g.coord.tp))
+      (p.sharding.expert >= 0 ? experts : dense).push_back({p.offset, p.numel()});
+  double local = ops::sum_squares_ranges(store.grads(), dense.data(), int64_t(dense.size()));
+  if (!experts.empty() || g.grid.ep > 1) {
+    const double e =
+        ops::sum_squares_ranges(store.grads(), experts.data(), int64_t(experts.size()));
+    local += g.grid.ep > 1 ? all_reduce_sum(*g.ep, e) : e;
+  }
   return std::sqrt(all_reduce_sum(*g.model_parallel, local));
 }
 
 std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g) {
   const ParamLayout full = gpt_param_layout(store.config());
   std::vector<float> out(size_t(full.total_numel()), 0.f);
-  if (g.dp_cp->rank() == 0) {
+  // Dense params from DP x CP rank 0, experts from each EP rank's expert-DP rank 0.
+  const bool dense_owner = g.dp_cp->rank() == 0, expert_owner = g.edp->rank() == 0;
+  if (dense_owner || expert_owner) {
     std::vector<float> local;
     for (const ParamSpec& p : store.layout().params()) {
       if (!counted_once(p, g.coord.tp)) continue;
+      if (!(p.sharding.expert >= 0 ? expert_owner : dense_owner)) continue;
       const int64_t base = full.get(p.name).offset;
       local.resize(size_t(p.numel()));
       store.read_param(p, local.data());

@@ -67,9 +67,9 @@ void GradReducer::launch(size_t b) {
   ops::scale_inplace(G, 1.0f / float(g_.grid.dp), end - begin);  // a sum over CP
   if (reduce_dtype_ == DType::BF16) {
     ops::cast_from_f32(bf16_[b].raw(), DType::BF16, G, end - begin);
-    requests_[b] = g_.dp_cp->iall_reduce(bf16_[b].raw(), end - begin, DType::BF16);
+    requests_[b] = group(b).iall_reduce(bf16_[b].raw(), end - begin, DType::BF16);
   } else {
-    requests_[b] = g_.dp_cp->iall_reduce(G, end - begin);
+    requests_[b] = group(b).iall_reduce(G, end - begin);
   }
 }
 

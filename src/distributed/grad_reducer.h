@@ -47,6 +47,11 @@ class GradReducer {
  private:
   void ready(const std::vector<int>& params);
   void launch(size_t bucket);
+  // The group that reduces bucket b: DP x CP, or the expert-data-parallel ranks for experts
+  // (the same 1/DP scale: an expert's grads sum the tokens of its EP group's ranks).
+  Communicator& group(size_t b) {
+    return store_.layout().bucket_is_expert(b) ? *g_.edp : *g_.dp_cp;
+  }
 
   ParamStore& store_;
   ProcessGroups& g_;

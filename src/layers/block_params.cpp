@@ -98,9 +98,12 @@ void moe_params(std::vector<ParamDecl>& out, const std::string& prefix, const La
                 int64_t H, const InitScales& init) {
   out.push_back({prefix + "router.weight", {s.moe.num_experts, H}, Sharding{}, InitKind::Normal,
                  init.std});
-  for (int64_t e = 0; e < s.moe.num_experts; ++e)
+  for (int64_t e = 0; e < s.moe.num_experts; ++e) {
+    const size_t first = out.size();
     expert_mlp_params(out, prefix + "experts.local_experts." + std::to_string(e) + ".", s,
                       s.moe.ffn, s.expert_fc1_rows(), H, init);
+    for (size_t i = first; i < out.size(); ++i) out[i].sharding.expert = e;
+  }
   if (s.ffn > 0)
     expert_mlp_params(out, prefix + "shared_experts.", s, s.ffn, s.fc1_rows(), H, init);
 }

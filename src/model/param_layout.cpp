@@ -28,27 +28,34 @@ size_t ParamLayout::add(const ParamDecl& d, const ShardSpec& shard) {
   return params_.size() - 1;
 }
 
-void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp) {
-  const int64_t pad = dp > 0 ? std::lcm(dp, int64_t(128)) : 1;
-  const int64_t align = dp > 0 ? 64 : 1;
+void ParamLayout::assign_buckets(int64_t bucket_size, int64_t dp, int64_t expert_dp) {
   auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   buckets_.clear();
+  bucket_expert_.clear();
   int64_t bucket_start = 0, next = 0;
-  auto close = [&](int64_t end) {
-    const int64_t padded = round_up(end, pad);
-    buckets_.push_back({bucket_start, padded});
-    bucket_start = next = padded;
-  };
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    // The word embedding and its tied copy (not an untied output layer: Megatron isolates
-    // only the shared embedding).
-    const bool shared = it->name == "embedding.word_embeddings.weight" || it->sharding.tied_copy;
-    if (shared && next > bucket_start) close(next);
-    it->offset = round_up(next, align);
-    next = it->offset + it->numel();
-    if (shared || next - bucket_start >= bucket_size) close(next);
+  // The dense parameters' buckets, then the experts' (reduced over another group).
+  for (const bool experts : {false, true}) {
+    const int64_t group = experts ? expert_dp : dp;
+    const int64_t pad = group > 0 ? std::lcm(group, int64_t(128)) : 1;
+    const int64_t align = dp > 0 ? 64 : 1;
+    auto close = [&](int64_t end) {
+      const int64_t padded = round_up(end, pad);
+      buckets_.push_back({bucket_start, padded});
+      bucket_expert_.push_back(experts);
+      bucket_start = next = padded;
+    };
+    for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+      if ((it->sharding.expert >= 0) != experts) continue;
+      // The word embedding and its tied copy (not an untied output layer: Megatron isolates
+      // only the shared embedding).
+      const bool shared = it->name == "embedding.word_embeddings.weight" || it->sharding.tied_copy;
+      if (shared && next > bucket_start) close(next);
+      it->offset = round_up(next, align);
+      next = it->offset + it->numel();
+      if (shared || next - bucket_start >= bucket_size) close(next);
+    }
+    if (next > bucket_start) close(next);
   }
-  if (next > bucket_start) close(next);
   total_ = bucket_start;
 }
 
@@ -78,8 +85,16 @@ std::vector<ParamDecl> model_param_decls(const GPTConfig& cfg, const ShardSpec& 
   std::vector<ParamDecl> d;
   if (shard.first_stage)
     embedding_params(d, V, H, cfg.max_positions(), cfg.learned_positions(), init);
-  for (int64_t i = shard.layer_begin; i < end; ++i)
+  for (int64_t i = shard.layer_begin; i < end; ++i) {
+    const size_t first = d.size();
     transformer_layer_params(d, i, cfg.layer_spec(i), H, init);
+    if (shard.ep_size > 1)  // this EP rank's experts only
+      d.erase(std::remove_if(d.begin() + std::ptrdiff_t(first), d.end(),
+                             [&](const ParamDecl& p) {
+                               return !shard.holds(p.sharding, cfg.num_experts);
+                             }),
+              d.end());
+  }
   if (shard.last_stage) {
     norm_params(d, "decoder.final_layernorm", cfg.norm(), cfg.norm_weight_offset(), H);
     if (!cfg.tied_output() || !shard.first_stage)
@@ -145,6 +160,7 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
     const float unused_std = 0.f;  // init scales do not change sizes
     transformer_layer_params(one, l, cfg.layer_spec(l), cfg.hidden_size,
                              {unused_std, unused_std});
+    std::erase_if(one, [&](const ParamDecl& p) { return !shard.holds(p.sharding, cfg.num_experts); });
     ParamCount layer;
     add_count(layer, one, shard.tp_size);
     c.elements = checked_add(c.elements, checked_mul(n, layer.elements, what), what);

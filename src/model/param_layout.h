@@ -36,6 +36,13 @@ struct ShardSpec {
   int64_t tp_size = 1, tp_rank = 0;
   int64_t layer_begin = 0, layer_end = -1;  // global layer range; end -1 means all layers
   bool first_stage = true, last_stage = true;
+  // Expert parallelism: the E experts of each MoE layer split over ep_size ranks, rank r
+  // holding experts [r E/EP, (r+1) E/EP) (Megatron's; checkpoints name them by global index).
+  int64_t ep_size = 1, ep_rank = 0;
+  // Whether this shard holds a parameter so sharded (every non-expert one, its own experts).
+  bool holds(const Sharding& s, int64_t num_experts) const {
+    return s.expert < 0 || s.expert / (num_experts / ep_size) == ep_rank;
+  }
 };
 
 // Whether this rank's copy of p counts toward whole-model sums (grad norm, gathers): each
@@ -60,7 +67,11 @@ class ParamLayout {
   // bucket end padded to a multiple of lcm(dp, 128) so buckets split evenly into DP shards. Offsets are rewritten;
   // padding elements belong to no parameter.
   // dp = 0: plain data parallelism, the same order and buckets with no alignment or padding.
-  void assign_buckets(int64_t bucket_size, int64_t dp);
+  // Expert parameters (MoE, Sharding::expert) get buckets of their own after the others,
+  // padded for expert_dp (the expert-data-parallel group that reduces them).
+  void assign_buckets(int64_t bucket_size, int64_t dp, int64_t expert_dp = 0);
+  // Whether bucket b holds expert parameters (reduced over the expert-data-parallel group).
+  bool bucket_is_expert(size_t b) const { return !bucket_expert_.empty() && bucket_expert_[b]; }
   // The entries [begin, end) with their offsets (one model chunk of a store's layout); the
   // total and the buckets stay the whole layout's.
   ParamLayout slice(int begin, int end) const;
@@ -71,6 +82,7 @@ class ParamLayout {
   std::vector<ParamSpec> params_;
   int64_t total_ = 0;
   std::vector<std::pair<int64_t, int64_t>> buckets_;
+  std::vector<bool> bucket_expert_;
 };
 
 // The model's parameter declarations held by one shard (the blocks of its pipeline stage).

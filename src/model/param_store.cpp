@@ -18,7 +18,8 @@ ParamLayout chunks_layout(const GPTConfig& cfg, const StoreSpec& spec,
     for (const ParamDecl& d : model_param_decls(cfg, shard)) l.add(d, shard);
     ranges.emplace_back(begin, int(l.params().size()));
   }
-  if (spec.bucket_dp >= 0) l.assign_buckets(spec.bucket_size, spec.bucket_dp);
+  if (spec.bucket_dp >= 0)
+    l.assign_buckets(spec.bucket_size, spec.bucket_dp, spec.bucket_expert_dp);
   return l;
 }
 }  // namespace

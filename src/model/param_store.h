@@ -24,6 +24,8 @@ struct StoreSpec {
   bool sequence_parallel = false; // TP-replicated params see a sequence chunk (finalize_grads)
   int64_t bucket_dp = -1;         // >= 0: bucketed buffer layout (> 0: padded for DP shards)
   int64_t bucket_size = 40000000; // elements per bucket in that layout
+  int64_t bucket_expert_dp = 0;   // > 0: the expert buckets padded for the shards of that many
+                                  // expert-data-parallel ranks (distributed optimizer)
 };
 
 class ParamStore {

@@ -39,7 +39,8 @@ std::pair<int64_t, int64_t> ParallelConfig::chunk_layers(int64_t L, int stage, i
 std::string ParallelConfig::layout_string(int world) const {
   const int model = tp() * cp() * pp();
   return "TP " + std::to_string(tp()) + " x CP " + std::to_string(cp()) + " x PP " +
-         std::to_string(pp()) + " x DP " + std::to_string(model > 0 ? world / model : 0);
+         std::to_string(pp()) + " x DP " + std::to_string(model > 0 ? world / model : 0) +
+         (ep() > 1 ? " (experts: EP " + std::to_string(ep()) + ")" : "");
 }
 
 std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs, int64_t gbs) {

@@ -22,6 +22,9 @@ struct ProcessGroups {
                                                  // distributed optimizer shards over it
   std::unique_ptr<Communicator> model_parallel;  // tp x pp: one model replica (grad norm)
   std::unique_ptr<Communicator> embedding;       // first + last stage; null on middle stages
+  std::unique_ptr<Communicator> ep;              // expert parallel: MoE tokens are exchanged
+  std::unique_ptr<Communicator> edp;             // expert data parallel: expert gradients are
+                                                 // reduced and sharded over it (RankGrid::ep)
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == grid.pp - 1; }

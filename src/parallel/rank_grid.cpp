@@ -6,10 +6,10 @@
 
 namespace mg {
 
-std::vector<std::vector<int>> RankGrid::groups(const std::string& dims) const {
-  // Megatron's order with the dimension we do not have yet (ep) at size 1.
-  const std::vector<std::string> names = {"tp", "cp", "ep", "dp", "pp"};
-  const std::vector<int> sizes = {tp, cp, 1, dp, pp};
+namespace {
+// Groups spanning the '-'-joined dims of a grid of these named dimensions (first fastest).
+std::vector<std::vector<int>> grid_groups(const std::vector<std::string>& names,
+                                          const std::vector<int>& sizes, const std::string& dims) {
   std::vector<bool> mask(names.size(), false);
   std::stringstream ss(dims);
   for (std::string d; std::getline(ss, d, '-');) {
@@ -19,7 +19,7 @@ std::vector<std::vector<int>> RankGrid::groups(const std::string& dims) const {
     MG_CHECK(found, "unknown parallel dimension '", d, "' in '", dims, "'");
   }
   std::vector<int> stride(sizes.size());
-  for (size_t i = 0, s = 1; i < sizes.size(); s *= sizes[i], ++i) stride[i] = int(s);
+  for (size_t i = 0, s = 1; i < sizes.size(); s *= size_t(sizes[i]), ++i) stride[i] = int(s);
   std::vector<int> in_shape, in_stride, out_shape, out_stride;
   for (size_t i = 0; i < sizes.size(); ++i) {
     (mask[i] ? in_shape : out_shape).push_back(sizes[i]);
@@ -34,13 +34,25 @@ std::vector<std::vector<int>> RankGrid::groups(const std::string& dims) const {
     }
     return r;
   };
-  int group_size = 1;
+  int world = 1, group_size = 1;
+  for (int s : sizes) world *= s;
   for (int s : in_shape) group_size *= s;
-  std::vector<std::vector<int>> out(size_t(world() / group_size));
+  std::vector<std::vector<int>> out(size_t(world / group_size));
   for (size_t g = 0; g < out.size(); ++g)
     for (int m = 0; m < group_size; ++m)
       out[g].push_back(offset(m, in_shape, in_stride) + offset(int(g), out_shape, out_stride));
   return out;
+}
+}  // namespace
+
+std::vector<std::vector<int>> RankGrid::groups(const std::string& dims) const {
+  // Megatron's order; ep is 1 in the dense layout (experts: expert_groups).
+  return grid_groups({"tp", "cp", "ep", "dp", "pp"}, {tp, cp, 1, dp, pp}, dims);
+}
+
+std::vector<std::vector<int>> RankGrid::expert_groups(const std::string& dims) const {
+  MG_CHECK(ep >= 1 && (cp * dp) % ep == 0, "EP ", ep, " must divide CP x DP ", cp * dp);
+  return grid_groups({"tp", "ep", "edp", "pp"}, {tp, ep, edp(), pp}, dims);
 }
 
 std::vector<std::vector<int>> RankGrid::embedding_groups() const {

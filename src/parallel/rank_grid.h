@@ -12,6 +12,12 @@ namespace mg {
 struct RankGrid {
   int tp = 1, pp = 1, dp = 1;  // sizes (dp: the pure data-parallel replicas)
   int cp = 1;                  // context-parallel size (last, so {tp, pp, dp} still reads)
+  // Expert parallelism (MoE layers only; Megatron's "parallel folding"): the experts' own grid
+  // is "tp-ep-edp-pp" over the same ranks, with expert TP = TP and the dense layout's
+  // CP x DP ranks split into EP x EDP (EP fastest): a rank's expert coordinates are
+  // ep = (cp + CP dp) % EP, edp = (cp + CP dp) / EP.
+  int ep = 1;
+  int edp() const { return cp * dp / ep; }
   int world() const { return tp * cp * pp * dp; }
 
   struct Coord {
@@ -22,10 +28,16 @@ struct RankGrid {
     return {rank % tp, (rank / (tp * cp)) % dp, rank / (tp * cp * dp), (rank / tp) % cp};
   }
   int rank_of(const Coord& c) const { return c.tp + tp * (c.cp + cp * (c.dp + dp * c.pp)); }
+  // A rank's place in the experts' grid.
+  int ep_rank(const Coord& c) const { return (c.cp + cp * c.dp) % ep; }
+  int edp_rank(const Coord& c) const { return (c.cp + cp * c.dp) / ep; }
 
   // All groups spanning the '-'-joined dimensions, e.g. "tp", "cp", "dp", "pp", "tp-pp"
   // (model parallel), "dp-cp" (gradient reduction), "tp-cp".
   std::vector<std::vector<int>> groups(const std::string& dims) const;
+  // The experts' groups over "ep" (token exchange), "edp" (expert gradients, the distributed
+  // optimizer's expert shards) or "tp-ep-pp"; as groups() orders them.
+  std::vector<std::vector<int>> expert_groups(const std::string& dims) const;
   // Megatron's embedding groups: {first, last} stage of each pipeline ({first} when PP = 1).
   std::vector<std::vector<int>> embedding_groups() const;
 };

@@ -19,6 +19,8 @@ struct Sharding {
                                    // head norms): its grads are partial on every TP rank
   bool tied_copy = false;          // last stage's copy of the word embedding (PP > 1)
   bool vocab_padded = false;       // rows are the padded vocabulary (their count depends on TP)
+  int64_t expert = -1;             // a MoE expert's parameter: its global expert index, held
+                                   // by one expert-parallel rank (ShardSpec::holds)
   bool split() const { return split_dim >= 0; }
 };
 

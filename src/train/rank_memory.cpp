@@ -32,7 +32,7 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
         cfg.parallel.chunk_layers(cfg.model.num_layers, c.pp, chunk);
     StageSpec spec;
     spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0 && chunk == 0,
-                  c.pp == grid.pp - 1 && chunk == v - 1};
+                  c.pp == grid.pp - 1 && chunk == v - 1, grid.ep, grid.ep_rank(c)};
     spec.sequence_parallel = cfg.parallel.sequence_parallel;
     spec.cp_size = grid.cp;
     spec.cp_rank = c.cp;
@@ -60,6 +60,7 @@ StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank) {
   const int64_t dp_cp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
   if (dp_cp > 1 || cfg.use_distributed_optimizer) {
     store.bucket_dp = cfg.use_distributed_optimizer ? dp_cp : 0;
+    store.bucket_expert_dp = cfg.use_distributed_optimizer ? dp_cp / cfg.parallel.ep() : 0;
     store.bucket_size = cfg.parallel.ddp_bucket_size;
   }
   return store;

@@ -152,6 +152,32 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "--micro-batch-size ", micro_batch_size, " x ", heads_local,
                   " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
   }
+  const int ep = parallel.ep();
+  MG_USER_CHECK(ep >= 1, "--expert-model-parallel-size must be positive (got ", ep, ")");
+  if (ep > 1) {
+    MG_USER_CHECK(model.num_experts > 0, "--expert-model-parallel-size ", ep,
+                  " splits the experts of MoE layers; give --num-experts");
+    MG_USER_CHECK(model.num_experts % ep == 0, "--num-experts ", model.num_experts,
+                  " must be divisible by --expert-model-parallel-size ", ep);
+    const int64_t dp_cp = int64_t(data_parallel_size) * parallel.cp();
+    MG_USER_CHECK(dp_cp % ep == 0, "--expert-model-parallel-size ", ep,
+                  " must divide the data-parallel x context-parallel ranks (", dp_cp,
+                  " = world / (TP x PP)): the experts are split over ranks that hold different "
+                  "tokens");
+    // Megatron's rule (TransformerConfig): with TP, EP needs sequence parallelism.
+    MG_USER_CHECK(parallel.tp() == 1 || parallel.sequence_parallel,
+                  "--expert-model-parallel-size ", ep, " with --tensor-model-parallel-size ",
+                  parallel.tp(), " needs --sequence-parallel (as Megatron-LM requires)");
+  }
+  MG_USER_CHECK(parallel.expert_tensor_parallel_size == 0 ||
+                    parallel.expert_tensor_parallel_size == parallel.tp(),
+                "--expert-tensor-parallel-size ", parallel.expert_tensor_parallel_size,
+                " other than --tensor-model-parallel-size ", parallel.tp(),
+                " is not supported by megatron-cpp yet (experts are split as the dense MLP is)");
+  MG_USER_CHECK(parallel.moe_token_dispatcher_type == "alltoall" ||
+                    parallel.moe_token_dispatcher_type == "allgather",
+                "--moe-token-dispatcher-type '", parallel.moe_token_dispatcher_type,
+                "' is not known; use alltoall or allgather");
   if (model.num_experts > 0) {
     MG_USER_CHECK(device == "cpu", "--num-experts: the MoE layers run on the CPU backend for "
                   "now; train with --device cpu");
