@@ -112,6 +112,29 @@ TEST(NcclCollectives, AllToAll) {
   EXPECT_EQ(w->stats().all_to_all_bytes, (p - 1) * 2 * 4);
 }
 
+// Uneven chunks, as the MPI test: rank r sends (r + 2 j + 1) % 3 elements 100 r + 10 j + i to
+// rank j (some none); only the non-empty chunks are grouped sends and receives.
+TEST(NcclCollectives, AllToAllV) {
+  MG_REQUIRE_GPUS();
+  auto w = nccl_world();
+  const int p = w->size(), r = w->rank();
+  std::vector<int64_t> sc(static_cast<size_t>(p)), rc(sc.size());
+  std::vector<float> in, want;
+  int64_t sent_to_others = 0;
+  for (int j = 0; j < p; ++j) {
+    sc[size_t(j)] = (r + 2 * j + 1) % 3;
+    rc[size_t(j)] = (j + 2 * r + 1) % 3;
+    for (int i = 0; i < sc[size_t(j)]; ++i) in.push_back(float(100 * r + 10 * j + i));
+    for (int i = 0; i < rc[size_t(j)]; ++i) want.push_back(float(100 * j + 10 * r + i));
+    if (j != r) sent_to_others += sc[size_t(j)];
+  }
+  auto din = on_device(in);
+  cuda::Buffer dout(want.size() * sizeof(float));
+  w->all_to_all_v(din.get(), sc.data(), dout.get(), rc.data(), DType::F32);
+  EXPECT_EQ(on_host(dout, want.size()), want);
+  EXPECT_EQ(w->stats().all_to_all_bytes, sent_to_others * 4);
+}
+
 // ncclBfloat16 sums (--grad-reduce-in-bf16) against the fp64 reference of the MPI tests
 // (testing/bf16_sum_reference.h), with half of fp32's byte counts.
 TEST(NcclCollectives, Bf16SumsRoundEachPartialSum) {
