@@ -32,8 +32,8 @@ EpRoute ep_route(Communicator& ep, const std::vector<int64_t>& rows_per_expert);
 
 // rows (rows_in, H), grouped by global expert in expert order -> out (rows_out, H), grouped by
 // local expert, within a local expert by source rank, each source's rows in their original
-// order. One all_to_all_v of the rows plus a local reorder; any dtype, host or device memory
-// (both buffers in the same place). Backward: ep_combine of the f32 gradients.
+// order. One all_to_all_v of the rows plus a local reorder; any dtype, host or device memory.
+// Backward: ep_combine of the f32 gradients.
 void ep_dispatch(Communicator& ep, const EpRoute& r, const void* rows, void* out, int64_t H,
                  DType dtype);
 
