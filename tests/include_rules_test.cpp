@@ -29,6 +29,7 @@ const std::vector<std::pair<std::string, Modules>>& may_use() {
       {"parallel", {"comm"}},
       {"tensor_parallel", {"backend", "parallel"}},
       {"context_parallel", {"backend", "comm"}},
+      {"moe", {"comm"}},
       {"layers", {"tensor_parallel", "context_parallel"}},
       {"model", {"layers"}},
       {"pipeline", {"model", "comm"}},

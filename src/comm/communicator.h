@@ -3,9 +3,10 @@
 // what this rank sends under ring algorithms, the convention of formulas.md and nccl-tests' bus
 // bandwidth: all-reduce of n elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements
 // in total = (p-1)/p n, all-to-all of n elements sent in total (n_per_rank to each rank, this
-// one included) = (p-1)/p n, send = n, broadcast = n on the root, each element at its dtype's size
-// (a bf16 sum moves half the bytes of an fp32 one). Groups of size 1 move nothing and count
-// nothing. A bf16 sum (--grad-reduce-in-bf16) adds two bf16 values in fp32 and rounds the
+// one included) = (p-1)/p n, all-to-all-v = exactly the elements sent to other ranks (uneven
+// chunks fit no (p-1)/p formula), send = n, broadcast = n on the root, each element at its
+// dtype's size (a bf16 sum moves half the bytes of an fp32 one). Groups of size 1 move nothing
+// and count nothing. A bf16 sum (--grad-reduce-in-bf16) adds two bf16 values in fp32 and rounds the
 // result to bf16 (nearest even) at every step of the algorithm, as NCCL's ncclBfloat16 sum
 // does: a ring's or tree's partial sums are rounded, so over p > 2 ranks the result depends on
 // the reduction order and may differ from the exact sum by up to p - 1 bf16 roundings.
@@ -76,6 +77,12 @@ class Communicator {
   // in holds size() chunks of n_per_rank elements, chunk j for rank j; out gets size() chunks,
   // chunk j from rank j (any dtype; in and out do not overlap).
   virtual void all_to_all(const void* in, void* out, int64_t n_per_rank, DType dtype) = 0;
+  // Uneven all-to-all (MPI_Alltoallv; any dtype; in and out do not overlap). send_counts and
+  // recv_counts hold size() element counts each: in holds the chunks for rank 0, 1, ... back to
+  // back, and out gets rank j's chunk at offset sum(recv_counts[0..j)). This rank's own chunk
+  // is a local copy: the counter adds only the elements sent to other ranks.
+  virtual void all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                            const int64_t* recv_counts, DType dtype) = 0;
   // All ops are posted, then all are waited for: no ordering deadlocks between pairs.
   virtual void batch_isend_irecv(const std::vector<P2POp>& ops) = 0;
   // All ops are posted; returns once the receives are complete, with a request that completes
@@ -94,6 +101,14 @@ class Communicator {
 
 // Checks that a reduction's dtype and op are ones every communicator supports (F32, or BF16 Sum).
 void check_reducible(DType dtype, ReduceOp op = ReduceOp::Sum);
+
+// Checks an all_to_all_v's counts (size() each, none negative; this rank's own chunk sent and
+// received at the same size) and returns the elements sent to other ranks.
+int64_t check_all_to_all_v(const Communicator& comm, const int64_t* send_counts,
+                           const int64_t* recv_counts);
+// The offsets of chunks of these sizes laid back to back (n counts -> n offsets), checked for
+// overflow.
+std::vector<int64_t> chunk_offsets(const int64_t* counts, int n);
 
 // Sum of one double over the group, carried as two floats (the value and its rounding
 // remainder) so the reduction stays in MPI_FLOAT without losing the double's precision.

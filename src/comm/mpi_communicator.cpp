@@ -10,6 +10,7 @@
 #include "comm/mpi_bf16.h"
 #include "comm/mpi_split.h"
 #include "comm/watchdog.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "tensor/bf16.h"
 
@@ -179,6 +180,33 @@ class MpiCommunicator : public Communicator {
               "MPI_Ialltoall");
     wait_mpi(&r, 1, "all-to-all", group_);
     stats_.all_to_all_bytes += (size_ - 1) * n * int64_t(dtype_size(t));
+  }
+  // MPI_Alltoallv's counts and offsets are ints: a chunk or offset past INT_MAX elements is
+  // refused (count()) rather than wrapped.
+  void all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                    const int64_t* recv_counts, DType t) override {
+    const int64_t to_others = check_all_to_all_v(*this, send_counts, recv_counts);
+    if (size_ == 1) {
+      std::memcpy(out, in, size_t(send_counts[0]) * dtype_size(t));
+      return;
+    }
+    const std::vector<int64_t> send_at = chunk_offsets(send_counts, size_),
+                               recv_at = chunk_offsets(recv_counts, size_);
+    const size_t p = size_t(size_);
+    std::vector<int> sc(p), sd(p), rc(p), rd(p);
+    for (size_t j = 0; j < sc.size(); ++j) {
+      sc[j] = count(send_counts[j]);
+      sd[j] = count(send_at[j]);
+      rc[j] = count(recv_counts[j]);
+      rd[j] = count(recv_at[j]);
+    }
+    MPI_Request r;
+    check_mpi(MPI_Ialltoallv(in, sc.data(), sd.data(), mpi_type(t), out, rc.data(), rd.data(),
+                             mpi_type(t), comm_, &r),
+              "MPI_Ialltoallv");
+    wait_mpi(&r, 1, "all-to-all-v", group_);
+    stats_.all_to_all_bytes +=
+        checked_mul(to_others, int64_t(dtype_size(t)), "all-to-all-v bytes");
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     std::vector<MPI_Request> reqs(ops.size());

@@ -175,6 +175,37 @@ class NcclCommunicator : public Communicator {
     finish("all-to-all");
     stats_.all_to_all_bytes += (size_ - 1) * n * int64_t(dtype_size(t));
   }
+  // One send and one receive per peer with a non-empty chunk, in one group; this rank's own
+  // chunk is a device copy. (A zero count on one side is a zero count on the other.)
+  void all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                    const int64_t* recv_counts, DType t) override {
+    const int64_t to_others = check_all_to_all_v(*this, send_counts, recv_counts);
+    const std::vector<int64_t> send_at = chunk_offsets(send_counts, size_),
+                               recv_at = chunk_offsets(recv_counts, size_);
+    const size_t e = dtype_size(t);
+    const auto* src = static_cast<const char*>(in);
+    auto* dst = static_cast<char*>(out);
+    if (send_counts[rank_] > 0)
+      runtime::copy(dst + recv_at[rank_] * e, Device::CUDA, src + send_at[rank_] * e,
+                    Device::CUDA, size_t(send_counts[rank_]) * e);
+    bool peers = false;
+    for (int peer = 0; peer < size_; ++peer)
+      peers |= peer != rank_ && (send_counts[peer] > 0 || recv_counts[peer] > 0);
+    if (!peers) return;
+    MG_NCCL_CHECK(ncclGroupStart());
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      if (send_counts[peer] > 0)
+        MG_NCCL_CHECK(ncclSend(src + send_at[peer] * e, size_t(send_counts[peer]), nccl_type(t),
+                               peer, comm(), stream()));
+      if (recv_counts[peer] > 0)
+        MG_NCCL_CHECK(ncclRecv(dst + recv_at[peer] * e, size_t(recv_counts[peer]), nccl_type(t),
+                               peer, comm(), stream()));
+    }
+    MG_NCCL_CHECK(ncclGroupEnd());
+    finish("all-to-all-v");
+    stats_.all_to_all_bytes += to_others * int64_t(e);
+  }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     MG_NCCL_CHECK(ncclGroupStart());
     for (const P2POp& op : ops) {

@@ -1,4 +1,5 @@
 #include "comm/communicator.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "tensor/device_runtime.h"
 
@@ -47,6 +48,11 @@ class SelfCommunicator : public Communicator {
   void all_to_all(const void* in, void* out, int64_t n, DType t) override {
     move(out, in, size_t(n) * dtype_size(t));
   }
+  void all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                    const int64_t* recv_counts, DType t) override {
+    check_all_to_all_v(*this, send_counts, recv_counts);
+    move(out, in, size_t(send_counts[0]) * dtype_size(t));
+  }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     MG_CHECK(ops.empty(), "point-to-point transfer in a group of one rank");
   }
@@ -72,6 +78,28 @@ void check_reducible(DType dtype, ReduceOp op) {
   MG_CHECK(dtype == DType::F32 || (dtype == DType::BF16 && op == ReduceOp::Sum),
            "reduction of ", dtype_name(dtype), op == ReduceOp::Max ? " (max)" : " (sum)",
            ": the communicators reduce f32, and bf16 sums");
+}
+
+int64_t check_all_to_all_v(const Communicator& comm, const int64_t* send_counts,
+                           const int64_t* recv_counts) {
+  const int me = comm.rank();
+  int64_t to_others = 0;
+  for (int j = 0; j < comm.size(); ++j) {
+    MG_CHECK(send_counts[j] >= 0 && recv_counts[j] >= 0, "all-to-all-v counts for rank ", j,
+             " are negative (send ", send_counts[j], ", receive ", recv_counts[j], ")");
+    if (j != me) to_others = checked_add(to_others, send_counts[j], "all-to-all-v elements");
+  }
+  MG_CHECK(send_counts[me] == recv_counts[me], "all-to-all-v: rank ", me, " sends itself ",
+           send_counts[me], " elements but expects ", recv_counts[me]);
+  return to_others;
+}
+
+std::vector<int64_t> chunk_offsets(const int64_t* counts, int n) {
+  std::vector<int64_t> offsets(size_t(n), 0);
+  for (int j = 1; j < n; ++j)
+    offsets[size_t(j)] =
+        checked_add(offsets[size_t(j - 1)], counts[j - 1], "all-to-all-v offsets");
+  return offsets;
 }
 
 double all_reduce_sum(Communicator& comm, double value) {

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/checked_math.h"
 #include "tensor/device_runtime.h"
 
 namespace mg {
@@ -127,6 +128,17 @@ class StagingCommunicator : public Communicator {
   void all_to_all(const void* in, void* out, int64_t n, DType t) override {
     Staged i(in, bytes(n * size(), t), mem_, true), o(out, bytes(n * size(), t), mem_, false);
     counted([&] { inner_->all_to_all(i.get(), o.get(), n, t); });
+    o.copy_out();
+  }
+  void all_to_all_v(const void* in, const int64_t* send_counts, void* out,
+                    const int64_t* recv_counts, DType t) override {
+    int64_t n_in = 0, n_out = 0;
+    for (int j = 0; j < size(); ++j) {
+      n_in = checked_add(n_in, send_counts[j], "all-to-all-v elements sent");
+      n_out = checked_add(n_out, recv_counts[j], "all-to-all-v elements received");
+    }
+    Staged i(in, bytes(n_in, t), mem_, true), o(out, bytes(n_out, t), mem_, false);
+    counted([&] { inner_->all_to_all_v(i.get(), send_counts, o.get(), recv_counts, t); });
     o.copy_out();
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {

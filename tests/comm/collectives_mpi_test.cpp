@@ -8,6 +8,7 @@
 
 #include "comm/mpi_communicator.h"
 #include "parallel/process_groups.h"
+#include "tensor/bf16.h"
 #include "testing/mpi_main.h"
 
 namespace mg {
@@ -74,6 +75,46 @@ TEST(MpiCollectives, AllToAll) {
   for (int j = 0; j < p; ++j) in32[size_t(j)] = 1000 * r + j;
   w->all_to_all(in32.data(), out32.data(), 1, DType::I32);
   for (int j = 0; j < p; ++j) EXPECT_EQ(out32[size_t(j)], 1000 * j + r);
+}
+
+// Uneven chunks: rank r sends (r + 2 j + 1) % 3 elements to rank j (some none), element i
+// holding 100 r + 10 j + i, so rank r expects (j + 2 r + 1) % 3 elements 100 j + 10 r + i from
+// rank j.
+TEST(MpiCollectives, AllToAllV) {
+  auto w = mpi_world();
+  const int p = w->size(), r = w->rank();
+  for (DType t : {DType::F32, DType::BF16}) {
+    const int64_t e = int64_t(dtype_size(t));
+    std::vector<int64_t> sc(static_cast<size_t>(p)), rc(sc.size());
+    std::vector<float> in, want;
+    int64_t sent_to_others = 0;
+    for (int j = 0; j < p; ++j) {
+      sc[size_t(j)] = (r + 2 * j + 1) % 3;
+      rc[size_t(j)] = (j + 2 * r + 1) % 3;
+      for (int i = 0; i < sc[size_t(j)]; ++i) in.push_back(float(100 * r + 10 * j + i));
+      for (int i = 0; i < rc[size_t(j)]; ++i) want.push_back(float(100 * j + 10 * r + i));
+      if (j != r) sent_to_others += sc[size_t(j)];
+    }
+    // bf16: the values' bf16 bits, compared as bits.
+    std::vector<uint16_t> in16(in.size()), want16(want.size()), out16(want.size());
+    for (size_t i = 0; i < in.size(); ++i) in16[i] = bf16_from_f32(in[i]);
+    for (size_t i = 0; i < want.size(); ++i) want16[i] = bf16_from_f32(want[i]);
+    std::vector<float> out(want.size(), -1.f);
+    w->reset_stats();
+    if (t == DType::F32) {
+      w->all_to_all_v(in.data(), sc.data(), out.data(), rc.data(), t);
+      EXPECT_EQ(out, want);
+    } else {
+      w->all_to_all_v(in16.data(), sc.data(), out16.data(), rc.data(), t);
+      EXPECT_EQ(out16, want16);
+    }
+    EXPECT_EQ(w->stats().all_to_all_bytes, sent_to_others * e) << dtype_name(t);
+  }
+  // A count MPI cannot carry is refused, not wrapped (checked before anything moves).
+  std::vector<int64_t> huge(size_t(p), 0);
+  huge[size_t((r + 1) % p)] = int64_t(1) << 31;
+  EXPECT_THROW(w->all_to_all_v(nullptr, huge.data(), nullptr, huge.data(), DType::F32),
+               std::exception);
 }
 
 TEST(MpiCollectives, SubgroupsFollowTheGrid) {

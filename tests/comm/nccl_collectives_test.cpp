@@ -11,6 +11,8 @@
 #include "backend/dispatch.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "comm/staging_communicator.h"
+#include "moe/ep_dispatch.h"
 #include "testing/bf16_sum_reference.h"
 #include "testing/mpi_main.h"
 
@@ -110,6 +112,72 @@ TEST(NcclCollectives, AllToAll) {
   for (int j = 0; j < p; ++j)
     for (int i = 0; i < 2; ++i) EXPECT_EQ(out[size_t(2 * j + i)], float(100 * j + 10 * r + i));
   EXPECT_EQ(w->stats().all_to_all_bytes, (p - 1) * 2 * 4);
+}
+
+// Uneven chunks, as the MPI test: rank r sends (r + 2 j + 1) % 3 elements 100 r + 10 j + i to
+// rank j (some none).
+struct UnevenExchange {
+  std::vector<int64_t> sc, rc;
+  std::vector<float> in, want;
+  int64_t sent_to_others = 0;
+  UnevenExchange(int p, int r) : sc(static_cast<size_t>(p)), rc(sc.size()) {
+    for (int j = 0; j < p; ++j) {
+      sc[size_t(j)] = (r + 2 * j + 1) % 3;
+      rc[size_t(j)] = (j + 2 * r + 1) % 3;
+      for (int i = 0; i < sc[size_t(j)]; ++i) in.push_back(float(100 * r + 10 * j + i));
+      for (int i = 0; i < rc[size_t(j)]; ++i) want.push_back(float(100 * j + 10 * r + i));
+      if (j != r) sent_to_others += sc[size_t(j)];
+    }
+  }
+  // Runs it on device buffers and checks the result and the byte count.
+  void check(Communicator& w) const {
+    auto din = on_device(in);
+    cuda::Buffer dout(want.size() * sizeof(float));
+    w.all_to_all_v(din.get(), sc.data(), dout.get(), rc.data(), DType::F32);
+    EXPECT_EQ(on_host(dout, want.size()), want);
+    EXPECT_EQ(w.stats().all_to_all_bytes, sent_to_others * 4);
+  }
+};
+
+// Only the non-empty chunks are grouped sends and receives.
+TEST(NcclCollectives, AllToAllV) {
+  MG_REQUIRE_GPUS();
+  auto w = nccl_world();
+  UnevenExchange(w->size(), w->rank()).check(*w);
+}
+
+// MPI under --device cuda: the device buffers go through host copies.
+TEST(NcclCollectives, StagedMpiAllToAllV) {
+  MG_REQUIRE_GPUS();
+  auto w = make_staging_communicator(mpi_world(), Device::CPU);
+  UnevenExchange(w->size(), w->rank()).check(*w);
+}
+
+// The MoE token exchange on device buffers (its scratch and block copies on the device) gives
+// what the host run over MPI gives (tests/moe/ep_dispatch_test.cpp checks that one against an
+// all-gathered reference), and combine brings every row back. NCCL wrapped as the process
+// groups wrap it: the route's host counts go through device copies.
+TEST(NcclCollectives, EpDispatchOnDeviceMatchesHost) {
+  MG_REQUIRE_GPUS();
+  auto w = make_staging_communicator(nccl_world(), Device::CUDA);
+  auto host = mpi_world();
+  const int p = w->size(), r = w->rank();
+  const int64_t LE = 2, H = 3;
+  std::vector<int64_t> counts(size_t(LE * p));
+  for (size_t g = 0; g < counts.size(); ++g) counts[g] = int64_t((g * 5 + size_t(r) * 3) % 4);
+  const moe::EpRoute route = moe::ep_route(*w, counts);
+  EXPECT_EQ(route.recv, moe::ep_route(*host, counts).recv);
+  std::vector<float> x(size_t(route.rows_in() * H)), want(size_t(route.rows_out() * H));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(1000 * r) + float(i);
+  moe::ep_dispatch(*host, route, x.data(), want.data(), H, DType::F32);
+  auto dx = on_device(x);
+  cuda::Buffer dout(want.size() * sizeof(float)), dback(x.size() * sizeof(float));
+  w->reset_stats();
+  moe::ep_dispatch(*w, route, dx.get(), dout.get(), H, DType::F32);
+  EXPECT_EQ(on_host(dout, want.size()), want);
+  EXPECT_EQ(w->stats().all_to_all_bytes, moe::ep_dispatch_bytes(route, H, DType::F32));
+  moe::ep_combine(*w, route, dout.get(), dback.get(), H, DType::F32);
+  EXPECT_EQ(on_host(dback, x.size()), x);
 }
 
 // ncclBfloat16 sums (--grad-reduce-in-bf16) against the fp64 reference of the MPI tests
