@@ -30,7 +30,7 @@ const std::vector<std::pair<std::string, Modules>>& may_use() {
       {"tensor_parallel", {"backend", "parallel"}},
       {"context_parallel", {"backend", "comm"}},
       {"moe", {"comm"}},
-      {"layers", {"tensor_parallel", "context_parallel"}},
+      {"layers", {"tensor_parallel", "context_parallel", "moe"}},
       {"model", {"layers"}},
       {"pipeline", {"model", "comm"}},
       {"distributed", {"comm"}},

@@ -5,6 +5,7 @@
 #include "backend/dispatch.h"
 #include "core/timers.h"
 #include "layers/transformer_layer.h"
+#include "moe/ep_dispatch.h"
 #include "tensor_parallel/parallel_linear.h"
 
 namespace mg {
@@ -34,6 +35,56 @@ void activation_backward(float* dfc1, cpu::Mat fc1, const float* dact, int64_t n
     ops::gelu_backward(dfc1, fc1, dact, n * F, ops::GradWrite::Set);
 }
 
+// Rows (rows, width) of t, grown when routing sends this rank more rows than it holds room for
+// (expert parallelism: a rank's experts may receive up to EP x its own rows).
+void* room(Tensor& t, int64_t rows, int64_t width, DType dt) {
+  if (t.numel() < rows * width) t = Tensor({rows, width}, dt, Device::CPU);
+  return t.raw();
+}
+float* room_f32(Tensor& t, int64_t rows, int64_t width) {
+  return static_cast<float*>(room(t, rows, width, DType::F32));
+}
+
+// This rank's experts on their rows: xe (rows, H) grouped by local expert (counts), fc1 and act
+// saved, ye (rows, H) f32 TP-partial outputs (the fc2 bias on TP rank 0).
+void experts_forward(const tp::TPGroup& g, const LayerWeights& w, const LayerDims& d,
+                     const std::vector<int64_t>& counts, const void* xe, void* fc1, void* act,
+                     float* ye) {
+  timers::Scope timer(timers::kMoeExperts);
+  const int64_t H = d.H, F1 = d.expert_fc1_local(), F = d.expert_F_local();
+  const DType t = d.dtype;
+  int64_t b = 0;
+  for (size_t e = 0; e < counts.size(); b += counts[e], ++e) {
+    const int64_t n = counts[e];
+    if (n == 0) continue;
+    ops::linear_forward({at(fc1, b * F1, t), t}, {at(xe, b * H, t), t}, {w.moe.fc1_w[e], t},
+                        w.moe.fc1_b[e], n, H, F1);
+    activation_forward({at(act, b * F, t), t}, {at(fc1, b * F1, t), t}, n, F, d);
+    ops::linear_forward(ye + b * H, {at(act, b * F, t), t}, {w.moe.fc2_w[e], t},
+                        g.rank() == 0 ? w.moe.fc2_b[e] : nullptr, n, F, H);
+  }
+}
+// Their backward: dye (rows, H) -> dxe (rows, H) (=), parameter grads (+=) into gw.
+void experts_backward(const LayerWeights& w, const LayerWeights& gw, const LayerDims& d,
+                      const std::vector<int64_t>& counts, const void* xe, const void* fc1,
+                      const void* act, const float* dye, float* d_fc1, float* d_act, float* dxe) {
+  timers::Scope timer(timers::kMoeExperts);
+  const int64_t H = d.H, F1 = d.expert_fc1_local(), F = d.expert_F_local();
+  const DType t = d.dtype;
+  int64_t b = 0;
+  for (size_t e = 0; e < counts.size(); b += counts[e], ++e) {
+    const int64_t n = counts[e];
+    if (n == 0) continue;
+    ops::linear_backward(d_act + b * F, static_cast<float*>(gw.moe.fc2_w[e]), gw.moe.fc2_b[e],
+                         dye + b * H, {at(act, b * F, t), t}, {w.moe.fc2_w[e], t}, n, F, H,
+                         ops::GradWrite::Set);
+    activation_backward(d_fc1 + b * F1, {at(fc1, b * F1, t), t}, d_act + b * F, n, F, d);
+    ops::linear_backward(dxe + b * H, static_cast<float*>(gw.moe.fc1_w[e]), gw.moe.fc1_b[e],
+                         d_fc1 + b * F1, {at(xe, b * H, t), t}, {w.moe.fc1_w[e], t}, n, H, F1,
+                         ops::GradWrite::Set);
+  }
+}
+
 // Fills the permutation: the kept (token, slot) assignments grouped by expert, each expert's in
 // token order (Megatron's permute order).
 void permute(MoeRouting& r, int64_t N, int64_t k, int64_t E) {
@@ -55,12 +106,15 @@ void permute(MoeRouting& r, int64_t N, int64_t k, int64_t E) {
 }  // namespace
 
 void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const LayerWeights& w,
-                 LayerCache& c, LayerScratch& s, const LayerDims& d, const DropoutRows* dropout) {
+                 LayerCache& c, LayerScratch& s, const LayerDims& d, const LayerInputs& in,
+                 const DropoutRows* dropout) {
   MG_CHECK(d.device == Device::CPU, "MoE layers run on the CPU backend");
   const MoeSpec& m = d.spec.moe;
   const int64_t N = d.rows(), H = d.H, E = m.num_experts, k = m.router.topk;
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
+  Communicator* ep = in.ep && in.ep->size() > 1 ? in.ep : nullptr;
+  const int64_t EP = ep ? ep->size() : 1, LE = E / EP, first = ep ? ep->rank() * LE : 0;
   // Every TP rank routes the full rows.
   const void* x = c.ln2.raw();
   if (d.sp) {
@@ -83,39 +137,93 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
       r.dropped = 0;
     }
   }
-  {
-    timers::Scope timer(timers::kMoePermute);
-    permute(r, N, k, E);
-    const size_t row_bytes = size_t(H) * dtype_size(t);
-    for (int64_t row = 0; row < r.rows(); ++row)
-      std::memcpy(at(c.moe_x.raw(), row * H, t), at(x, int64_t(r.row_token[size_t(row)]) * H, t),
-                  row_bytes);
-  }
-  timers::Scope experts_timer(timers::kMoeExperts);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = r.expert_begin[size_t(e)], n = r.expert_begin[size_t(e + 1)] - b;
-    if (n == 0) continue;
-    ops::linear_forward({at(c.moe_fc1.raw(), b * F1, t), t}, {at(c.moe_x.raw(), b * H, t), t},
-                        {w.moe.fc1_w[size_t(e)], t}, w.moe.fc1_b[size_t(e)], n, H, F1);
-    activation_forward({at(c.moe_act.raw(), b * F, t), t}, {at(c.moe_fc1.raw(), b * F1, t), t},
-                       n, F, d);
-    ops::linear_forward(c.moe_y.data<float>() + b * H, {at(c.moe_act.raw(), b * F, t), t},
-                        {w.moe.fc2_w[size_t(e)], t}, g.rank() == 0 ? w.moe.fc2_b[size_t(e)] : nullptr,
-                        n, F, H);
-  }
-  experts_timer.stop();
-  // Combine: each token's rows weighted by its routing weights, into the TP-partial sums.
-  timers::Scope combine_timer(timers::kMoeCombine);
   float* full = s.full.data<float>();
   std::memset(full, 0, size_t(N * H) * sizeof(float));
-  const float* ye = c.moe_y.data<float>();
-  for (int64_t row = 0; row < r.rows(); ++row) {
-    const float wt = r.router.weights[size_t(r.row_slot[size_t(row)])];
-    float* out = full + int64_t(r.row_token[size_t(row)]) * H;
-    const float* in = ye + row * H;
-    for (int64_t h = 0; h < H; ++h) out[h] += wt * in[h];
+  const size_t row_bytes = size_t(H) * dtype_size(t);
+  if (ep && in.ep_allgather) {
+    // allgather: every EP rank's rows and routing gathered; this rank's experts take their
+    // rows (by local expert, then source rank, then the source's order); their weighted
+    // outputs, placed at their tokens, come home by a reduce-scatter over EP.
+    void* xg = room(c.moe_xg, EP * N, H, t);
+    std::vector<int32_t> mine(size_t(N * k)), all(size_t(EP * N * k));
+    for (int64_t i = 0; i < N * k; ++i)
+      mine[size_t(i)] = r.keep[size_t(i)] ? r.router.experts[size_t(i)] : -1;
+    r.g_weights.resize(size_t(EP * N * k));
+    {
+      timers::Scope timer(timers::kMoePermute);
+      ep->all_gather(x, xg, N * H, t);
+      ep->all_gather(mine.data(), all.data(), N * k, DType::I32);
+      ep->all_gather(r.router.weights.data(), r.g_weights.data(), N * k, DType::F32);
+      r.local_rows.assign(size_t(LE), 0);
+      r.g_token.clear();
+      r.g_slot.clear();
+      for (int64_t le = 0; le < LE; ++le)
+        for (int64_t i = 0; i < EP * N * k; ++i)
+          if (all[size_t(i)] == first + le) {
+            ++r.local_rows[size_t(le)];
+            r.g_token.push_back(int32_t(i / k));
+            r.g_slot.push_back(i);
+          }
+    }
+    const int64_t Re = int64_t(r.g_token.size());
+    void* xe = room(c.moe_xe, Re, H, t);
+    for (int64_t row = 0; row < Re; ++row)
+      std::memcpy(at(xe, row * H, t), at(xg, int64_t(r.g_token[size_t(row)]) * H, t), row_bytes);
+    float* ye = room_f32(c.moe_ye, Re, H);
+    experts_forward(g, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
+                    room(c.moe_act, Re, F, t), ye);
+    timers::Scope timer(timers::kMoeCombine);
+    float* out = room_f32(s.moe_g, EP * N, H);
+    std::memset(out, 0, size_t(EP * N * H) * sizeof(float));
+    for (int64_t row = 0; row < Re; ++row) {
+      const float wt = r.g_weights[size_t(r.g_slot[size_t(row)])];
+      float* o = out + int64_t(r.g_token[size_t(row)]) * H;
+      const float* yr = ye + row * H;
+      for (int64_t h = 0; h < H; ++h) o[h] += wt * yr[h];
+    }
+    ep->reduce_scatter(out, full, N * H);
+  } else {
+    {
+      timers::Scope timer(timers::kMoePermute);
+      permute(r, N, k, E);
+      for (int64_t row = 0; row < r.rows(); ++row)
+        std::memcpy(at(c.moe_x.raw(), row * H, t),
+                    at(x, int64_t(r.row_token[size_t(row)]) * H, t), row_bytes);
+    }
+    // alltoall (or EP 1): the permuted rows go to their experts' ranks and come back.
+    const void* xe = c.moe_x.raw();
+    float* ye = c.moe_y.data<float>();
+    if (ep) {
+      timers::Scope timer(timers::kMoePermute);
+      std::vector<int64_t> per_expert(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e)
+        per_expert[size_t(e)] = r.expert_begin[size_t(e + 1)] - r.expert_begin[size_t(e)];
+      r.route = moe::ep_route(*ep, per_expert);
+      r.local_rows = r.route.rows_per_local_expert();
+      xe = room(c.moe_xe, r.route.rows_out(), H, t);
+      moe::ep_dispatch(*ep, r.route, c.moe_x.raw(), const_cast<void*>(xe), H, t);
+      ye = room_f32(c.moe_ye, r.route.rows_out(), H);
+    } else {
+      r.local_rows.assign(r.expert_begin.begin() + 1, r.expert_begin.end());
+      for (int64_t e = E - 1; e > 0; --e) r.local_rows[size_t(e)] -= r.local_rows[size_t(e - 1)];
+    }
+    const int64_t Re = ep ? r.route.rows_out() : r.rows();
+    experts_forward(g, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
+                    room(c.moe_act, Re, F, t), ye);
+    if (ep) {
+      timers::Scope timer(timers::kMoePermute);
+      moe::ep_combine(*ep, r.route, ye, c.moe_y.raw(), H, DType::F32);
+    }
+    // Combine: each token's rows weighted by its routing weights, into the TP-partial sums.
+    timers::Scope timer(timers::kMoeCombine);
+    const float* yr = c.moe_y.data<float>();
+    for (int64_t row = 0; row < r.rows(); ++row) {
+      const float wt = r.router.weights[size_t(r.row_slot[size_t(row)])];
+      float* out = full + int64_t(r.row_token[size_t(row)]) * H;
+      const float* in_row = yr + row * H;
+      for (int64_t h = 0; h < H; ++h) out[h] += wt * in_row[h];
+    }
   }
-  combine_timer.stop();
   if (d.spec.ffn > 0) {  // shared experts: every token, as a dense MLP
     ops::linear_forward({c.fc1.raw(), t}, {x, t}, {w.fc1_w, t}, w.fc1_b, N, H, d.fc1_local());
     activation_forward({c.act.raw(), t}, {c.fc1.raw(), t}, N, d.F_local(), d);
@@ -134,6 +242,8 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
   const int64_t N = d.rows(), R = d.local_rows(), H = d.H, E = m.num_experts, k = m.router.topk;
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
+  Communicator* ep = in.ep && in.ep->size() > 1 ? in.ep : nullptr;
+  const int64_t EP = ep ? ep->size() : 1;
   const MoeRouting& r = c.routing;
   const float* dy_full = dy;
   if (d.sp) {
@@ -155,43 +265,77 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
   // Each routed row's output gradient is its weight x the token's; each weight's gradient is
   // the row's output . the token's gradient (TP-partial: summed over TP below).
   std::vector<float> dweights(size_t(N * k), 0.f);
-  timers::Scope combine_timer(timers::kMoeCombine);
-  const float* ye = c.moe_y.data<float>();
-  float* drow = s.moe_dy.data<float>();
-  for (int64_t row = 0; row < r.rows(); ++row) {
-    const int64_t slot = r.row_slot[size_t(row)];
-    const float wt = r.router.weights[size_t(slot)];
-    const float* go = dy_full + int64_t(r.row_token[size_t(row)]) * H;
-    const float* yo = ye + row * H;
-    float* gr = drow + row * H;
-    double dot = 0;
-    for (int64_t h = 0; h < H; ++h) {
-      dot += double(yo[h]) * double(go[h]);
-      gr[h] = wt * go[h];
+  auto row_grads = [&](int64_t rows, const float* yrows, const float* grads_of_tokens,
+                       const auto& token_of, const auto& slot_of, const float* weights,
+                       float* drows, float* dw) {
+    timers::Scope timer(timers::kMoeCombine);
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t slot = slot_of(row);
+      const float wt = weights[size_t(slot)];
+      const float* go = grads_of_tokens + token_of(row) * H;
+      const float* yo = yrows + row * H;
+      float* gr = drows + row * H;
+      double dot = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        dot += double(yo[h]) * double(go[h]);
+        gr[h] = wt * go[h];
+      }
+      dw[size_t(slot)] = float(dot);
     }
-    dweights[size_t(slot)] = float(dot);
-  }
-  combine_timer.stop();
-  timers::Scope experts_timer(timers::kMoeExperts);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t b = r.expert_begin[size_t(e)], n = r.expert_begin[size_t(e + 1)] - b;
-    if (n == 0) continue;
-    float* dact = s.moe_d_act.data<float>() + b * F;
-    float* dfc1 = s.moe_d_fc1.data<float>() + b * F1;
-    ops::linear_backward(dact, static_cast<float*>(gw.moe.fc2_w[size_t(e)]),
-                         gw.moe.fc2_b[size_t(e)], drow + b * H,
-                         {at(c.moe_act.raw(), b * F, t), t}, {w.moe.fc2_w[size_t(e)], t}, n, F, H,
-                         ops::GradWrite::Set);
-    activation_backward(dfc1, {at(c.moe_fc1.raw(), b * F1, t), t}, dact, n, F, d);
-    ops::linear_backward(s.moe_dx.data<float>() + b * H,
-                         static_cast<float*>(gw.moe.fc1_w[size_t(e)]), gw.moe.fc1_b[size_t(e)],
-                         dfc1, {at(c.moe_x.raw(), b * H, t), t}, {w.moe.fc1_w[size_t(e)], t}, n,
-                         H, F1, ops::GradWrite::Set);
-  }
-  experts_timer.stop();
-  {
+  };
+  if (ep && in.ep_allgather) {
+    const int64_t Re = int64_t(r.g_token.size());
+    float* dyg = room_f32(s.moe_g, EP * N, H);
+    ep->all_gather(dy_full, dyg, N * H, DType::F32);
+    std::vector<float> dw_all(size_t(EP * N * k), 0.f);
+    float* dye = room_f32(s.moe_dye, Re, H);
+    row_grads(
+        Re, c.moe_ye.data<float>(), dyg, [&](int64_t row) { return int64_t(r.g_token[size_t(row)]); },
+        [&](int64_t row) { return r.g_slot[size_t(row)]; }, r.g_weights.data(), dye,
+        dw_all.data());
+    float* dxe = room_f32(s.moe_dxe, Re, H);
+    experts_backward(w, gw, d, r.local_rows, c.moe_xe.raw(), c.moe_fc1.raw(), c.moe_act.raw(),
+                     dye, room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
     timers::Scope timer(timers::kMoePermute);
-    const float* dx_rows = s.moe_dx.data<float>();
+    float* dxg = room_f32(s.moe_g2, EP * N, H);
+    std::memset(dxg, 0, size_t(EP * N * H) * sizeof(float));
+    for (int64_t row = 0; row < Re; ++row) {
+      float* o = dxg + int64_t(r.g_token[size_t(row)]) * H;
+      const float* src = dxe + row * H;
+      for (int64_t h = 0; h < H; ++h) o[h] += src[h];
+    }
+    float* mine = room_f32(s.moe_dx, N, H);
+    ep->reduce_scatter(dxg, mine, N * H);
+    for (int64_t i = 0; i < N * H; ++i) dx_full[i] += mine[i];
+    ep->reduce_scatter(dw_all.data(), dweights.data(), N * k);
+  } else {
+    float* drow = room_f32(s.moe_dy, r.rows(), H);
+    row_grads(
+        r.rows(), c.moe_y.data<float>(), dy_full,
+        [&](int64_t row) { return int64_t(r.row_token[size_t(row)]); },
+        [&](int64_t row) { return r.row_slot[size_t(row)]; }, r.router.weights.data(), drow,
+        dweights.data());
+    const int64_t Re = ep ? r.route.rows_out() : r.rows();
+    const void* xe = c.moe_x.raw();
+    const float* dye = drow;
+    float* dxe = room_f32(s.moe_dx, r.rows(), H);
+    if (ep) {
+      timers::Scope timer(timers::kMoePermute);
+      float* dispatched = room_f32(s.moe_dye, Re, H);
+      moe::ep_dispatch(*ep, r.route, drow, dispatched, H, DType::F32);
+      dye = dispatched;
+      xe = c.moe_xe.raw();
+      dxe = room_f32(s.moe_dxe, Re, H);
+    }
+    experts_backward(w, gw, d, r.local_rows, xe, c.moe_fc1.raw(), c.moe_act.raw(), dye,
+                     room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
+    timers::Scope timer(timers::kMoePermute);
+    const float* dx_rows = dxe;
+    if (ep) {
+      float* home = room_f32(s.moe_dx, r.rows(), H);
+      moe::ep_combine(*ep, r.route, dxe, home, H, DType::F32);
+      dx_rows = home;
+    }
     for (int64_t row = 0; row < r.rows(); ++row) {
       float* out = dx_full + int64_t(r.row_token[size_t(row)]) * H;
       const float* src = dx_rows + row * H;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "layers/moe_router.h"
+#include "moe/ep_dispatch.h"
 
 namespace mg {
 
@@ -48,12 +49,27 @@ struct MoeRouting {
   std::vector<int64_t> expert_begin;       // (E + 1) first permuted row of each expert
   int64_t dropped = 0;                     // assignments dropped for capacity
   int64_t rows() const { return expert_begin.empty() ? 0 : expert_begin.back(); }
+  // This rank's experts' side: the rows each local expert takes, in order.
+  std::vector<int64_t> local_rows;         // (E / EP)
+  moe::EpRoute route;                      // alltoall under EP: who sends how many rows where
+  // allgather under EP: the gathered tokens (source rank x S*B + token) and slots (x k) of the
+  // expert-side rows, and every EP rank's routing weights (EP x S*B x k).
+  std::vector<int32_t> g_token;
+  std::vector<int64_t> g_slot;
+  std::vector<float> g_weights;
 };
 
+// Expert parallelism (LayerInputs::ep with more than one rank): this rank holds experts
+// [rank E/EP, (rank+1) E/EP). alltoall: its permuted rows go to their experts' ranks
+// (moe/ep_dispatch.h) and their outputs come back before the weighted combine; allgather:
+// every EP rank's rows and routing are gathered, this rank's experts run on theirs and
+// combine them by weight, and a reduce-scatter over EP brings each rank its tokens' sums. Both
+// give the single rank's result (up to the summation order of the allgather's combine).
 // y (R, H) = x_mid + dropout(MoE(norm output)): the MLP half of transformer_layer_forward,
 // from the pre-MLP norm's output in c.ln2 (R rows).
 void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const LayerWeights& w,
-                 LayerCache& c, LayerScratch& s, const LayerDims& d, const DropoutRows* dropout);
+                 LayerCache& c, LayerScratch& s, const LayerDims& d, const LayerInputs& in,
+                 const DropoutRows* dropout);
 // dy (R, H): the block output's gradient (through the dropout mask); leaves dL/d(norm output)
 // (R, H) in s.d_ln and adds the parameter gradients into gw.
 void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,

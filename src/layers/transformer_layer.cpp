@@ -125,7 +125,10 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
           {&C::moe_x, "moe_x", {d.moe_rows(), H}, t},
           {&C::moe_fc1, "moe_fc1", {d.moe_rows(), d.expert_fc1_local()}, t},
           {&C::moe_act, "moe_act", {d.moe_rows(), d.expert_F_local()}, t},
-          {&C::moe_y, "moe_y", {d.moe_rows(), H}, f}};
+          {&C::moe_y, "moe_y", {d.moe_rows(), H}, f},
+          // Expert parallelism: declared at the balanced share (grown when routing is not).
+          {&C::moe_xe, "moe_xe", {d.ep > 1 ? d.moe_rows() : 0, H}, t},
+          {&C::moe_ye, "moe_ye", {d.ep > 1 ? d.moe_rows() : 0, H}, f}};
 }
 
 int64_t layer_cache_bytes(const LayerDims& d) { return decl_bytes(layer_cache_decls(d)); }
@@ -150,7 +153,9 @@ std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d) {
           {&S::moe_d_fc1, "moe_d_fc1", {d.moe_rows(), d.expert_fc1_local()}, f},
           {&S::moe_d_act, "moe_d_act", {d.moe_rows(), d.expert_F_local()}, f},
           {&S::moe_dx, "moe_dx", {d.moe_rows(), d.H}, f},
-          {&S::moe_dlogits, "moe_dlogits", {d.spec.is_moe() ? N : 0, d.num_experts()}, f}};
+          {&S::moe_dlogits, "moe_dlogits", {d.spec.is_moe() ? N : 0, d.num_experts()}, f},
+          {&S::moe_dye, "moe_dye", {d.ep > 1 ? d.moe_rows() : 0, d.H}, f},
+          {&S::moe_dxe, "moe_dxe", {d.ep > 1 ? d.moe_rows() : 0, d.H}, f}};
 }
 
 int64_t layer_scratch_bytes(const LayerDims& d) { return decl_bytes(layer_scratch_decls(d)); }
@@ -196,7 +201,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   // MLP block.
   norm_forward(c.ln2, c.ln2_mean, c.ln2_rstd, c.x_mid.data<float>(), w.ln2_w, w.ln2_b, d);
   if (d.spec.is_moe())
-    return moe_forward(g, y, c.x_mid.data<float>(), w, c, s, d, drop ? &mlp_drop : nullptr);
+    return moe_forward(g, y, c.x_mid.data<float>(), w, c, s, d, in, drop ? &mlp_drop : nullptr);
   tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
                               w.fc1_b, {N, H, d.fc1_local()});
   if (swiglu(d))

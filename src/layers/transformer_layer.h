@@ -77,6 +77,7 @@ struct LayerDims {
   int64_t expert_F_local() const { return spec.moe.ffn / tp; }
   int64_t expert_fc1_local() const { return spec.is_moe() ? spec.expert_fc1_rows() / tp : 0; }
   int64_t num_experts() const { return spec.moe.num_experts; }
+  int64_t ep = 1;  // expert-parallel ranks (MoE layers; the experts' side buffers)
 };
 
 // Dropout of one training micro-batch (Megatron's places: the attention probabilities, and the
@@ -108,6 +109,10 @@ struct LayerInputs {
   // this rank's load-balanced S/CP positions (LayerDims::S is the local length) and seg_start
   // holds global positions. Null, or a group of one rank: the local ops.
   const cp::CpAttention* cp = nullptr;
+  // Expert parallelism (MoE layers): the EP group (null, or one rank: every expert is local)
+  // and the token dispatcher (--moe-token-dispatcher-type allgather, else alltoall).
+  Communicator* ep = nullptr;
+  bool ep_allgather = false;
 };
 
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).
@@ -130,7 +135,11 @@ struct LayerCache {
   Tensor moe_x;                    // (M, H) [dtype] the tokens permuted by expert
   Tensor moe_fc1;                  // (M, fc1_e/TP) [dtype]
   Tensor moe_act;                  // (M, F_e/TP) [dtype]
-  Tensor moe_y;                    // (M, H) expert outputs (TP-partial)
+  Tensor moe_y;                    // (M, H) expert outputs (TP-partial), in moe_x's order
+  // Expert parallelism (grown as routing needs: a rank's experts may take up to EP x M rows;
+  // with EP 1 the experts read moe_x and write moe_y): the rows this rank's experts take
+  // [dtype] and their outputs; allgather: every EP rank's full rows (EP x S*B, H) [dtype].
+  Tensor moe_xe, moe_ye, moe_xg;
   MoeRouting routing;              // host: the routing, for backward
   explicit LayerCache(const LayerDims& d);
 };
@@ -159,6 +168,9 @@ struct LayerScratch {
   Tensor moe_d_act;       // (M, F_e/TP)
   Tensor moe_dx;          // (M, H) permuted input gradients
   Tensor moe_dlogits;     // (S*B, E)
+  // Expert parallelism (grown as needed): the expert side's output and input gradients;
+  // allgather: two (EP x S*B, H) buffers (gathered outputs / gradients).
+  Tensor moe_dye, moe_dxe, moe_g, moe_g2;
   explicit LayerScratch(const LayerDims& d);
 };
 // The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.

@@ -31,6 +31,7 @@ LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   d.S = c.seq_length / s.cp_size;  // this CP rank's tokens of each sequence
   d.H = c.hidden_size;
   d.spec = stage_union_spec(c, s.shard);
+  d.ep = s.shard.ep_size;
   d.tp = s.shard.tp_size;
   d.sp = s.sequence_parallel && d.tp > 1;
   d.eps = c.norm_epsilon;
@@ -222,6 +223,8 @@ LayerInputs GPTModel::layer_inputs(const Slot& s) const {
   }
   if (s.dropout_on) in.dropout = &s.dropout;
   if (cp_.size > 1) in.cp = &cp_attention_;
+  in.ep = ep_comm_;
+  in.ep_allgather = ep_allgather_;
   return in;
 }
 
@@ -297,7 +300,8 @@ LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
                  {}};
   if (spec.is_moe()) {
     w.moe.router_w = mat("mlp.router.weight");
-    for (int64_t e = 0; e < spec.moe.num_experts; ++e) {
+    const int64_t local = spec.moe.num_experts / spec_.shard.ep_size;  // this EP rank's experts
+    for (int64_t e = spec_.shard.ep_rank * local; e < (spec_.shard.ep_rank + 1) * local; ++e) {
       const std::string x = "mlp.experts.local_experts." + std::to_string(e) + ".";
       w.moe.fc1_w.push_back(mat((x + "linear_fc1.weight").c_str()));
       w.moe.fc1_b.push_back(vec((x + "linear_fc1.bias").c_str(), bias));

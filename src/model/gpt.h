@@ -102,6 +102,15 @@ class GPTModel {
     dropout_enabled_ = cfg_.hidden_dropout > 0.f || cfg_.attention_dropout > 0.f;
   }
   void dropout_off() { dropout_enabled_ = false; }
+  // Expert parallelism: the EP group over which MoE layers exchange tokens (its size and rank
+  // must be the shard's ep_size and ep_rank), and the dispatcher (allgather, else alltoall).
+  void set_expert_parallel(Communicator* ep, bool allgather) {
+    MG_CHECK(ep->size() == spec_.shard.ep_size && ep->rank() == spec_.shard.ep_rank,
+             "EP group (", ep->size(), " ranks) does not match the shard's EP ",
+             spec_.shard.ep_size, " rank ", spec_.shard.ep_rank);
+    ep_comm_ = ep;
+    ep_allgather_ = allgather;
+  }
   // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
   // labels/mask by the last). The last stage adds the micro-batch's sum(loss * mask) /
   // sum(mask) to a running sum kept on the compute device, so a GPU forward does not wait.
@@ -232,6 +241,8 @@ class GPTModel {
   Tensor loss_sum_;                  // one double on the compute device: take_loss()'s sum
   bool per_token_loss_ = false;      // set_per_token_loss
   MoeLosses moe_losses_;             // take_moe_losses()'s sums
+  Communicator* ep_comm_ = nullptr;  // set_expert_parallel
+  bool ep_allgather_ = false;
   double tokens_ = 0;                // take_tokens()'s count
   Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
   Tensor rope_positions_;            // (S*B) RoPE position of each row

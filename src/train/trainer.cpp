@@ -269,6 +269,9 @@ void Trainer::build_model_and_optimizer() {
                                                  specs[size_t(c)], g_.tp.get(), g_.cp.get(),
                                                  store_.get(), c));
     chunks_.back()->set_per_token_loss(cfg.calculate_per_token_loss);
+    if (g_.grid.ep > 1)
+      chunks_.back()->set_expert_parallel(
+          g_.ep.get(), cfg.parallel.moe_token_dispatcher_type == "allgather");
     chunk_ptrs_.push_back(chunks_.back().get());
   }
   store_->init(cfg.seed);
