@@ -37,6 +37,7 @@ std::string format_iteration(const IterationLog& l) {
   s += fmt(" dp comm bytes: %lld |", (long long)l.dp_bytes);
   s += fmt(" embedding comm bytes: %lld |", (long long)l.embedding_bytes);
   s += fmt(" cp comm bytes: %lld |", (long long)l.cp_bytes);
+  if (l.ep_bytes >= 0) s += fmt(" ep comm bytes: %lld |", (long long)l.ep_bytes);
   return s;
 }
 

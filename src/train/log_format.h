@@ -8,7 +8,7 @@
 // (the throughput field only with --log-throughput, as upstream), followed by this rank's
 // per-step communication volume:
 //  tp comm bytes: ... | pp comm bytes: ... | dp comm bytes: ... | embedding comm bytes: ... |
-//  cp comm bytes: ... |
+//  cp comm bytes: ... | [ep comm bytes: ... |]
 #pragma once
 #include <cstdint>
 #include <string>
@@ -28,6 +28,7 @@ struct IterationLog {
   bool show_throughput = false;  // --log-throughput: print the tflops field
   // Bytes this rank sent per step in each process group (ring-algorithm accounting).
   int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0, cp_bytes = 0;
+  int64_t ep_bytes = -1;  // MoE under expert parallelism (< 0: the field is left out)
 };
 
 std::string format_iteration(const IterationLog& l);

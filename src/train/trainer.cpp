@@ -216,7 +216,9 @@ class Trainer {
   TrainProgress progress_;  // as loaded, then as last saved
   std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
   // The TP, PP, DP (x CP), embedding and CP groups, whose bytes each log line reports.
-  Communicator* comm_groups_[5] = {};
+  // tp, pp, dp x cp, embedding, cp, ep, expert dp (the last two: MoE under EP).
+  static constexpr int kCommGroups = 7;
+  Communicator* comm_groups_[kCommGroups] = {};
 
   // Counters of the run.
   TrainResult result_;
@@ -231,7 +233,7 @@ class Trainer {
   double interval_loss_ = 0, interval_seconds_ = 0;
   int64_t interval_iters_ = 0;
   int64_t interval_skipped_ = 0, interval_nan_ = 0;  // Megatron counts these per interval
-  CommStats interval_comm_[5] = {};
+  CommStats interval_comm_[kCommGroups] = {};
   std::unique_ptr<TensorBoardWriter> tb_;  // --tensorboard-dir, on the last rank only
 };
 
@@ -241,7 +243,8 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
       M_(cfg.num_micro_batches()),
       ckpt_cfg_(cfg.checkpoint_config()),
       sched_(cfg.lr_schedule()),
-      comm_groups_{g.tp.get(), g.pp.get(), g.dp_cp.get(), g.embedding.get(), g.cp.get()} {
+      comm_groups_{g.tp.get(), g.pp.get(), g.dp_cp.get(), g.embedding.get(), g.cp.get(),
+                   g.ep.get(), g.edp.get()} {
   const bool cuda = cfg.device == "cuda";
   ops::set_device(cuda ? Device::CUDA : Device::CPU, cuda ? local_rank() : 0);
   int32_t eod = 0;
@@ -481,7 +484,7 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
 }
 
 void Trainer::record(int64_t iter, const StepResult& step) {
-  for (int k = 0; k < 5; ++k)
+  for (int k = 0; k < kCommGroups; ++k)
     if (comm_groups_[k]) interval_comm_[k].p2p_bytes += comm_groups_[k]->stats().total();
   if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++interval_nan_;
   if (step.skipped) ++interval_skipped_;
@@ -520,9 +523,11 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.dropped_tokens = step.dropped_tokens;
   l.tp_bytes = interval_comm_[0].p2p_bytes / interval_iters_;
   l.pp_bytes = interval_comm_[1].p2p_bytes / interval_iters_;
-  l.dp_bytes = interval_comm_[2].p2p_bytes / interval_iters_;
+  // Expert gradients are data-parallel traffic too (over the expert-DP group).
+  l.dp_bytes = (interval_comm_[2].p2p_bytes + interval_comm_[6].p2p_bytes) / interval_iters_;
   l.embedding_bytes = interval_comm_[3].p2p_bytes / interval_iters_;
   l.cp_bytes = interval_comm_[4].p2p_bytes / interval_iters_;
+  if (g_.grid.ep > 1) l.ep_bytes = interval_comm_[5].p2p_bytes / interval_iters_;
   log_line(format_iteration(l));
   std::vector<std::pair<std::string, double>> timer_max_ms;
   if (timers::enabled_level() > 0) {

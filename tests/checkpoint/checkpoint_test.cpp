@@ -151,7 +151,7 @@ TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {
 
 // A Mixtral-like MoE (4 SwiGLU experts, top 2, aux and z losses; experts named by global index)
 // saved under TP 2 x SP x DP 2 with the distributed optimizer, continued on one rank and under
-// PP 2 x TP 2.
+// PP 2 x TP 2; and saved under expert parallelism.
 TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
   const std::string moe =
       kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
@@ -163,6 +163,15 @@ TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
                                            "--pipeline-model-parallel-size 2"}},
                  moe, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
                                 "--use-distributed-optimizer"});
+  // Saved under EP 4 with the distributed optimizer (each rank one expert, the expert
+  // shards over expert-DP 1): continued on one rank (every expert local), under EP 2 x TP 2
+  // and under EP 2 with the allgather dispatcher.
+  expect_reshard({Target{1, ""},
+                  Target{4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                            "--sequence-parallel --moe-token-dispatcher-type alltoall"},
+                  Target{2, "--expert-model-parallel-size 2 --use-distributed-optimizer"}},
+                 moe, Target{4, "--expert-model-parallel-size 4 --use-distributed-optimizer "
+                                "--moe-token-dispatcher-type alltoall"});
 }
 
 // An untied output layer is padded like the word embedding: vocab 1100 pads to 1152 rows at

@@ -227,14 +227,46 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"gelu_shared_capacity_tp2_sp", kMoeGelu,
                     {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
         ModelLayout{"gelu_shared_capacity_pp2dp2", kMoeGelu,
-                    {4, "--pipeline-model-parallel-size 2"}}),
+                    {4, "--pipeline-model-parallel-size 2"}},
+        // Expert parallelism: the experts split over the DP x CP ranks, tokens exchanged.
+        ModelLayout{"ep2", kMoe, {2, "--expert-model-parallel-size 2 "
+                                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2_allgather", kMoe, {2, "--expert-model-parallel-size 2"}},
+        ModelLayout{"ep4", kMoe, {4, "--expert-model-parallel-size 4 "
+                                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2tp2_sp", kMoe,
+                    {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2pp2", kMoe, {4, "--expert-model-parallel-size 2 "
+                                        "--pipeline-model-parallel-size 2"}},
+        ModelLayout{"ep2dp2_distopt", kMoe,
+                    {4, "--expert-model-parallel-size 2 --use-distributed-optimizer "
+                        "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2cp2_no_aux", kMoeNoAux,
+                    {4, "--expert-model-parallel-size 2 --context-parallel-size 2 "
+                        "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"gelu_shared_capacity_ep2tp2_sp", kMoeGelu,
+                    {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
-// A bf16 MoE under TP2 (SP) x DP2 follows the bf16 single-rank run.
-TEST(MixedPrecision, MoeBf16Tp2Dp2TracksTheSingleRankRun) {
+// The two token dispatchers differ only in what crosses the EP group: the same losses.
+TEST(MoeDispatchers, AlltoallEqualsAllgather) {
+  const RunOut a2a = train(4, "--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall",
+                           kMoeGelu);
+  const RunOut ag = train(4, "--expert-model-parallel-size 4 --moe-token-dispatcher-type allgather",
+                          kMoeGelu);
+  ASSERT_EQ(a2a.losses.size(), 20u) << a2a.log;
+  ASSERT_EQ(ag.losses.size(), a2a.losses.size()) << ag.log;
+  for (size_t i = 0; i < a2a.losses.size(); ++i)
+    EXPECT_NEAR(ag.losses[i], a2a.losses[i], 1e-6 * a2a.losses[i]) << "step " << i + 1;
+}
+
+// A bf16 MoE under EP2 x TP2 (SP) follows the bf16 single-rank run.
+TEST(MixedPrecision, MoeBf16Ep2Tp2TracksTheSingleRankRun) {
   const RunOut one = train(1, "--bf16", kMoe);
-  const RunOut four =
-      train(4, "--bf16 --tensor-model-parallel-size 2 --sequence-parallel", kMoe);
+  const RunOut four = train(4, "--bf16 --tensor-model-parallel-size 2 --sequence-parallel "
+                               "--expert-model-parallel-size 2", kMoe);
   ASSERT_EQ(one.losses.size(), 20u) << one.log;
   ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
   for (size_t i = 0; i < one.losses.size(); ++i)
@@ -441,6 +473,25 @@ TEST(CommVolume, InterleavingAndContextParallelMatchFormulas) {
     const int64_t sums = (M + 1) * 2 * (N - 1) * 2 * 4 / N;  // all-reduces of 2 floats
     EXPECT_EQ(field(r.log, "cp comm bytes"), M * L * ring + sums) << "CP " << N;
   }
+}
+
+// Expert parallelism, allgather dispatcher (routing-independent): per MoE layer and
+// micro-batch each rank all-gathers its N = S x B full rows (H x 4 bytes each in f32) and its
+// routing (k experts as int32 and k weights as f32 per row) and reduce-scatters the combined
+// outputs (N x H f32) forward; backward all-gathers the output gradient and reduce-scatters
+// the input gradient (N x H f32 each) and the routing weights' gradients (N x k f32): under
+// formulas.md's ring convention (EP - 1) x N x (16 H + 12 k) bytes. (The alltoall
+// dispatcher's bytes follow the routed counts: tests/moe/ep_dispatch_test.cpp.) Plus, once per
+// step, the experts' share of the grad norm summed over EP: one double as 2 floats all-reduced,
+// 2 (EP - 1) / EP x 8 bytes.
+TEST(CommVolume, ExpertParallelAllgatherMatchesFormula) {
+  const int64_t N = 2 * 16, H = 64, k = 2, L = 4, EP = 2, M = 8 / (2 * 2);
+  const RunOut r = train(2, "--expert-model-parallel-size 2 --moe-token-dispatcher-type allgather",
+                         kMoe);
+  EXPECT_EQ(field(r.log, "ep comm bytes"),
+            M * L * (EP - 1) * N * (16 * H + 12 * k) + 2 * (EP - 1) * 8 / EP);
+  const RunOut plain = train(2, "", kMoe);
+  EXPECT_TRUE(testing::log_values(plain.log, "ep comm bytes").empty()) << "EP 1 logs no field";
 }
 
 // ---- a rank that dies ----
