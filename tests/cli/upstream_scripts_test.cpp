@@ -1,8 +1,9 @@
 // Upstream Megatron-LM's launch scripts run unchanged but for their sizes: each list of
 // tests/cli/upstream_scripts/ (data from `megatron preprocess` run with preprocess_data.py's
 // flags, a SentencePiece model from spm_train for the Mixtral script's Llama2Tokenizer) on 1 rank
-// and on TP2 x PP2, after megatron-cpp refused what it refuses (testing/upstream_scripts.h). No
-// flag may be unknown and every run must finish its iterations.
+// and on TP2 x PP2 (the Mixtral script: EP2 x TP2 x PP2 on 8 ranks), after megatron-cpp refused
+// what it refuses (testing/upstream_scripts.h). No flag may be unknown and every run must finish
+// its iterations.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -96,12 +97,17 @@ TEST_P(UpstreamScripts, RunsToTheEnd) {
   if (HasFatalFailure()) return;
   const std::string run = std::string(s.file) + "_" + std::to_string(tp_pp);
   std::vector<std::string> args = testing::runnable_args("train", testing::script_tokens(s, subst(run)));
-  const std::string layout = tp_pp == 1 ? "" : " --tensor-model-parallel-size 2 "
-                                               "--pipeline-model-parallel-size 2";
-  const std::string cmd = "timeout 300 " + (tp_pp == 1 ? std::string() : testing::mpirun_prefix(4)) +
-                          MG_BINARY + " train" + join(args) +
-                          (tp_pp == 1 ? " --tensor-model-parallel-size 1 "
-                                        "--pipeline-model-parallel-size 1" : layout);
+  // The Mixtral script's experts: EP 1 on one rank; EP 2 x TP 2 x PP 2 on 8 ranks (its EP 8
+  // needs 8 x TP x PP ranks).
+  const bool moe = join(args).find("--num-experts") != std::string::npos;
+  const int ranks = tp_pp == 1 ? 1 : moe ? 8 : 4;
+  const std::string layout =
+      tp_pp == 1 ? " --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"
+                 : " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
+  const std::string experts = !moe ? "" : tp_pp == 1 ? " --expert-model-parallel-size 1"
+                                                     : " --expert-model-parallel-size 2";
+  const std::string cmd = "timeout 300 " + (ranks == 1 ? std::string() : testing::mpirun_prefix(ranks)) +
+                          MG_BINARY + " train" + join(args) + layout + experts;
   const auto r = testing::run_command(cmd);
   // SC21's --num-layers-per-virtual-pipeline-stage 2: 8 layers on PP 2 are 2 chunks of 2 per
   // rank; on one rank upstream refuses interleaving, and so do we.
@@ -116,6 +122,9 @@ TEST_P(UpstreamScripts, RunsToTheEnd) {
               std::string::npos) << r.output;
   }
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  if (moe && ranks > 1)
+    EXPECT_NE(r.output.find("TP 2 x CP 1 x PP 2 x DP 2 (experts: EP 2)"), std::string::npos)
+        << r.output;
   EXPECT_EQ(r.output.find("unknown flag"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" iteration        3/       3 |"), std::string::npos) << cmd << "\n"
                                                                                 << r.output;
