@@ -17,15 +17,17 @@ namespace {
 class LayerFreqParser {
  public:
   explicit LayerFreqParser(const std::string& text) : t_(text) {}
+  // The integer form's k (> 0), or 0 for a list.
+  int64_t every() const {
+    if (t_.empty() || !std::all_of(t_.begin(), t_.end(), ::isdigit)) return 0;
+    expect(t_.size() < 10, "the integer is too large");
+    const int64_t k = std::stoll(t_);
+    MG_USER_CHECK(k >= 1, "--moe-layer-freq ", t_, " must be >= 1");
+    return k;
+  }
+  // The list form, one 0/1 per layer (every() == 0).
   std::vector<int64_t> parse(int64_t layers) {
-    std::vector<int64_t> v;
-    if (!t_.empty() && std::all_of(t_.begin(), t_.end(), ::isdigit)) {
-      const int64_t k = std::stoll(t_);
-      MG_USER_CHECK(k >= 1, "--moe-layer-freq ", t_, " must be >= 1");
-      for (int64_t i = 0; i < layers; ++i) v.push_back(i % k == 0 ? 1 : 0);
-      return v;
-    }
-    v = sum();
+    std::vector<int64_t> v = sum();
     skip();
     expect(i_ == t_.size(), "unexpected '" + t_.substr(i_) + "'");
     expect(int64_t(v.size()) == layers, "it lists " + std::to_string(v.size()) +
@@ -94,7 +96,35 @@ class LayerFreqParser {
 
 bool GPTConfig::is_moe_layer(int64_t layer) const {
   if (num_experts <= 0) return false;
-  return LayerFreqParser(moe_layer_freq).parse(num_layers)[size_t(layer)] != 0;
+  LayerFreqParser p(moe_layer_freq);
+  if (const int64_t k = p.every()) return layer % k == 0;
+  return p.parse(num_layers)[size_t(layer)] != 0;
+}
+
+GPTConfig::LayerKinds GPTConfig::layer_kinds(int64_t begin, int64_t end) const {
+  LayerKinds k;
+  if (begin >= end) return k;
+  if (num_experts <= 0) {
+    k.first_dense = begin;
+    return k;
+  }
+  LayerFreqParser p(moe_layer_freq);
+  if (const int64_t every = p.every()) {  // MoE: i % every == 0
+    auto multiples_below = [&](int64_t x) { return (x + every - 1) / every; };
+    k.moe = multiples_below(end) - multiples_below(begin);
+    const int64_t m = multiples_below(begin) * every;
+    if (m < end) k.first_moe = m;
+    if (every > 1) k.first_dense = begin % every != 0 ? begin : (begin + 1 < end ? begin + 1 : -1);
+    return k;
+  }
+  const std::vector<int64_t> list = p.parse(num_layers);  // as long as typed
+  for (int64_t l = begin; l < end; ++l) {
+    const bool moe = list[size_t(l)] != 0;
+    k.moe += moe ? 1 : 0;
+    int64_t& first = moe ? k.first_moe : k.first_dense;
+    if (first < 0) first = l;
+  }
+  return k;
 }
 
 int64_t GPTConfig::rotary_dim() const {
@@ -225,12 +255,12 @@ double GPTConfig::train_flops_per_token() const {
   double lookup = tied_output() ? 0.0 : double(padded_vocab_size() * hidden_size);
   // A MoE layer runs top-k of its experts per token: the other E - k experts' parameters do
   // no work for it (the router's E x H GEMM does).
-  for (int64_t l = 0; l < num_layers; ++l) {
-    if (!is_moe_layer(l)) continue;
-    const LayerSpec s = layer_spec(l);
+  const LayerKinds kinds = layer_kinds(0, num_layers);
+  if (kinds.moe > 0) {
+    const LayerSpec s = layer_spec(kinds.first_moe);
     const double bias = add_bias_linear ? double(s.expert_fc1_rows() + hidden_size) : 0.0;
     const double expert = double(s.expert_fc1_rows() * hidden_size + hidden_size * s.moe.ffn) + bias;
-    lookup += double(num_experts - moe_router_topk) * expert;
+    lookup += double(kinds.moe) * double(num_experts - moe_router_topk) * expert;
   }
   return 6.0 * (double(num_parameters()) - lookup) + 12.0 * double(num_layers) *
                                               double(num_attention_heads * head_dim()) *
@@ -238,7 +268,8 @@ double GPTConfig::train_flops_per_token() const {
 }
 
 void GPTConfig::validate_moe() const {
-  MG_USER_CHECK(num_experts > 0, "--num-experts must be positive (got ", num_experts, ")");
+  // Checked even for a dense model: a typo should not wait for the day MoE is on.
+  MG_USER_CHECK(num_experts >= 0, "--num-experts must be >= 0 (got ", num_experts, ")");
   MG_USER_CHECK(moe_ffn_hidden_size >= 0 && moe_shared_expert_intermediate_size >= 0,
                 "--moe-ffn-hidden-size and --moe-shared-expert-intermediate-size must be >= 0");
   MG_USER_CHECK(moe_router_score_function == "softmax" || moe_router_score_function == "sigmoid",
@@ -257,9 +288,12 @@ void GPTConfig::validate_moe() const {
   MG_USER_CHECK(moe_expert_capacity_factor >= 0.f,
                 "--moe-expert-capacity-factor must be positive (got ", moe_expert_capacity_factor,
                 ")");
-  LayerFreqParser(moe_layer_freq).parse(num_layers);
-  for (int64_t l = 0; l < num_layers; ++l)
-    if (is_moe_layer(l)) layer_spec(l).moe.router.validate();
+  LayerFreqParser freq(moe_layer_freq);
+  if (freq.every() == 0) freq.parse(num_layers);
+  if (num_experts == 0) return;
+  // Every MoE layer has the same router.
+  const LayerKinds k = layer_kinds(0, num_layers);
+  if (k.moe > 0) layer_spec(k.first_moe).moe.router.validate();
 }
 
 void GPTConfig::validate() const {
@@ -314,7 +348,7 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(init_method_std > 0.f, "--init-method-std must be positive (got ",
                 init_method_std, ")");
   MG_USER_CHECK(norm_epsilon > 0.f, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
-  if (num_experts != 0) validate_moe();
+  validate_moe();
   // Every derived size and the parameter count in checked arithmetic: an overflow is refused
   // here, naming the flags, before anything is sized from them.
   num_parameters();

@@ -99,6 +99,12 @@ struct GPTConfig {
   LayerSpec layer_spec(int64_t layer) const;
   // Whether layer (0-based) is a MoE layer (--num-experts > 0 and --moe-layer-freq).
   bool is_moe_layer(int64_t layer) const;
+  // The layers [begin, end) by kind, without visiting each (a --num-layers of 10^12 is checked
+  // before it is refused): how many are MoE, and the first MoE and first dense one (-1: none).
+  struct LayerKinds {
+    int64_t moe = 0, first_moe = -1, first_dense = -1;
+  };
+  LayerKinds layer_kinds(int64_t begin, int64_t end) const;
   int64_t moe_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn(); }
   // What sets this model apart from GPT-2's architecture (LayerNorm, learned positions, GELU,
   // biases, MHA with H / NH channels per head, tied output), e.g. {"RMSNorm", "SwiGLU"}; empty

@@ -15,13 +15,11 @@ namespace {
 // (a dense layer's, or the shared experts').
 LayerSpec stage_union_spec(const GPTConfig& c, const ShardSpec& sh) {
   const int64_t end = sh.layer_end < 0 ? c.num_layers : sh.layer_end;
-  LayerSpec u = c.layer_spec(sh.layer_begin);
+  const GPTConfig::LayerKinds k = c.layer_kinds(sh.layer_begin, end);
+  LayerSpec u = c.layer_spec(k.first_moe >= 0 ? k.first_moe : sh.layer_begin);
   int64_t ffn = 0;
-  for (int64_t l = sh.layer_begin; l < end; ++l) {
-    const LayerSpec s = c.layer_spec(l);
-    if (s.is_moe() && !u.is_moe()) u = s;
-    ffn = std::max(ffn, s.ffn);
-  }
+  for (const int64_t l : {k.first_moe, k.first_dense})
+    if (l >= 0) ffn = std::max(ffn, c.layer_spec(l).ffn);
   u.ffn = ffn;
   return u;
 }
@@ -544,9 +542,14 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
   // The stored caches: every layer's, or under block recompute those after the first
   // recompute_num_layers (uniform recompute stores none).
   int64_t stored = 0;
-  for (int64_t l = layers - caches.stored; l < layers; ++l)
-    stored = checked_add(
-        stored, layer_cache_bytes(layer_dims(cfg, d, spec.shard.layer_begin + l)), what);
+  const int64_t first_stored = spec.shard.layer_begin + layers - caches.stored;
+  const GPTConfig::LayerKinds k = cfg.layer_kinds(first_stored, spec.shard.layer_begin + layers);
+  if (k.moe > 0)
+    stored = checked_mul(k.moe, layer_cache_bytes(layer_dims(cfg, d, k.first_moe)), what);
+  if (k.first_dense >= 0)
+    stored = checked_add(stored, checked_mul(caches.stored - k.moe,
+                                             layer_cache_bytes(layer_dims(cfg, d, k.first_dense)),
+                                             what), what);
   const int64_t per_slot =
       checked_add(checked_add(resid, stored, what), decl_bytes(slot_decls(cfg, d, spec)), what);
   int64_t b = checked_mul(spec.num_slots, per_slot, what);

@@ -134,6 +134,7 @@ void add_count(ParamCount& c, const std::vector<ParamDecl>& decls, int64_t tp_si
     }
     c.elements = checked_add(c.elements, n, "parameter elements");
     if (d.global_shape.size() == 1) c.vector_elements += n;
+    if (d.sharding.expert >= 0) c.expert_elements += n;
     ++c.tensors;
   }
 }
@@ -148,14 +149,12 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
   const int64_t layers = end - shard.layer_begin;
   if (layers <= 0) return c;
   // The layers come in two kinds (dense and MoE, --moe-layer-freq): each kind counted once.
-  int64_t moe_layers = 0;
-  for (int64_t l = shard.layer_begin; l < end; ++l) moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
+  const GPTConfig::LayerKinds kinds = cfg.layer_kinds(shard.layer_begin, end);
   const char* what = "parameter elements (--num-layers x the elements of one layer)";
   for (const bool moe : {false, true}) {
-    const int64_t n = moe ? moe_layers : layers - moe_layers;
+    const int64_t n = moe ? kinds.moe : layers - kinds.moe;
     if (n == 0) continue;
-    int64_t l = shard.layer_begin;
-    while (cfg.is_moe_layer(l) != moe) ++l;
+    const int64_t l = moe ? kinds.first_moe : kinds.first_dense;
     std::vector<ParamDecl> one;
     const float unused_std = 0.f;  // init scales do not change sizes
     transformer_layer_params(one, l, cfg.layer_spec(l), cfg.hidden_size,
@@ -167,6 +166,8 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
     c.vector_elements =
         checked_add(c.vector_elements, checked_mul(n, layer.vector_elements, what), what);
     c.tensors = checked_add(c.tensors, checked_mul(n, layer.tensors, what), what);
+    c.expert_elements =
+        checked_add(c.expert_elements, checked_mul(n, layer.expert_elements, what), what);
   }
   return c;
 }

@@ -98,6 +98,7 @@ struct ParamCount {
   int64_t elements = 0;         // all parameter elements
   int64_t vector_elements = 0;  // those of 1-D parameters (norms, biases)
   int64_t tensors = 0;          // parameter tensors
+  int64_t expert_elements = 0;  // those of MoE experts (sharded over expert DP, not DP x CP)
 };
 ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard = {});
 

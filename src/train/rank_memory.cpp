@@ -73,6 +73,7 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     const ParamCount c = shard_param_count(cfg.model, chunk.shard);
     count.elements = checked_add(count.elements, c.elements, kWhat);
     count.vector_elements = checked_add(count.vector_elements, c.vector_elements, kWhat);
+    count.expert_elements = checked_add(count.expert_elements, c.expert_elements, kWhat);
   }
   const StageSpec& spec = chunks.front();
   // The distributed optimizer shards over DP x CP.
@@ -89,8 +90,10 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   const int64_t per_element = (cfg.optimizer == "adam" ? 8 : 4) + (low_precision ? 4 : 0);
   m.optimizer = checked_mul(n, per_element, kWhat);
   if (cfg.use_distributed_optimizer) {
-    m.optimizer = ceil_div(m.optimizer, dp);
-    const int64_t shard = ceil_div(n, dp);
+    // Dense parameters sharded over DP x CP, the experts over expert DP (DP x CP / EP).
+    const int64_t experts = count.expert_elements, edp = dp / cfg.parallel.ep();
+    const int64_t shard = checked_add(ceil_div(n - experts, dp), ceil_div(experts, edp), kWhat);
+    m.optimizer = experts == 0 ? ceil_div(m.optimizer, dp) : checked_mul(shard, per_element, kWhat);
     m.grads = checked_add(m.grads, checked_bytes(shard, DType::F32, kWhat), kWhat);
     m.params = checked_add(m.params, checked_bytes(shard, spec.dtype, kWhat), kWhat);
   }
