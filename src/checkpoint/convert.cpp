@@ -112,8 +112,7 @@ void convert_files(const ConvertConfig& cfg) {
         config.contains("architectures") ? hf_architecture(config, path) : "GPT2LMHeadModel";
     if (arch == "GPT2LMHeadModel") return gpt2_hf_to_megatron(cfg);
     MG_USER_CHECK(is_hf_llama_family(arch), "HF config '", path, "': field 'architectures' is \"",
-                  arch, "\"; megatron convert reads GPT2LMHeadModel, LlamaForCausalLM, "
-                  "MistralForCausalLM and Qwen2ForCausalLM");
+                  arch, "\"; megatron convert reads ", kHfArchitecturesRead);
     return llama_hf_to_megatron(cfg, config, path);
   }
   const GPTConfig mc = checkpoint_model_config(cfg.load);

@@ -1,8 +1,8 @@
 // `megatron convert`: a Hugging Face model directory (config.json and model.safetensors, or
 // shards with model.safetensors.index.json) of GPT2LMHeadModel, LlamaForCausalLM,
-// MistralForCausalLM or Qwen2ForCausalLM (dispatched on config.json's "architectures") to a
-// megatron-cpp checkpoint (iteration 0, weights only, laid out for a TP x PP run; training can
-// --load it under any parallel layout) and back. The destination must be new or empty unless
+// MistralForCausalLM, Qwen2ForCausalLM or MixtralForCausalLM (dispatched on config.json's
+// "architectures") to a megatron-cpp checkpoint (iteration 0, weights only, laid out for a
+// TP x PP run; training can --load it under any parallel layout) and back. The destination must be new or empty unless
 // --overwrite; a failed conversion leaves no partial output (and no .tmp) behind.
 #pragma once
 #include <string>

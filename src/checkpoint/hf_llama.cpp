@@ -29,6 +29,19 @@ std::vector<HfRows> parts_of(const std::string& ours, const GPTConfig& c) {
   if (rest == "self_attention.linear_proj.weight") return whole(hf + "self_attn.o_proj.weight", {H, NH * HD});
   if (rest == "self_attention.linear_proj.bias") return whole(hf + "self_attn.o_proj.bias", {H});
   if (rest == "mlp.linear_fc2.weight") return whole(hf + "mlp.down_proj.weight", {H, F});
+  // Mixtral: the router is block_sparse_moe.gate; expert e's fc1 = [w1; w3] (gate; up), fc2 = w2.
+  const int64_t E = c.num_experts, FE = c.moe_ffn();
+  if (rest == "mlp.router.weight") return whole(hf + "block_sparse_moe.gate.weight", {E, H});
+  const std::string experts = "mlp.experts.local_experts.";
+  if (rest.rfind(experts, 0) == 0) {
+    const size_t at = rest.find('.', experts.size());
+    const std::string e = rest.substr(experts.size(), at - experts.size());
+    const std::string w = hf + "block_sparse_moe.experts." + e + ".";
+    const std::string what = rest.substr(at + 1);
+    if (what == "linear_fc1.weight")
+      return {{w + "w1.weight", {FE, H}, 0, FE}, {w + "w3.weight", {FE, H}, 0, FE}};
+    if (what == "linear_fc2.weight") return whole(w + "w2.weight", {H, FE});
+  }
   if (rest == "mlp.linear_fc2.bias") return whole(hf + "mlp.down_proj.bias", {H});
   for (const char* kind : {"weight", "bias"}) {
     const bool w = std::string(kind) == "weight";

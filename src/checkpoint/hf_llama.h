@@ -4,7 +4,9 @@
 //   linear_qkv = per query group g: its NH/NG q_proj heads, k_proj head g, v_proj head g
 //     (HF's q/k/v rows are already in the rotate-half RoPE order ours use; biases likewise);
 //   linear_fc1 = [gate_proj; up_proj]; linear_proj = o_proj; linear_fc2 = down_proj;
-//   input_layernorm, post_attention_layernorm (our pre_mlp_layernorm), model.norm.
+//   input_layernorm, post_attention_layernorm (our pre_mlp_layernorm), model.norm;
+//   Mixtral's MoE layers: mlp.router = block_sparse_moe.gate, expert e's linear_fc1 =
+//     [experts.e.w1; experts.e.w3], its linear_fc2 = experts.e.w2.
 // A row is everything after the first dim (one element of a 1-D tensor), so a conversion is a
 // copy of row ranges in the file's dtype, bit for bit both ways.
 #pragma once

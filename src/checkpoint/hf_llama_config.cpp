@@ -18,7 +18,8 @@ struct Family {
 };
 constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},
                                 {"MistralForCausalLM", "mistral"},
-                                {"Qwen2ForCausalLM", "qwen2"}};
+                                {"Qwen2ForCausalLM", "qwen2"},
+                                {"MixtralForCausalLM", "mixtral"}};
 
 // Llama 3.1's fixed RoPE-scaling constants (Megatron's --use-rope-scaling takes only the factor).
 constexpr double kLowFreqFactor = 1, kHighFreqFactor = 4, kOriginalContext = 8192;
@@ -47,7 +48,51 @@ void read_rope_scaling(const ckpt::JsonFields& f, GPTConfig& c) {
   fixed("original_max_position_embeddings", kOriginalContext);
 }
 
+// Mixtral's mixture of experts: every layer's MLP is num_local_experts SwiGLU experts of width
+// intermediate_size, num_experts_per_tok per token. Its router (softmax over all experts, top-k,
+// weights renormalised over the k) is Megatron's default: softmax over the top-k logits, the
+// same numbers. The training-only router fields (output_router_logits, router_aux_loss_coef,
+// router_jitter_noise) are not carried: the kept config.json gives them back on export.
+void read_mixtral(const ckpt::JsonFields& f, GPTConfig& c) {
+  c.num_experts = f.integer("num_local_experts", 1, 1 << 20);
+  c.moe_router_topk = f.integer("num_experts_per_tok", 1, c.num_experts);
+  c.moe_ffn_hidden_size = c.ffn_hidden_size;
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    MG_USER_CHECK(!(f.has(bias) && f.boolean(bias)), f.name(bias),
+                  " is true: MixtralForCausalLM has no biases");
+}
+
+// MixtralForCausalLM for a mixture-of-experts model; a UsageError naming every flag that sets
+// the model apart from what Mixtral expresses.
+std::string mixtral_architecture_for(const GPTConfig& m, const std::string& what) {
+  std::vector<std::string> bad;
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (!m.is_moe_layer(l)) {
+      bad.push_back(str_cat("--moe-layer-freq ", m.moe_layer_freq, " (layer ", l,
+                            " is dense; every Mixtral layer is MoE)"));
+      break;
+    }
+  if (m.moe_shared_expert_intermediate_size > 0)
+    bad.push_back("--moe-shared-expert-intermediate-size (shared experts)");
+  if (m.moe_router_score_function != "softmax")
+    bad.push_back("--moe-router-score-function " + m.moe_router_score_function);
+  if (m.moe_router_pre_softmax) bad.push_back("--moe-router-pre-softmax");
+  if (m.moe_router_topk_scaling_factor > 0.f && m.moe_router_topk_scaling_factor != 1.f)
+    bad.push_back(str_cat("--moe-router-topk-scaling-factor ", m.moe_router_topk_scaling_factor));
+  if (m.add_bias_linear || m.add_qkv_bias) bad.push_back("biases (--add-bias-linear / --add-qkv-bias)");
+  std::string list;
+  for (const std::string& b : bad) list += (list.empty() ? "" : ", ") + b;
+  MG_USER_CHECK(bad.empty(), what, ": the mixture-of-experts model has ", list,
+                "; MixtralForCausalLM cannot represent it (softmax router over the top-k, "
+                "every layer MoE, no shared experts, no biases)");
+  return "MixtralForCausalLM";
+}
+
 }  // namespace
+
+const char* const kHfArchitecturesRead =
+    "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
+    "MixtralForCausalLM";
 
 bool is_hf_llama_family(const std::string& architecture) {
   return std::any_of(std::begin(kFamilies), std::end(kFamilies),
@@ -67,8 +112,7 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
   const ckpt::JsonFields f(config, what);
   const std::string arch = hf_architecture(config, path);
   MG_USER_CHECK(is_hf_llama_family(arch), f.name("architectures"), " is \"", arch,
-                "\"; megatron convert reads GPT2LMHeadModel, LlamaForCausalLM, "
-                "MistralForCausalLM and Qwen2ForCausalLM");
+                "\"; megatron convert reads ", kHfArchitecturesRead);
   if (f.has("hidden_act")) f.one_of("hidden_act", {"silu"});
   GPTConfig c;
   c.num_layers = f.integer("num_hidden_layers", 1, 1 << 16);
@@ -111,7 +155,7 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
   c.attention_dropout = absent_or_null(f, "attention_dropout")
                             ? 0.f
                             : float(f.number("attention_dropout", 0, 0.999999));
-  if (arch == "MistralForCausalLM")
+  if (arch == "MistralForCausalLM" || arch == "MixtralForCausalLM")
     MG_USER_CHECK(absent_or_null(f, "sliding_window"), f.name("sliding_window"), " is ",
                   config["sliding_window"].dump(), ": sliding-window attention is not supported "
                   "(megatron-cpp attends to the whole context); only null converts");
@@ -119,6 +163,7 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
     MG_USER_CHECK(!(f.has("use_sliding_window") && f.boolean("use_sliding_window")),
                   f.name("use_sliding_window"), " is true: sliding-window attention is not "
                   "supported; only false converts");
+  if (arch == "MixtralForCausalLM") read_mixtral(f, c);
   try {
     c.validate();
   } catch (const UsageError& e) {
@@ -140,6 +185,7 @@ std::string hf_llama_architecture_for(const GPTConfig& m, const std::string& pre
   for (const std::string& b : bad) list += (list.empty() ? "" : ", ") + b;
   MG_USER_CHECK(bad.empty(), what, ": the model has ", list,
                 "; no Hugging Face Llama-family architecture represents it");
+  if (m.num_experts > 0) return mixtral_architecture_for(m, what);
   // Qwen2 is the one with a QKV bias alone; Mistral has no biases; Llama may have all of them.
   const bool qwen2 = m.add_qkv_bias && !m.add_bias_linear;
   if (preferred == "Qwen2ForCausalLM" && qwen2) return preferred;
@@ -169,7 +215,8 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
   j["hidden_act"] = "silu";
   j["num_hidden_layers"] = c.num_layers;
   j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.ffn();
+  const bool mixtral = arch == "MixtralForCausalLM";
+  j["intermediate_size"] = mixtral ? c.moe_ffn() : c.ffn();
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
   put("head_dim", c.head_dim(), c.hidden_size / c.num_attention_heads);
@@ -198,7 +245,12 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
     put("attention_bias", c.add_bias_linear, false);
     put("mlp_bias", c.add_bias_linear, false);
   }
-  if (arch == "MistralForCausalLM") j["sliding_window"] = nullptr;  // its default is 4096
+  // Mistral defaults to a 4096-token window: null, attention over the whole context, is said.
+  if (arch == "MistralForCausalLM" || mixtral) j["sliding_window"] = nullptr;
+  if (mixtral) {
+    j["num_local_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.moe_router_topk;
+  }
   if (arch == "Qwen2ForCausalLM") put("use_sliding_window", false, false);
   return j;
 }

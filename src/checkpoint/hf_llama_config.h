@@ -1,7 +1,9 @@
 // Hugging Face config.json of the Llama family (LlamaForCausalLM: Llama 2, 3, 3.1, 3.2;
-// MistralForCausalLM; Qwen2ForCausalLM) <-> our GPTConfig (specs/llama-moe-cp.md §3):
+// MistralForCausalLM; Qwen2ForCausalLM; MixtralForCausalLM) <-> our GPTConfig
+// (specs/llama-moe-cp.md §3):
 // RMSNorm, RoPE (rotate-half; Llama 3.1's "llama3" scaling), SwiGLU, grouped-query attention,
-// no linear biases (Qwen2: a QKV bias), tied or untied output. What our model cannot represent
+// no linear biases (Qwen2: a QKV bias), tied or untied output; Mixtral: every layer's MLP a
+// mixture of experts (--num-experts, --moe-router-topk). What our model cannot represent
 // is refused naming config.json and the field.
 #pragma once
 #include <string>
@@ -12,6 +14,8 @@
 
 namespace mg {
 
+// The architectures `megatron convert` reads, for its messages.
+extern const char* const kHfArchitecturesRead;
 // The architectures the Llama-family conversion reads and writes.
 bool is_hf_llama_family(const std::string& architecture);
 // config.json's single "architectures" entry (a UsageError naming the file if absent or several).
@@ -22,8 +26,8 @@ std::string hf_architecture(const nlohmann::json& config, const std::string& pat
 GPTConfig hf_llama_config(const nlohmann::json& config, const std::string& path,
                           int64_t make_vocab_size_divisible_by);
 // The architecture a checkpoint's model exports as: `preferred` (the source's, or "") when it
-// represents the model, else Qwen2 for a QKV bias alone, else Llama. A model no Llama-family
-// architecture represents is a UsageError naming `what` and why.
+// represents the model, else Mixtral for experts, Qwen2 for a QKV bias alone, else Llama. A
+// model no Llama-family architecture represents is a UsageError naming `what` and the flags.
 std::string hf_llama_architecture_for(const GPTConfig& model, const std::string& preferred,
                                       const std::string& what);
 // config.json for `model` as `architecture` with weights of `torch_dtype` ("bfloat16", ...):

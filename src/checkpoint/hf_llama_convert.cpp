@@ -161,7 +161,10 @@ void llama_hf_to_megatron(const ConvertConfig& cfg, const json& config,
   const int side = copy_side_files(cfg.load, cfg.save + "/hf", true);
   out.finish();
   log_line(str_cat(" > converted ", cfg.load, " (", hf_architecture(config, config_path), ", ",
-                   mc.num_layers, " layers, hidden ", mc.hidden_size, ", vocab ", mc.vocab_size,
+                   mc.num_layers, " layers, hidden ", mc.hidden_size,
+                   mc.num_experts > 0 ? str_cat(", ", mc.num_experts, " experts, top-",
+                                                mc.moe_router_topk) : std::string(),
+                   ", vocab ", mc.vocab_size,
                    " padded to ", mc.padded_vocab_size(), ", ", torch_dtype_name(dtype), ", ",
                    bytes / 1e6, " MB) to ", cfg.save, " for TP ", cfg.target_tp, " x PP ",
                    cfg.target_pp, " in ", timer.seconds(), " s; kept ", side,

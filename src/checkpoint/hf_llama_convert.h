@@ -1,5 +1,5 @@
 // `megatron convert` for the Llama family (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM), streamed tensor by tensor in the file's dtype: HF safetensors (single or
+// Qwen2ForCausalLM, MixtralForCausalLM), streamed tensor by tensor in the file's dtype: HF safetensors (single or
 // sharded) -> a weights-only checkpoint laid out for a TP x PP run (checkpoint_writer.h), and a
 // checkpoint -> HF files (sharded past --max-shard-size) with config.json and the tokenizer
 // files. Peak memory is about the largest tensor (the word embedding) twice, not the model.

@@ -12,8 +12,8 @@ const std::vector<Option<ConvertConfig>>& convert_options() {
       valued<C>("--load", "DIR",
                 "source: a Hugging Face model directory (config.json, model.safetensors or "
                 "shards + model.safetensors.index.json; GPT2LMHeadModel, LlamaForCausalLM, "
-                "MistralForCausalLM, Qwen2ForCausalLM) or a checkpoint directory (its latest "
-                "checkpoint)",
+                "MistralForCausalLM, Qwen2ForCausalLM, MixtralForCausalLM) or a checkpoint "
+                "directory (its latest checkpoint)",
                 MG_FIELD(load)),
       valued<C>("--save", "DIR", "destination directory (new or empty, unless --overwrite)",
                 MG_FIELD(save)),
