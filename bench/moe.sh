@@ -26,3 +26,19 @@ OMP_NUM_THREADS=${THREADS:-2} "$BIN" train --mock-data --num-layers 2 --hidden-s
     it != "" && /^    (forward-backward|compute\/gemm|moe\/)/ {
       v = $0; sub(/.*: \(/, "", v); sub(/,.*/, "", v); name = $1; split_ms = split_ms " " name "=" v }
     END { print "moe_time_split_ms_per_iter: iteration=" it split_ms }'
+# 3. The bytes each rank sends over the EP group per step (`ep comm bytes`, rank 0's line; the
+#    mean over 10 steps), EP 1, 2, 4 on as many ranks (DP = EP), both dispatchers.
+for ep in 1 2 4; do
+  for disp in alltoall allgather; do
+    OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np $ep "$BIN" train --mock-data \
+      --num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --vocab-size 1024 \
+      --normalization RMSNorm --swiglu --ffn-hidden-size 352 --position-embedding-type rope \
+      --group-query-attention --num-query-groups 2 --disable-bias-linear \
+      --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 \
+      --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-aux-loss-coeff 0.01 \
+      --micro-batch-size 4 --global-batch-size $((4 * ep)) --lr 1e-4 --train-iters 10 \
+      --log-interval 1 --expert-model-parallel-size $ep --moe-token-dispatcher-type $disp 2>&1 |
+      awk -v ep=$ep -v d=$disp '/ iteration +[0-9]+\// { n++; if (match($0, /ep comm bytes: [0-9]+/)) s += substr($0, RSTART + 15, RLENGTH - 15) }
+        END { printf "ep=%d dispatcher=%s ep_comm_bytes_per_step=%.0f\n", ep, d, n ? s / n : 0 }'
+  done
+done
