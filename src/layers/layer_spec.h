@@ -17,6 +17,7 @@ struct MoeSpec {
   int64_t ffn = 0;             // each expert's width (SwiGLU: each of gate and up)
   MoeRouterConfig router;      // top-k, score function, loss coefficients
   double capacity_factor = 0;  // > 0: an expert takes at most ceil(T k / E x this) of T tokens
+  bool drop_by_position = false;  // --moe-token-drop-policy position (else probs)
 };
 
 struct LayerSpec {

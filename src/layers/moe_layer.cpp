@@ -129,7 +129,8 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     r.router = moe_router_forward(m.router, logits, N);
     if (m.capacity_factor > 0) {
       CapacityDrop drop =
-          moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor);
+          moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor,
+                            m.drop_by_position);
       r.keep = std::move(drop.keep);
       r.dropped = drop.dropped;
     } else {

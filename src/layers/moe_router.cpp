@@ -204,7 +204,7 @@ int64_t moe_expert_capacity(int64_t tokens, int64_t topk, int64_t num_experts,
 template <typename T>
 CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::vector<T>& weights,
                                int64_t tokens, int64_t topk, int64_t num_experts,
-                               double capacity_factor) {
+                               double capacity_factor, bool by_position) {
   MG_CHECK(experts.size() == size_t(tokens * topk) && weights.size() == experts.size(),
            "experts and weights must be (T, k)");
   CapacityDrop d;
@@ -219,10 +219,11 @@ CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::v
   for (auto& slots : per_expert) {
     if (int64_t(slots.size()) <= d.capacity) continue;
     // Slots are in token order and a token picks an expert at most once, so the index
-    // tie-break is the lower token.
-    std::stable_sort(slots.begin(), slots.end(), [&weights](int64_t a, int64_t b) {
-      return weights[size_t(a)] > weights[size_t(b)];
-    });
+    // tie-break is the lower token (and "position" keeps that order).
+    if (!by_position)
+      std::stable_sort(slots.begin(), slots.end(), [&weights](int64_t a, int64_t b) {
+        return weights[size_t(a)] > weights[size_t(b)];
+      });
     for (size_t i = size_t(d.capacity); i < slots.size(); ++i) {
       d.keep[size_t(slots[i])] = 0;
       ++d.dropped;
@@ -236,7 +237,7 @@ CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::v
   template void moe_router_backward<T>(const MoeRouterConfig&, const MoeRouterCache<T>&, const T*, \
                                        const T*, int64_t, T*);                                     \
   template CapacityDrop moe_capacity_drop<T>(const std::vector<int32_t>&, const std::vector<T>&,   \
-                                             int64_t, int64_t, int64_t, double);
+                                             int64_t, int64_t, int64_t, double, bool);
 MG_MOE_ROUTER_INSTANTIATE(float)
 MG_MOE_ROUTER_INSTANTIATE(double)
 #undef MG_MOE_ROUTER_INSTANTIATE

@@ -55,11 +55,12 @@ struct CapacityDrop {
   int64_t dropped = 0;        // assignments dropped over all experts
 };
 
-// Drop policy "probs": each expert keeps its `capacity` highest-weight assignments (ties to the
-// lower token index) and drops the rest.
+// --moe-token-drop-policy: "probs" keeps each expert's `capacity` highest-weight assignments
+// (ties to the lower token index), "position" its first `capacity` in token order; the rest
+// are dropped.
 template <typename T>
 CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::vector<T>& weights,
                                int64_t tokens, int64_t topk, int64_t num_experts,
-                               double capacity_factor);
+                               double capacity_factor, bool by_position = false);
 
 }  // namespace mg

@@ -101,9 +101,6 @@ struct LayerInputs {
   const float* inv_freq = nullptr;      // (rotary_dim / 2): RoPE inverse frequencies
   const DropoutStep* dropout = nullptr; // training with dropout; null: none (eval, generate)
   int64_t layer = 0;                    // the layer's global index (keys its dropout masks)
-  float loss_scale = 1.f;               // backward: what the LM loss's gradient is scaled by
-                                        // (loss scale / micro-batches); a MoE layer's aux and
-                                        // z losses enter backward with the same scale
   // Context parallelism (--context-parallel-size > 1): the attention core runs over the whole
   // sequence across the CP group (context_parallel/cp_attention.h); the layer's rows are then
   // this rank's load-balanced S/CP positions (LayerDims::S is the local length) and seg_start
@@ -113,6 +110,9 @@ struct LayerInputs {
   // and the token dispatcher (--moe-token-dispatcher-type allgather, else alltoall).
   Communicator* ep = nullptr;
   bool ep_allgather = false;
+  float loss_scale = 1.f;               // backward: what the LM loss's gradient is scaled by
+                                        // (loss scale / micro-batches); a MoE layer's aux and
+                                        // z losses enter backward with the same scale
 };
 
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).

@@ -223,6 +223,7 @@ LayerSpec GPTConfig::layer_spec(int64_t layer) const {
     s.moe.num_experts = num_experts;
     s.moe.ffn = moe_ffn();
     s.moe.capacity_factor = moe_expert_capacity_factor;
+    s.moe.drop_by_position = moe_token_drop_policy == "position";
     MoeRouterConfig& r = s.moe.router;
     r.num_experts = num_experts;
     r.topk = moe_router_topk;
@@ -288,6 +289,12 @@ void GPTConfig::validate_moe() const {
   MG_USER_CHECK(moe_expert_capacity_factor >= 0.f,
                 "--moe-expert-capacity-factor must be positive (got ", moe_expert_capacity_factor,
                 ")");
+  MG_USER_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",
+                "--moe-token-drop-policy '", moe_token_drop_policy,
+                "' is not known; use probs or position");
+  MG_USER_CHECK(!moe_pad_expert_input_to_capacity || moe_expert_capacity_factor > 0,
+                "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (as "
+                "Megatron-LM requires)");
   LayerFreqParser freq(moe_layer_freq);
   if (freq.every() == 0) freq.parse(num_layers);
   if (num_experts == 0) return;

@@ -67,6 +67,10 @@ struct GPTConfig {
   float moe_aux_loss_coeff = 0.f;           // switch load-balancing loss coefficient
   float moe_z_loss_coeff = 0.f;             // router z-loss coefficient
   float moe_expert_capacity_factor = 0.f;   // > 0: token dropping above the capacity; 0: none
+  std::string moe_token_drop_policy = "probs";  // probs | position: which tokens are dropped
+  bool moe_pad_expert_input_to_capacity = false;  // Megatron pads each expert's rows to the
+                                            // capacity; the experts here take their rows
+                                            // unpadded (the same results): checked, no effect
   // Dropout while training (Megatron's defaults; no dropout in evaluation or generation):
   float hidden_dropout = 0.1f;           // embedding output and after the attention and MLP blocks
   float attention_dropout = 0.1f;        // attention probabilities

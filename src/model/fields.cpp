@@ -91,6 +91,12 @@ const std::vector<ModelField>& model_fields() {
       {"--moe-expert-capacity-factor", "moe_expert_capacity_factor", "X",
        "each expert takes at most ceil(tokens x topk / experts x X) tokens, dropping the "
        "lowest-weight ones (0: no dropping)", &C::moe_expert_capacity_factor, false},
+      {"--moe-token-drop-policy", "moe_token_drop_policy", "NAME",
+       "which assignments beyond the capacity are dropped: probs (lowest weights) | position "
+       "(the last tokens)", &C::moe_token_drop_policy, false},
+      {"--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity", "",
+       "accepted with a capacity factor; no effect: the experts take their rows unpadded, "
+       "with the same results", &C::moe_pad_expert_input_to_capacity, false},
       {"--hidden-dropout", "hidden_dropout", "P",
        "dropout rate of the embedding output and of each attention and MLP block's output "
        "(training only)", &C::hidden_dropout, false},

@@ -312,6 +312,18 @@ TEST(MoeRouter, CapacityDropsLowestWeightsCountedExactly) {
   }
 }
 
+// --moe-token-drop-policy position: each expert keeps its first `capacity` tokens whatever
+// their weights.
+TEST(MoeRouter, CapacityByPositionKeepsTheFirstTokens) {
+  // The first case above: expert 0's four tokens (weights .5 .9 .7 .6), capacity 2: tokens 0
+  // and 1 stay (probs would keep 1 and 2).
+  const std::vector<int32_t> ex = {0, 0, 0, 0, 1, 2};
+  const std::vector<float> w = {0.5f, 0.9f, 0.7f, 0.6f, 0.8f, 0.8f};
+  const CapacityDrop d = moe_capacity_drop(ex, w, 6, 1, 3, 1.0, /*by_position=*/true);
+  EXPECT_EQ(d.dropped, 2);
+  EXPECT_EQ(d.keep, (std::vector<uint8_t>{1, 1, 0, 0, 1, 1}));
+}
+
 // The full pipeline on routed weights: a token's dropped slots are exactly those whose expert
 // overflowed, and kept + dropped = T·k.
 TEST(MoeRouter, CapacityOnRoutedTokens) {
