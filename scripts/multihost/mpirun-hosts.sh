@@ -21,8 +21,11 @@ hostfile=$dir/hostfile.${hosts}x$per_host
 # - pml ob1 + btl tcp,self: TCP between every pair of ranks, no shared memory (vader) or UCX
 #   (whose shared-memory transports would bypass the simulated network);
 # - both the MPI traffic (btl) and the daemons' control channel (oob) on the hosts' subnet;
-# - --bind-to none: the simulated hosts share this machine's cores.
+# - --bind-to none and mpi_yield_when_idle: the simulated hosts share this machine's cores, so a
+#   rank waiting on the network yields its core (8 ranks busy-polling TCP on 2 cores once took a
+#   13 s run past 300 s in a test run: the sandbox's network stack spent it in system time).
 cmd=(mpirun --hostfile "$hostfile" -np $((hosts * per_host)) --map-by slot --bind-to none
+  --mca mpi_yield_when_idle 1
   --mca plm_rsh_agent "$here/netns-agent.sh" --mca plm_rsh_no_tree_spawn 1
   --mca pml ob1 --mca btl tcp,self
   --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24

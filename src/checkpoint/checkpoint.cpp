@@ -73,7 +73,8 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   for (const ParamSpec& p : m.layout().params()) {
     const bool owner = counted_once(p, tp_rank);
     // Experts differ across EP ranks: their copies are the expert-DP ranks'.
-    const int dp_rank = p.sharding.expert >= 0 ? io.groups.edp->rank() : io.groups.dp_cp->rank();
+    const int dp_rank =
+        p.sharding.expert >= 0 ? io.groups.expert_dp().rank() : io.groups.dp_cp->rank();
     const std::string name = param_name(p);
     if (!for_save || (owner && dp_rank == 0))
       out.push_back({"model/" + name, &p, 0, p.numel(), t, base + p.offset * esize});

@@ -53,7 +53,7 @@ class DistributedOptimizer {
   // The ranks bucket b is sharded over: DP x CP, or for expert buckets the expert-data-parallel
   // group (the other EP ranks hold other experts).
   Communicator& group(size_t b) const {
-    return store_.layout().bucket_is_expert(b) ? *g_.edp : *g_.dp_cp;
+    return store_.layout().bucket_is_expert(b) ? g_.expert_dp() : *g_.dp_cp;
   }
   ParamStore& store_;
   ProcessGroups& g_;

@@ -64,11 +64,9 @@ double global_grad_norm(ParamStore& store, ProcessGroups& g) {
     if (counted_once(p, g.coord.tp))
       (p.sharding.expert >= 0 ? experts : dense).push_back({p.offset, p.numel()});
   double local = ops::sum_squares_ranges(store.grads(), dense.data(), int64_t(dense.size()));
-  if (!experts.empty() || g.grid.ep > 1) {
-    const double e =
-        ops::sum_squares_ranges(store.grads(), experts.data(), int64_t(experts.size()));
-    local += g.grid.ep > 1 ? all_reduce_sum(*g.ep, e) : e;
-  }
+  if (!experts.empty() || g.ep)
+    local += g.ep_sum(
+        ops::sum_squares_ranges(store.grads(), experts.data(), int64_t(experts.size())));
   return std::sqrt(all_reduce_sum(*g.model_parallel, local));
 }
 
@@ -76,7 +74,7 @@ std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g) {
   const ParamLayout full = gpt_param_layout(store.config());
   std::vector<float> out(size_t(full.total_numel()), 0.f);
   // Dense params from DP x CP rank 0, experts from each EP rank's expert-DP rank 0.
-  const bool dense_owner = g.dp_cp->rank() == 0, expert_owner = g.edp->rank() == 0;
+  const bool dense_owner = g.dp_cp->rank() == 0, expert_owner = g.expert_dp().rank() == 0;
   if (dense_owner || expert_owner) {
     std::vector<float> local;
     for (const ParamSpec& p : store.layout().params()) {

@@ -50,7 +50,7 @@ class GradReducer {
   // The group that reduces bucket b: DP x CP, or the expert-data-parallel ranks for experts
   // (the same 1/DP scale: an expert's grads sum the tokens of its EP group's ranks).
   Communicator& group(size_t b) {
-    return store_.layout().bucket_is_expert(b) ? *g_.edp : *g_.dp_cp;
+    return store_.layout().bucket_is_expert(b) ? g_.expert_dp() : *g_.dp_cp;
   }
 
   ParamStore& store_;

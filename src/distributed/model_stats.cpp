@@ -6,37 +6,47 @@
 
 namespace mg {
 
+// Experts differ across EP ranks: their part of a sum is summed over EP first, then (with the
+// dense part) over TP x PP.
 double params_l2_norm(ParamStore& store, ProcessGroups& g) {
-  double local = 0;
+  double dense = 0, experts = 0;
   std::vector<float> v;
   for (const ParamSpec& p : store.layout().params()) {
     if (!counted_once(p, g.coord.tp)) continue;
     v.resize(size_t(p.numel()));
     store.read_param(p, v.data());
-    for (float x : v) local += double(x) * double(x);
+    double& sum = p.sharding.expert >= 0 ? experts : dense;
+    for (float x : v) sum += double(x) * double(x);
   }
-  return std::sqrt(all_reduce_sum(*g.model_parallel, local));
+  return std::sqrt(all_reduce_sum(*g.model_parallel, dense + g.ep_sum(experts)));
 }
 
 int64_t count_zero_grads(ParamStore& store, ProcessGroups& g,
                          const std::vector<ops::Range>* shard) {
-  std::vector<ops::Range> ranges;
+  std::vector<ops::Range> ranges, expert_ranges;
   if (shard) {
     ranges = *shard;
   } else {
     for (const ParamSpec& p : store.layout().params())
-      if (counted_once(p, g.coord.tp)) ranges.push_back({p.offset, p.numel()});
+      if (counted_once(p, g.coord.tp))
+        (p.sharding.expert >= 0 ? expert_ranges : ranges).push_back({p.offset, p.numel()});
   }
-  int64_t zeros = 0;
-  std::vector<float> v;
-  for (const ops::Range& r : ranges) {
-    v.resize(size_t(r.n));
-    ops::copy(v.data(), Device::CPU, store.grads() + r.offset, ops::device(),
-              size_t(r.n) * sizeof(float));
-    for (float x : v) zeros += x == 0.f;
-  }
-  // A double holds counts up to 2^53 exactly.
-  return int64_t(all_reduce_sum(shard ? *g.world : *g.model_parallel, double(zeros)));
+  auto zeros_in = [&](const std::vector<ops::Range>& rs) {
+    int64_t zeros = 0;
+    std::vector<float> v;
+    for (const ops::Range& r : rs) {
+      v.resize(size_t(r.n));
+      ops::copy(v.data(), Device::CPU, store.grads() + r.offset, ops::device(),
+                size_t(r.n) * sizeof(float));
+      for (float x : v) zeros += x == 0.f;
+    }
+    return double(zeros);
+  };
+  // A double holds counts up to 2^53 exactly. A shard of the distributed optimizer counts
+  // each element once over the world.
+  if (shard) return int64_t(all_reduce_sum(*g.world, zeros_in(ranges)));
+  return int64_t(
+      all_reduce_sum(*g.model_parallel, zeros_in(ranges) + g.ep_sum(zeros_in(expert_ranges))));
 }
 
 }  // namespace mg

@@ -145,7 +145,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     // allgather: every EP rank's rows and routing gathered; this rank's experts take their
     // rows (by local expert, then source rank, then the source's order); their weighted
     // outputs, placed at their tokens, come home by a reduce-scatter over EP.
-    void* xg = room(c.moe_xg, EP * N, H, t);
+    void* xg = room(s.moe_xg, EP * N, H, t);
     std::vector<int32_t> mine(size_t(N * k)), all(size_t(EP * N * k));
     for (int64_t i = 0; i < N * k; ++i)
       mine[size_t(i)] = r.keep[size_t(i)] ? r.router.experts[size_t(i)] : -1;

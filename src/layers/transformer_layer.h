@@ -138,8 +138,8 @@ struct LayerCache {
   Tensor moe_y;                    // (M, H) expert outputs (TP-partial), in moe_x's order
   // Expert parallelism (grown as routing needs: a rank's experts may take up to EP x M rows;
   // with EP 1 the experts read moe_x and write moe_y): the rows this rank's experts take
-  // [dtype] and their outputs; allgather: every EP rank's full rows (EP x S*B, H) [dtype].
-  Tensor moe_xe, moe_ye, moe_xg;
+  // [dtype] and their outputs.
+  Tensor moe_xe, moe_ye;
   MoeRouting routing;              // host: the routing, for backward
   explicit LayerCache(const LayerDims& d);
 };
@@ -169,8 +169,9 @@ struct LayerScratch {
   Tensor moe_dx;          // (M, H) permuted input gradients
   Tensor moe_dlogits;     // (S*B, E)
   // Expert parallelism (grown as needed): the expert side's output and input gradients;
-  // allgather: two (EP x S*B, H) buffers (gathered outputs / gradients).
-  Tensor moe_dye, moe_dxe, moe_g, moe_g2;
+  // allgather: two (EP x S*B, H) buffers (gathered outputs / gradients) and every EP rank's
+  // full rows (EP x S*B, H) [dtype] (forward only).
+  Tensor moe_dye, moe_dxe, moe_g, moe_g2, moe_xg;
   explicit LayerScratch(const LayerDims& d);
 };
 // The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.

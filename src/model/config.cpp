@@ -19,7 +19,9 @@ class LayerFreqParser {
   explicit LayerFreqParser(const std::string& text) : t_(text) {}
   // The integer form's k (> 0), or 0 for a list.
   int64_t every() const {
-    if (t_.empty() || !std::all_of(t_.begin(), t_.end(), ::isdigit)) return 0;
+    if (t_.empty() || !std::all_of(t_.begin(), t_.end(),
+                                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      return 0;
     expect(t_.size() < 10, "the integer is too large");
     const int64_t k = std::stoll(t_);
     MG_USER_CHECK(k >= 1, "--moe-layer-freq ", t_, " must be >= 1");
@@ -270,7 +272,8 @@ double GPTConfig::train_flops_per_token() const {
 
 void GPTConfig::validate_moe() const {
   // Checked even for a dense model: a typo should not wait for the day MoE is on.
-  MG_USER_CHECK(num_experts >= 0, "--num-experts must be >= 0 (got ", num_experts, ")");
+  MG_USER_CHECK(num_experts >= 0 && num_experts <= (int64_t(1) << 20),
+                "--num-experts must be in [0, 1048576] (got ", num_experts, ")");
   MG_USER_CHECK(moe_ffn_hidden_size >= 0 && moe_shared_expert_intermediate_size >= 0,
                 "--moe-ffn-hidden-size and --moe-shared-expert-intermediate-size must be >= 0");
   MG_USER_CHECK(moe_router_score_function == "softmax" || moe_router_score_function == "sigmoid",
@@ -284,10 +287,11 @@ void GPTConfig::validate_moe() const {
   MG_USER_CHECK(moe_router_dtype == "fp32", "--moe-router-dtype '", moe_router_dtype,
                 "' is not supported: the router computes in fp32 (use fp32)");
   MG_USER_CHECK(moe_router_topk_scaling_factor >= 0.f,
-                "--moe-router-topk-scaling-factor must be positive (got ",
+                "--moe-router-topk-scaling-factor must be >= 0 (0: none; got ",
                 moe_router_topk_scaling_factor, ")");
   MG_USER_CHECK(moe_expert_capacity_factor >= 0.f,
-                "--moe-expert-capacity-factor must be positive (got ", moe_expert_capacity_factor,
+                "--moe-expert-capacity-factor must be >= 0 (0: no dropping; got ",
+                moe_expert_capacity_factor,
                 ")");
   MG_USER_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",
                 "--moe-token-drop-policy '", moe_token_drop_policy,

@@ -120,6 +120,11 @@ const char* size_flags(const std::string& name) {
     return "(--num-attention-heads + 2 x --num-query-groups) x --kv-channels x --hidden-size";
   if (name.find("linear_proj") != std::string::npos)
     return "--hidden-size x --num-attention-heads x --kv-channels";
+  if (name.find("shared_experts.linear_fc") != std::string::npos)
+    return "--moe-shared-expert-intermediate-size x --hidden-size";
+  if (name.find("experts.local_experts") != std::string::npos)
+    return "--moe-ffn-hidden-size x --hidden-size";
+  if (name.find("router") != std::string::npos) return "--num-experts x --hidden-size";
   if (name.find("linear_fc") != std::string::npos) return "--ffn-hidden-size x --hidden-size";
   return "--hidden-size";
 }

@@ -22,8 +22,10 @@ void make_groups(ProcessGroups& g, const RankGrid& grid, Make make) {
   g.dp_cp = make(grid.groups("dp-cp"), "data-context-parallel");
   g.model_parallel = make(grid.groups("tp-pp"), "model-parallel");
   g.embedding = make(grid.embedding_groups(), "embedding");
-  g.ep = make(grid.expert_groups("ep"), "expert-parallel");
-  g.edp = make(grid.expert_groups("edp"), "expert-data-parallel");
+  if (grid.ep > 1) {
+    g.ep = make(grid.expert_groups("ep"), "expert-parallel");
+    g.edp = make(grid.expert_groups("edp"), "expert-data-parallel");
+  }
 }
 }  // namespace
 
@@ -80,8 +82,6 @@ ProcessGroups make_single_process_groups() {
   g.dp_cp = make_self_communicator();
   g.model_parallel = make_self_communicator();
   g.embedding = make_self_communicator();
-  g.ep = make_self_communicator();
-  g.edp = make_self_communicator();
   return g;
 }
 

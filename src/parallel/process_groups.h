@@ -22,9 +22,15 @@ struct ProcessGroups {
                                                  // distributed optimizer shards over it
   std::unique_ptr<Communicator> model_parallel;  // tp x pp: one model replica (grad norm)
   std::unique_ptr<Communicator> embedding;       // first + last stage; null on middle stages
-  std::unique_ptr<Communicator> ep;              // expert parallel: MoE tokens are exchanged
-  std::unique_ptr<Communicator> edp;             // expert data parallel: expert gradients are
-                                                 // reduced and sharded over it (RankGrid::ep)
+  std::unique_ptr<Communicator> ep;              // expert parallel (EP > 1 only): MoE tokens
+                                                 // are exchanged over it
+  std::unique_ptr<Communicator> edp;             // expert data parallel (EP > 1 only)
+
+  // The group expert gradients are reduced and sharded over: DP x CP / EP ranks (RankGrid::ep),
+  // which is DP x CP itself when EP = 1 (no group of its own then).
+  Communicator& expert_dp() const { return edp ? *edp : *dp_cp; }
+  // The EP rank's sum of a value (itself when EP = 1).
+  double ep_sum(double v) const { return ep ? all_reduce_sum(*ep, v) : v; }
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == grid.pp - 1; }

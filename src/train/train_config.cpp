@@ -179,11 +179,20 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 "--moe-token-dispatcher-type '", parallel.moe_token_dispatcher_type,
                 "' is not known; use alltoall or allgather");
   if (model.num_experts > 0) {
+    // The experts (and shared experts) are split over TP as the MLP is.
+    for (const auto& [flag, width] :
+         {std::pair{"--moe-ffn-hidden-size", model.moe_ffn()},
+          std::pair{"--moe-shared-expert-intermediate-size",
+                    model.moe_shared_expert_intermediate_size}})
+      MG_USER_CHECK(width % parallel.tp() == 0, flag, " ", width,
+                    " must be divisible by --tensor-model-parallel-size ", parallel.tp(),
+                    " (each expert's MLP is split over TP)");
     MG_USER_CHECK(device == "cpu", "--num-experts: the MoE layers run on the CPU backend for "
                   "now; train with --device cpu");
     // Routing is per token, but the load-balancing loss, the z-loss's mean and the capacity
     // are taken over the micro-batch's tokens, which CP splits.
-    MG_USER_CHECK(parallel.cp() == 1 || (model.moe_aux_loss_coeff == 0.f &&
+    const bool aux = model.moe_router_load_balancing_type == "aux_loss";
+    MG_USER_CHECK(parallel.cp() == 1 || ((!aux || model.moe_aux_loss_coeff == 0.f) &&
                                          model.moe_z_loss_coeff == 0.f &&
                                          model.moe_expert_capacity_factor == 0.f),
                   "--context-parallel-size ", parallel.cp(), " with --num-experts: the router's "

@@ -558,6 +558,7 @@ void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, co
     tokens += take_tokens();
     consumed += cfg_.global_batch_size;
   }
+  for (auto& c : chunks_) c->take_moe_losses();  // the logged router losses are training's
   if (cfg_.calculate_per_token_loss) {
     const auto [sum, count] = global_loss_and_tokens(v, tokens, g_);
     v = sum / std::max(count, 1.0);
