@@ -45,6 +45,26 @@ float* room_f32(Tensor& t, int64_t rows, int64_t width) {
   return static_cast<float*>(room(t, rows, width, DType::F32));
 }
 
+// dst row i = src row index[i] (rows of H elements of dtype t): tokens gathered by expert.
+template <typename Index>
+void gather_rows(void* dst, const void* src, const std::vector<Index>& index, int64_t H, DType t) {
+  const size_t row_bytes = size_t(H) * dtype_size(t);
+  for (size_t i = 0; i < index.size(); ++i)
+    std::memcpy(at(dst, int64_t(i) * H, t), at(src, int64_t(index[i]) * H, t), row_bytes);
+}
+// out row index[i] += weight(i) x rows row i (f32): outputs combined, or gradients sent home.
+template <typename Index, typename Weight>
+void scatter_add_rows(float* out, const float* rows, const std::vector<Index>& index, int64_t H,
+                      Weight weight) {
+  for (size_t i = 0; i < index.size(); ++i) {
+    const float wt = weight(i);
+    float* o = out + int64_t(index[i]) * H;
+    const float* src = rows + int64_t(i) * H;
+    for (int64_t h = 0; h < H; ++h) o[h] += wt * src[h];
+  }
+}
+constexpr auto kUnweighted = [](size_t) { return 1.f; };
+
 // This rank's experts on their rows: xe (rows, H) grouped by local expert (counts), fc1 and act
 // saved, ye (rows, H) f32 TP-partial outputs (the fc2 bias on TP rank 0).
 void experts_forward(const tp::TPGroup& g, const LayerWeights& w, const LayerDims& d,
@@ -140,7 +160,6 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
   }
   float* full = s.full.data<float>();
   std::memset(full, 0, size_t(N * H) * sizeof(float));
-  const size_t row_bytes = size_t(H) * dtype_size(t);
   if (ep && in.ep_allgather) {
     // allgather: every EP rank's rows and routing gathered; this rank's experts take their
     // rows (by local expert, then source rank, then the source's order); their weighted
@@ -168,28 +187,21 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     }
     const int64_t Re = int64_t(r.g_token.size());
     void* xe = room(c.moe_xe, Re, H, t);
-    for (int64_t row = 0; row < Re; ++row)
-      std::memcpy(at(xe, row * H, t), at(xg, int64_t(r.g_token[size_t(row)]) * H, t), row_bytes);
+    gather_rows(xe, xg, r.g_token, H, t);
     float* ye = room_f32(c.moe_ye, Re, H);
     experts_forward(g, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
                     room(c.moe_act, Re, F, t), ye);
     timers::Scope timer(timers::kMoeCombine);
     float* out = room_f32(s.moe_g, EP * N, H);
     std::memset(out, 0, size_t(EP * N * H) * sizeof(float));
-    for (int64_t row = 0; row < Re; ++row) {
-      const float wt = r.g_weights[size_t(r.g_slot[size_t(row)])];
-      float* o = out + int64_t(r.g_token[size_t(row)]) * H;
-      const float* yr = ye + row * H;
-      for (int64_t h = 0; h < H; ++h) o[h] += wt * yr[h];
-    }
+    scatter_add_rows(out, ye, r.g_token, H,
+                     [&](size_t i) { return r.g_weights[size_t(r.g_slot[i])]; });
     ep->reduce_scatter(out, full, N * H);
   } else {
     {
       timers::Scope timer(timers::kMoePermute);
       permute(r, N, k, E);
-      for (int64_t row = 0; row < r.rows(); ++row)
-        std::memcpy(at(c.moe_x.raw(), row * H, t),
-                    at(x, int64_t(r.row_token[size_t(row)]) * H, t), row_bytes);
+      gather_rows(c.moe_x.raw(), x, r.row_token, H, t);
     }
     // alltoall (or EP 1): the permuted rows go to their experts' ranks and come back.
     const void* xe = c.moe_x.raw();
@@ -217,13 +229,8 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     }
     // Combine: each token's rows weighted by its routing weights, into the TP-partial sums.
     timers::Scope timer(timers::kMoeCombine);
-    const float* yr = c.moe_y.data<float>();
-    for (int64_t row = 0; row < r.rows(); ++row) {
-      const float wt = r.router.weights[size_t(r.row_slot[size_t(row)])];
-      float* out = full + int64_t(r.row_token[size_t(row)]) * H;
-      const float* in_row = yr + row * H;
-      for (int64_t h = 0; h < H; ++h) out[h] += wt * in_row[h];
-    }
+    scatter_add_rows(full, c.moe_y.data<float>(), r.row_token, H,
+                     [&](size_t i) { return r.router.weights[size_t(r.row_slot[i])]; });
   }
   if (d.spec.ffn > 0) {  // shared experts: every token, as a dense MLP
     ops::linear_forward({c.fc1.raw(), t}, {x, t}, {w.fc1_w, t}, w.fc1_b, N, H, d.fc1_local());
@@ -300,11 +307,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     timers::Scope timer(timers::kMoePermute);
     float* dxg = room_f32(s.moe_g2, EP * N, H);
     std::memset(dxg, 0, size_t(EP * N * H) * sizeof(float));
-    for (int64_t row = 0; row < Re; ++row) {
-      float* o = dxg + int64_t(r.g_token[size_t(row)]) * H;
-      const float* src = dxe + row * H;
-      for (int64_t h = 0; h < H; ++h) o[h] += src[h];
-    }
+    scatter_add_rows(dxg, dxe, r.g_token, H, kUnweighted);
     float* mine = room_f32(s.moe_dx, N, H);
     ep->reduce_scatter(dxg, mine, N * H);
     for (int64_t i = 0; i < N * H; ++i) dx_full[i] += mine[i];
@@ -337,11 +340,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
       moe::ep_combine(*ep, r.route, dxe, home, H, DType::F32);
       dx_rows = home;
     }
-    for (int64_t row = 0; row < r.rows(); ++row) {
-      float* out = dx_full + int64_t(r.row_token[size_t(row)]) * H;
-      const float* src = dx_rows + row * H;
-      for (int64_t h = 0; h < H; ++h) out[h] += src[h];
-    }
+    scatter_add_rows(dx_full, dx_rows, r.row_token, H, kUnweighted);
   }
   if (g.size() > 1) {
     timers::Scope timer(timers::kTpComm);
