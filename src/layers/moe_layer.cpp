@@ -1,6 +1,8 @@
 #include "layers/moe_layer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "backend/dispatch.h"
 #include "core/timers.h"
@@ -35,35 +37,43 @@ void activation_backward(float* dfc1, cpu::Mat fc1, const float* dact, int64_t n
     ops::gelu_backward(dfc1, fc1, dact, n * F, ops::GradWrite::Set);
 }
 
-// Rows (rows, width) of t, grown when routing sends this rank more rows than it holds room for
-// (expert parallelism: a rank's experts may receive up to EP x its own rows).
+// Rows (rows, width) of t on the compute device, grown when routing sends this rank more rows
+// than it holds room for (expert parallelism: a rank's experts may receive up to EP x its own
+// rows).
 void* room(Tensor& t, int64_t rows, int64_t width, DType dt) {
-  if (t.numel() < rows * width) t = Tensor({rows, width}, dt, Device::CPU);
+  if (t.numel() < rows * width) t = Tensor({rows, width}, dt, ops::device());
   return t.raw();
 }
 float* room_f32(Tensor& t, int64_t rows, int64_t width) {
   return static_cast<float*>(room(t, rows, width, DType::F32));
 }
 
-// dst row i = src row index[i] (rows of H elements of dtype t): tokens gathered by expert.
-template <typename Index>
-void gather_rows(void* dst, const void* src, const std::vector<Index>& index, int64_t H, DType t) {
-  const size_t row_bytes = size_t(H) * dtype_size(t);
-  for (size_t i = 0; i < index.size(); ++i)
-    std::memcpy(at(dst, int64_t(i) * H, t), at(src, int64_t(index[i]) * H, t), row_bytes);
+// v's copy on the compute device, in t (grown as needed).
+template <typename T>
+T* to_device(Tensor& t, const std::vector<T>& v) {
+  static_assert(sizeof(T) == 4);
+  T* p = static_cast<T*>(room(t, std::max<int64_t>(1, int64_t(v.size())), 1,
+                              std::is_same_v<T, float> ? DType::F32 : DType::I32));
+  ops::copy(p, ops::device(), v.data(), Device::CPU, v.size() * sizeof(T));
+  return p;
 }
-// out row index[i] += weight(i) x rows row i (f32): outputs combined, or gradients sent home.
-template <typename Index, typename Weight>
-void scatter_add_rows(float* out, const float* rows, const std::vector<Index>& index, int64_t H,
-                      Weight weight) {
-  for (size_t i = 0; i < index.size(); ++i) {
-    const float wt = weight(i);
-    float* o = out + int64_t(index[i]) * H;
-    const float* src = rows + int64_t(i) * H;
-    for (int64_t h = 0; h < H; ++h) o[h] += wt * src[h];
-  }
+// n floats of device memory on the host (p itself on the CPU; else copied into v).
+const float* on_host(const float* p, int64_t n, std::vector<float>& v) {
+  if (ops::device() == Device::CPU) return p;
+  v.resize(size_t(n));
+  ops::copy(v.data(), Device::CPU, p, ops::device(), size_t(n) * sizeof(float));
+  return v.data();
 }
-constexpr auto kUnweighted = [](size_t) { return 1.f; };
+// The router's logits on the host (routing.logits holds the GPU's copy).
+const float* host_logits(const LayerCache& c, const MoeRouting& r) {
+  return ops::device() == Device::CPU ? c.moe_logits.data<float>() : r.logits.data();
+}
+// The row each (token, k) slot went to, -1 where dropped: the inverse of row_slot.
+std::vector<int32_t> slot_rows(const std::vector<int32_t>& row_slot, int64_t slots) {
+  std::vector<int32_t> m(size_t(slots), -1);
+  for (size_t row = 0; row < row_slot.size(); ++row) m[size_t(row_slot[row])] = int32_t(row);
+  return m;
+}
 
 // This rank's experts on their rows: xe (rows, H) grouped by local expert (counts), fc1 and act
 // saved, ye (rows, H) f32 TP-partial outputs (the fc2 bias on TP rank 0).
@@ -120,21 +130,23 @@ void permute(MoeRouting& r, int64_t N, int64_t k, int64_t E) {
     if (!r.keep[size_t(i)]) continue;
     const int64_t row = next[size_t(ex[size_t(i)])]++;
     r.row_token[size_t(row)] = int32_t(i / k);
-    r.row_slot[size_t(row)] = i;
+    r.row_slot[size_t(row)] = int32_t(i);
   }
+  r.slot_row = slot_rows(r.row_slot, N * k);
 }
 }  // namespace
 
 void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const LayerWeights& w,
                  LayerCache& c, LayerScratch& s, const LayerDims& d, const LayerInputs& in,
                  const DropoutRows* dropout) {
-  MG_CHECK(d.device == Device::CPU, "MoE layers run on the CPU backend");
   const MoeSpec& m = d.spec.moe;
   const int64_t N = d.rows(), H = d.H, E = m.num_experts, k = m.router.topk;
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
   Communicator* ep = in.ep && in.ep->size() > 1 ? in.ep : nullptr;
   const int64_t EP = ep ? ep->size() : 1, LE = E / EP, first = ep ? ep->rank() * LE : 0;
+  MG_CHECK(EP * N * k < (int64_t(1) << 31), "MoE routing indexes ", EP * N * k,
+           " slots in 32 bits; lower --micro-batch-size or --seq-length");
   // Every TP rank routes the full rows.
   const void* x = c.ln2.raw();
   if (d.sp) {
@@ -146,7 +158,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
   {
     timers::Scope timer(timers::kMoeRouter);
     ops::linear_forward(logits, {x, t}, {w.moe.router_w, t}, nullptr, N, H, E);
-    r.router = moe_router_forward(m.router, logits, N);
+    r.router = moe_router_forward(m.router, on_host(logits, N * E, r.logits), N);
     if (m.capacity_factor > 0) {
       CapacityDrop drop =
           moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor,
@@ -159,7 +171,6 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     }
   }
   float* full = s.full.data<float>();
-  std::memset(full, 0, size_t(N * H) * sizeof(float));
   if (ep && in.ep_allgather) {
     // allgather: every EP rank's rows and routing gathered; this rank's experts take their
     // rows (by local expert, then source rank, then the source's order); their weighted
@@ -182,26 +193,29 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
           if (all[size_t(i)] == first + le) {
             ++r.local_rows[size_t(le)];
             r.g_token.push_back(int32_t(i / k));
-            r.g_slot.push_back(i);
+            r.g_slot.push_back(int32_t(i));
           }
+      r.g_slot_row = slot_rows(r.g_slot, EP * N * k);
     }
     const int64_t Re = int64_t(r.g_token.size());
     void* xe = room(c.moe_xe, Re, H, t);
-    gather_rows(xe, xg, r.g_token, H, t);
+    ops::gather_rows(xe, xg, to_device(r.dev_row_token, r.g_token), Re, H, t);
+    to_device(r.dev_row_slot, r.g_slot);
     float* ye = room_f32(c.moe_ye, Re, H);
     experts_forward(g, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
                     room(c.moe_act, Re, F, t), ye);
     timers::Scope timer(timers::kMoeCombine);
     float* out = room_f32(s.moe_g, EP * N, H);
-    std::memset(out, 0, size_t(EP * N * H) * sizeof(float));
-    scatter_add_rows(out, ye, r.g_token, H,
-                     [&](size_t i) { return r.g_weights[size_t(r.g_slot[i])]; });
+    ops::combine_rows(out, ye, to_device(r.dev_slot_row, r.g_slot_row),
+                      to_device(r.dev_weights, r.g_weights), EP * N, k, H, false);
     ep->reduce_scatter(out, full, N * H);
   } else {
     {
       timers::Scope timer(timers::kMoePermute);
       permute(r, N, k, E);
-      gather_rows(c.moe_x.raw(), x, r.row_token, H, t);
+      ops::gather_rows(c.moe_x.raw(), x, to_device(r.dev_row_token, r.row_token), r.rows(), H,
+                       t);
+      to_device(r.dev_row_slot, r.row_slot);
     }
     // alltoall (or EP 1): the permuted rows go to their experts' ranks and come back.
     const void* xe = c.moe_x.raw();
@@ -227,10 +241,9 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
       timers::Scope timer(timers::kMoePermute);
       moe::ep_combine(*ep, r.route, ye, c.moe_y.raw(), H, DType::F32);
     }
-    // Combine: each token's rows weighted by its routing weights, into the TP-partial sums.
     timers::Scope timer(timers::kMoeCombine);
-    scatter_add_rows(full, c.moe_y.data<float>(), r.row_token, H,
-                     [&](size_t i) { return r.router.weights[size_t(r.row_slot[i])]; });
+    ops::combine_rows(full, c.moe_y.data<float>(), to_device(r.dev_slot_row, r.slot_row),
+                      to_device(r.dev_weights, r.router.weights), N, k, H, false);
   }
   if (d.spec.ffn > 0) {  // shared experts: every token, as a dense MLP
     ops::linear_forward({c.fc1.raw(), t}, {x, t}, {w.fc1_w, t}, w.fc1_b, N, H, d.fc1_local());
@@ -238,7 +251,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     float* shared = s.moe_full.data<float>();
     ops::linear_forward(shared, {c.act.raw(), t}, {w.fc2_w, t}, g.rank() == 0 ? w.fc2_b : nullptr,
                         N, d.F_local(), H);
-    for (int64_t i = 0; i < N * H; ++i) full[i] += shared[i];
+    ops::residual_forward(full, full, shared, N * H);
   }
   tp::reduce_bias_dropout_add(g, y, full, nullptr, x_mid, N, H, dropout);
 }
@@ -268,57 +281,47 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     ops::linear_backward(dx_full, static_cast<float*>(gw.fc1_w), gw.fc1_b, s.d_fc1.data<float>(),
                          {x, t}, {w.fc1_w, t}, N, H, d.fc1_local(), ops::GradWrite::Set);
   } else {
-    std::memset(dx_full, 0, size_t(N * H) * sizeof(float));
+    ops::memset_zero(dx_full, size_t(N * H) * sizeof(float), ops::device());
   }
   // Each routed row's output gradient is its weight x the token's; each weight's gradient is
-  // the row's output . the token's gradient (TP-partial: summed over TP below).
-  std::vector<float> dweights(size_t(N * k), 0.f);
-  auto row_grads = [&](int64_t rows, const float* yrows, const float* grads_of_tokens,
-                       const auto& token_of, const auto& slot_of, const float* weights,
-                       float* drows, float* dw) {
-    timers::Scope timer(timers::kMoeCombine);
-    for (int64_t row = 0; row < rows; ++row) {
-      const int64_t slot = slot_of(row);
-      const float wt = weights[size_t(slot)];
-      const float* go = grads_of_tokens + token_of(row) * H;
-      const float* yo = yrows + row * H;
-      float* gr = drows + row * H;
-      double dot = 0;
-      for (int64_t h = 0; h < H; ++h) {
-        dot += double(yo[h]) * double(go[h]);
-        gr[h] = wt * go[h];
-      }
-      dw[size_t(slot)] = float(dot);
-    }
-  };
-  if (ep && in.ep_allgather) {
+  // the row's output . the token's gradient (TP-partial: summed over TP below). Slots without
+  // a row (dropped) keep a zero gradient.
+  const int32_t* row_token = r.dev_row_token.data<int32_t>();
+  const int32_t* row_slot = r.dev_row_slot.data<int32_t>();
+  const int32_t* slot_row = r.dev_slot_row.data<int32_t>();
+  const float* weights = r.dev_weights.data<float>();
+  const bool allgather = ep && in.ep_allgather;
+  float* dweights = room_f32(s.moe_dw, (allgather ? 2 : 1) * EP * N * k, 1);
+  if (allgather) {
     const int64_t Re = int64_t(r.g_token.size());
     float* dyg = room_f32(s.moe_g, EP * N, H);
     ep->all_gather(dy_full, dyg, N * H, DType::F32);
-    std::vector<float> dw_all(size_t(EP * N * k), 0.f);
+    float* dw_all = dweights + EP * N * k;  // every EP rank's slots, reduce-scattered below
+    ops::memset_zero(dw_all, size_t(EP * N * k) * sizeof(float), ops::device());
     float* dye = room_f32(s.moe_dye, Re, H);
-    row_grads(
-        Re, c.moe_ye.data<float>(), dyg, [&](int64_t row) { return int64_t(r.g_token[size_t(row)]); },
-        [&](int64_t row) { return r.g_slot[size_t(row)]; }, r.g_weights.data(), dye,
-        dw_all.data());
+    {
+      timers::Scope timer(timers::kMoeCombine);
+      ops::combine_rows_backward(dye, dw_all, c.moe_ye.data<float>(), dyg, row_token, row_slot,
+                                 weights, Re, H);
+    }
     float* dxe = room_f32(s.moe_dxe, Re, H);
     experts_backward(w, gw, d, r.local_rows, c.moe_xe.raw(), c.moe_fc1.raw(), c.moe_act.raw(),
                      dye, room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
     timers::Scope timer(timers::kMoePermute);
     float* dxg = room_f32(s.moe_g2, EP * N, H);
-    std::memset(dxg, 0, size_t(EP * N * H) * sizeof(float));
-    scatter_add_rows(dxg, dxe, r.g_token, H, kUnweighted);
+    ops::combine_rows(dxg, dxe, slot_row, nullptr, EP * N, k, H, false);
     float* mine = room_f32(s.moe_dx, N, H);
     ep->reduce_scatter(dxg, mine, N * H);
-    for (int64_t i = 0; i < N * H; ++i) dx_full[i] += mine[i];
-    ep->reduce_scatter(dw_all.data(), dweights.data(), N * k);
+    ops::residual_forward(dx_full, dx_full, mine, N * H);
+    ep->reduce_scatter(dw_all, dweights, N * k);
   } else {
     float* drow = room_f32(s.moe_dy, r.rows(), H);
-    row_grads(
-        r.rows(), c.moe_y.data<float>(), dy_full,
-        [&](int64_t row) { return int64_t(r.row_token[size_t(row)]); },
-        [&](int64_t row) { return r.row_slot[size_t(row)]; }, r.router.weights.data(), drow,
-        dweights.data());
+    ops::memset_zero(dweights, size_t(N * k) * sizeof(float), ops::device());
+    {
+      timers::Scope timer(timers::kMoeCombine);
+      ops::combine_rows_backward(drow, dweights, c.moe_y.data<float>(), dy_full, row_token,
+                                 row_slot, weights, r.rows(), H);
+    }
     const int64_t Re = ep ? r.route.rows_out() : r.rows();
     const void* xe = c.moe_x.raw();
     const float* dye = drow;
@@ -340,30 +343,33 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
       moe::ep_combine(*ep, r.route, dxe, home, H, DType::F32);
       dx_rows = home;
     }
-    scatter_add_rows(dx_full, dx_rows, r.row_token, H, kUnweighted);
+    ops::combine_rows(dx_full, dx_rows, slot_row, nullptr, N, k, H, true);
   }
   if (g.size() > 1) {
     timers::Scope timer(timers::kTpComm);
-    g.comm->all_reduce(dweights.data(), N * k);
+    g.comm->all_reduce(dweights, N * k);
   }
   // The router: the weights' gradients plus the aux and z losses, scaled as the LM loss is.
   MoeRouterConfig scaled = m.router;
   scaled.aux_loss_coeff *= in.loss_scale;
   scaled.z_loss_coeff *= in.loss_scale;
-  float* dlogits = s.moe_dlogits.data<float>();
   {
     timers::Scope timer(timers::kMoeRouter);
-    moe_router_backward(scaled, r.router, c.moe_logits.data<float>(), dweights.data(), N,
-                        dlogits);
+    std::vector<float> dw_host, dlogits(size_t(N * E));
+    moe_router_backward(scaled, r.router, host_logits(c, r), on_host(dweights, N * k, dw_host), N,
+                        dlogits.data());
+    float* dlog = s.moe_dlogits.data<float>();
+    ops::copy(dlog, ops::device(), dlogits.data(), Device::CPU, dlogits.size() * sizeof(float));
     // Every TP rank holds the same router gradient; the input gradient is added once (rank 0).
     ops::linear_backward(g.rank() == 0 ? dx_full : nullptr, static_cast<float*>(gw.moe.router_w),
-                         nullptr, dlogits, {x, t}, {w.moe.router_w, t}, N, H, E);
+                         nullptr, dlog, {x, t}, {w.moe.router_w, t}, N, H, E);
   }
   if (d.sp) {
     tp::reduce_scatter_to_sp_forward(g, dx_full, s.d_ln.data<float>(), R * H);
   } else {
     if (g.size() > 1) tp::reduce_from_region_forward(g, dx_full, N * H);
-    std::memcpy(s.d_ln.data<float>(), dx_full, size_t(N * H) * sizeof(float));
+    ops::copy(s.d_ln.data<float>(), ops::device(), dx_full, ops::device(),
+              size_t(N * H) * sizeof(float));
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "layers/moe_router.h"
 #include "moe/ep_dispatch.h"
+#include "tensor/tensor.h"
 
 namespace mg {
 
@@ -40,12 +41,16 @@ struct MoeWeights {
   std::vector<float*> fc1_b, fc2_b;  // per expert: (fc1 rows / TP), (H)
 };
 
-// The routing of one micro-batch through one MoE layer, kept for backward (host memory).
+// The routing of one micro-batch through one MoE layer, kept for backward: decided on the host
+// (on the GPU from a copy of the logits, N x E floats), its index arrays and weights copied to
+// the device for the token movement ops (backend/op_list.inc: gather_rows, combine_rows).
 struct MoeRouting {
+  std::vector<float> logits;               // (N, E) the router logits' host copy (GPU only)
   MoeRouterCache<float> router;            // chosen experts, weights, aux scores, losses
   std::vector<uint8_t> keep;               // (N, k) 1 where the assignment was not dropped
   std::vector<int32_t> row_token;          // (rows) the token of each permuted row
-  std::vector<int64_t> row_slot;           // (rows) its (token, k) slot: token * k + j
+  std::vector<int32_t> row_slot;           // (rows) its (token, k) slot: token * k + j
+  std::vector<int32_t> slot_row;           // (N, k) the permuted row of each slot, -1 if dropped
   std::vector<int64_t> expert_begin;       // (E + 1) first permuted row of each expert
   int64_t dropped = 0;                     // assignments dropped for capacity
   int64_t rows() const { return expert_begin.empty() ? 0 : expert_begin.back(); }
@@ -55,8 +60,12 @@ struct MoeRouting {
   // allgather under EP: the gathered tokens (source rank x S*B + token) and slots (x k) of the
   // expert-side rows, and every EP rank's routing weights (EP x S*B x k).
   std::vector<int32_t> g_token;
-  std::vector<int64_t> g_slot;
+  std::vector<int32_t> g_slot;
   std::vector<float> g_weights;
+  std::vector<int32_t> g_slot_row;         // (EP x S*B x k) their expert-side rows, or -1
+  // On the compute device: the token of each expert-side row, its slot, the row of each slot,
+  // and the weights by slot (allgather: the gathered ones).
+  Tensor dev_row_token, dev_row_slot, dev_slot_row, dev_weights;
 };
 
 // Expert parallelism (LayerInputs::ep with more than one rank): this rank holds experts

@@ -140,7 +140,7 @@ struct LayerCache {
   // with EP 1 the experts read moe_x and write moe_y): the rows this rank's experts take
   // [dtype] and their outputs.
   Tensor moe_xe, moe_ye;
-  MoeRouting routing;              // host: the routing, for backward
+  MoeRouting routing;              // the routing, for backward
   explicit LayerCache(const LayerDims& d);
 };
 
@@ -172,6 +172,7 @@ struct LayerScratch {
   // allgather: two (EP x S*B, H) buffers (gathered outputs / gradients) and every EP rank's
   // full rows (EP x S*B, H) [dtype] (forward only).
   Tensor moe_dye, moe_dxe, moe_g, moe_g2, moe_xg;
+  Tensor moe_dw;          // the routing weights' gradients (S*B x k; allgather: EP x S*B x k)
   explicit LayerScratch(const LayerDims& d);
 };
 // The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.

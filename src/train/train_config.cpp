@@ -187,8 +187,10 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
       MG_USER_CHECK(width % parallel.tp() == 0, flag, " ", width,
                     " must be divisible by --tensor-model-parallel-size ", parallel.tp(),
                     " (each expert's MLP is split over TP)");
-    MG_USER_CHECK(device == "cpu", "--num-experts: the MoE layers run on the CPU backend for "
-                  "now; train with --device cpu");
+    // The token exchanges of expert parallelism pass host arrays through the communicator.
+    MG_USER_CHECK(device == "cpu" || parallel.ep() == 1, "--expert-model-parallel-size ",
+                  parallel.ep(), " runs on the CPU backend for now: train with --device cpu, "
+                  "or --device cuda with --expert-model-parallel-size 1");
     // Routing is per token, but the load-balancing loss, the z-loss's mean and the capacity
     // are taken over the micro-batch's tokens, which CP splits.
     const bool aux = model.moe_router_load_balancing_type == "aux_loss";
