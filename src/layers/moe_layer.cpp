@@ -158,7 +158,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
   {
     timers::Scope timer(timers::kMoeRouter);
     ops::linear_forward(logits, {x, t}, {w.moe.router_w, t}, nullptr, N, H, E);
-    r.router = moe_router_forward(m.router, on_host(logits, N * E, r.logits), N);
+    r.router = moe_router_forward(m.router, on_host(logits, N * E, r.logits), N, d.B);
     if (m.capacity_factor > 0) {
       CapacityDrop drop =
           moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor,

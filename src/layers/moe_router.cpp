@@ -77,14 +77,19 @@ void normalized_sigmoid_backward(const T* s, const T* dq, int64_t n, T* dx_of_s)
 }  // namespace
 
 template <typename T>
-MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits, int64_t tokens) {
+MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits, int64_t tokens,
+                                     int64_t sequences) {
   cfg.validate();
   const int64_t E = cfg.num_experts, k = cfg.topk;
+  MG_CHECK(sequences >= 1 && tokens % sequences == 0, tokens, " router tokens are not ",
+           sequences, " sequences");
   MoeRouterCache<T> c;
+  c.groups = cfg.per_sequence ? sequences : 1;
+  const int64_t G = c.groups;
   c.experts.resize(size_t(tokens * k));
   c.weights.resize(size_t(tokens * k));
   c.aux_scores.resize(size_t(tokens * E));
-  c.tokens_per_expert.assign(size_t(E), 0);
+  c.tokens_per_expert.assign(size_t(G * E), 0);
   std::vector<T> scores(static_cast<size_t>(E));  // (E) the scores top-k selects on
   std::vector<int32_t> aux_top(static_cast<size_t>(k));
   T z_sum = 0;
@@ -120,26 +125,28 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
     // Upstream counts f_e from its own top-k over the aux scores (the same order as the routing
     // scores, up to ties rounding creates).
     topk_indices(q, E, k, aux_top.data());
-    for (int32_t e : aux_top) ++c.tokens_per_expert[size_t(e)];
+    for (int32_t e : aux_top) ++c.tokens_per_expert[size_t((t % G) * E + e)];
   }
-  // aux = coeff·E·Σ_e (count_e/(T·k))·(Σ_t q_te / T)
+  // Per group g of n = T/G tokens: coeff·E·Σ_e (count_ge/(n·k))·(Σ_{t in g} q_te / n), then the
+  // mean over the G groups.
   T aux = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    T col = 0;
-    for (int64_t t = 0; t < tokens; ++t) col += c.aux_scores[size_t(t * E + e)];
-    aux += col * T(c.tokens_per_expert[size_t(e)]);
-  }
-  const T n = T(tokens);
-  c.aux_loss = aux * T(cfg.aux_loss_coeff) * T(E) / (T(k) * n * n);
-  c.z_loss = T(cfg.z_loss_coeff) * z_sum / n;
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t e = 0; e < E; ++e) {
+      T col = 0;
+      for (int64_t t = g; t < tokens; t += G) col += c.aux_scores[size_t(t * E + e)];
+      aux += col * T(c.tokens_per_expert[size_t(g * E + e)]);
+    }
+  const T n = T(tokens / G);
+  c.aux_loss = aux * T(cfg.aux_loss_coeff) * T(E) / (T(k) * n * n * T(G));
+  c.z_loss = T(cfg.z_loss_coeff) * z_sum / T(tokens);
   return c;
 }
 
 template <typename T>
 void moe_router_backward(const MoeRouterConfig& cfg, const MoeRouterCache<T>& c, const T* logits,
                          const T* dweights, int64_t tokens, T* dlogits) {
-  const int64_t E = cfg.num_experts, k = cfg.topk;
-  const T n = T(tokens);
+  const int64_t E = cfg.num_experts, k = cfg.topk, G = c.groups;
+  const T n = T(tokens), per_group = T(tokens / G);
   const size_t nE = static_cast<size_t>(E), nk = static_cast<size_t>(k);
   std::vector<T> p(nE), dp(nE), s(nE), ds(nE);      // (E) per-token scratch
   std::vector<T> wk(nk), dwk(nk), sk(nk), dsk(nk);  // (k)
@@ -177,11 +184,13 @@ void moe_router_backward(const MoeRouterConfig& cfg, const MoeRouterCache<T>& c,
       for (int64_t j = 0; j < k; ++j)
         dx[ex[j]] += dsk[size_t(j)] * sk[size_t(j)] * (1 - sk[size_t(j)]);
     }
-    // Aux loss: dq_te = coeff·E·count_e/(T²·k), counts held constant.
+    // Aux loss: dq_te = coeff·E·count_ge/(n²·k·G) for token t of group g (n = T/G tokens),
+    // counts held constant.
     if (cfg.aux_loss_coeff != 0) {
+      const int64_t* count = c.tokens_per_expert.data() + (t % G) * E;
       for (int64_t e = 0; e < E; ++e)
-        dp[size_t(e)] =
-            T(cfg.aux_loss_coeff) * T(E) * T(c.tokens_per_expert[size_t(e)]) / (T(k) * n * n);
+        dp[size_t(e)] = T(cfg.aux_loss_coeff) * T(E) * T(count[e]) /
+                        (T(k) * per_group * per_group * T(G));
       if (cfg.score == RouterScore::Softmax) {
         softmax_backward_row(q, dp.data(), E, dx);
       } else {
@@ -233,7 +242,8 @@ CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::v
 }
 
 #define MG_MOE_ROUTER_INSTANTIATE(T)                                                               \
-  template MoeRouterCache<T> moe_router_forward<T>(const MoeRouterConfig&, const T*, int64_t);     \
+  template MoeRouterCache<T> moe_router_forward<T>(const MoeRouterConfig&, const T*, int64_t,      \
+                                                   int64_t);                                       \
   template void moe_router_backward<T>(const MoeRouterConfig&, const MoeRouterCache<T>&, const T*, \
                                        const T*, int64_t, T*);                                     \
   template CapacityDrop moe_capacity_drop<T>(const std::vector<int32_t>&, const std::vector<T>&,   \

@@ -20,6 +20,9 @@ struct MoeRouterConfig {
                                      // ignored by sigmoid, whose scores always come before top-k
   double topk_scaling_factor = 1.0;  // multiplies the chosen weights (> 0)
   double aux_loss_coeff = 0.0;       // --moe-aux-loss-coeff (switch-style load balancing)
+  // --moe-router-load-balancing-type seq_aux_loss: the load-balancing loss of each sequence of
+  // the micro-batch (tokens are sequence-first, token t in sequence t % B), averaged over them.
+  bool per_sequence = false;
   double z_loss_coeff = 0.0;         // --moe-z-loss-coeff
   void validate() const;
 };
@@ -30,14 +33,18 @@ struct MoeRouterCache {
   std::vector<int32_t> experts;            // (T, k) chosen experts, best first, ties to lower index
   std::vector<T> weights;                  // (T, k) routing weights of the chosen experts
   std::vector<T> aux_scores;               // (T, E) softmax, or sigmoid normalised over E
-  std::vector<int64_t> tokens_per_expert;  // (E) tokens routed to each expert (f_e·T·k)
-  T aux_loss = 0;                          // coeff·E·Σ_e f_e·p_e
+  // (G, E) tokens routed to each expert (f_e·T·k) in each of the G load-balancing groups: the
+  // micro-batch (G = 1), or each of its B sequences (per_sequence)
+  std::vector<int64_t> tokens_per_expert;
+  int64_t groups = 1;
+  T aux_loss = 0;                          // coeff·E·Σ_e f_e·p_e (per_sequence: its mean over G)
   T z_loss = 0;                            // coeff_z·mean_t(logsumexp(logits_t)²)
 };
 
-// logits (T, E), already x·Wrᵀ.
+// logits (T, E), already x·Wrᵀ; T = S·B tokens of `sequences` = B sequences (sequence-first).
 template <typename T>
-MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits, int64_t tokens);
+MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits, int64_t tokens,
+                                     int64_t sequences = 1);
 
 // Sets dlogits (T, E) to the gradient of sum(weights ⊙ dweights) + aux_loss + z_loss.
 // f_e (tokens_per_expert) is a constant, as upstream: routing is not differentiable.

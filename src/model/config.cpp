@@ -232,7 +232,8 @@ LayerSpec GPTConfig::layer_spec(int64_t layer) const {
     r.score = moe_router_score_function == "sigmoid" ? RouterScore::Sigmoid : RouterScore::Softmax;
     r.pre_softmax = moe_router_pre_softmax;
     r.topk_scaling_factor = moe_router_topk_scaling_factor > 0.f ? moe_router_topk_scaling_factor : 1.0;
-    r.aux_loss_coeff = moe_router_load_balancing_type == "aux_loss" ? moe_aux_loss_coeff : 0.0;
+    r.per_sequence = moe_router_load_balancing_type == "seq_aux_loss";
+    r.aux_loss_coeff = moe_router_load_balancing_type == "none" ? 0.0 : moe_aux_loss_coeff;
     r.z_loss_coeff = moe_z_loss_coeff;
   }
   return s;
@@ -280,10 +281,11 @@ void GPTConfig::validate_moe() const {
                 "--moe-router-score-function '", moe_router_score_function,
                 "' is not known; use softmax or sigmoid");
   MG_USER_CHECK(moe_router_load_balancing_type == "aux_loss" ||
+                    moe_router_load_balancing_type == "seq_aux_loss" ||
                     moe_router_load_balancing_type == "none",
                 "--moe-router-load-balancing-type '", moe_router_load_balancing_type,
-                "' is not supported; use aux_loss or none (seq_aux_loss and global_aux_loss "
-                "are not implemented yet)");
+                "' is not supported; use aux_loss, seq_aux_loss or none (global_aux_loss and "
+                "sinkhorn are not implemented yet)");
   MG_USER_CHECK(moe_router_dtype == "fp32", "--moe-router-dtype '", moe_router_dtype,
                 "' is not supported: the router computes in fp32 (use fp32)");
   MG_USER_CHECK(moe_router_topk_scaling_factor >= 0.f,

@@ -62,7 +62,7 @@ struct GPTConfig {
   std::string moe_router_score_function = "softmax";  // softmax | sigmoid
   bool moe_router_pre_softmax = false;      // softmax over all E before the top-k
   float moe_router_topk_scaling_factor = 0.f;  // scales the chosen weights; 0: none (1)
-  std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | none
+  std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | seq_aux_loss | none
   std::string moe_router_dtype = "fp32";    // the router's logits, softmax and losses: fp32
   float moe_aux_loss_coeff = 0.f;           // switch load-balancing loss coefficient
   float moe_z_loss_coeff = 0.f;             // router z-loss coefficient

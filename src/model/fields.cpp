@@ -81,7 +81,7 @@ const std::vector<ModelField>& model_fields() {
       {"--moe-router-topk-scaling-factor", "moe_router_topk_scaling_factor", "X",
        "multiplies the chosen experts' weights (0: none)", &C::moe_router_topk_scaling_factor},
       {"--moe-router-load-balancing-type", "moe_router_load_balancing_type", "NAME",
-       "aux_loss (switch load balancing) | none", &C::moe_router_load_balancing_type, false},
+       "aux_loss (switch load balancing) | seq_aux_loss (per sequence) | none", &C::moe_router_load_balancing_type, false},
       {"--moe-router-dtype", "moe_router_dtype", "NAME",
        "the router's compute type: fp32 (the only one here)", &C::moe_router_dtype, false},
       {"--moe-aux-loss-coeff", "moe_aux_loss_coeff", "X", "load-balancing loss coefficient",

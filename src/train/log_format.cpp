@@ -23,7 +23,8 @@ std::string format_iteration(const IterationLog& l) {
   s += fmt(" learning rate: %.6E |", l.lr);
   s += fmt(" global batch size: %5lld |", (long long)l.global_batch_size);
   s += fmt(" lm loss: %.6E |", l.lm_loss);
-  if (l.load_balancing_loss >= 0) s += fmt(" load_balancing_loss: %.6E |", l.load_balancing_loss);
+  if (l.load_balancing_loss >= 0)
+    s += fmt(" %s: %.6E |", l.load_balancing_name, l.load_balancing_loss);
   if (l.z_loss >= 0) s += fmt(" z_loss: %.6E |", l.z_loss);
   if (l.dropped_tokens >= 0) s += fmt(" dropped tokens: %.0f |", l.dropped_tokens);
   s += fmt(" loss scale: %.1f |", l.loss_scale);

@@ -25,6 +25,8 @@ struct IterationLog {
   // their coefficients; averaged over MoE layers, micro-batches and DP), and the (token,
   // expert) assignments dropped for capacity in the step.
   double load_balancing_loss = -1, z_loss = -1, dropped_tokens = -1;
+  // The load-balancing loss's name: seq_load_balancing_loss under seq_aux_loss, as Megatron.
+  const char* load_balancing_name = "load_balancing_loss";
   bool show_throughput = false;  // --log-throughput: print the tflops field
   // Bytes this rank sent per step in each process group (ring-algorithm accounting).
   int64_t tp_bytes = 0, pp_bytes = 0, dp_bytes = 0, embedding_bytes = 0, cp_bytes = 0;

@@ -51,7 +51,8 @@ void write_training_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
   if (!s.skipped) both(w, "grad-norm", s.grad_norm, s);
   if (s.num_zeros >= 0) both(w, "num-zeros", s.num_zeros, s);
   if (s.params_norm >= 0) both(w, "params-norm", s.params_norm, s);
-  if (s.load_balancing_loss >= 0) w.add_scalar("load_balancing_loss", s.load_balancing_loss, s.iteration);
+  if (s.load_balancing_loss >= 0)
+    w.add_scalar(s.load_balancing_name, s.load_balancing_loss, s.iteration);
   if (s.z_loss >= 0) w.add_scalar("z_loss", s.z_loss, s.iteration);
   if (cfg.log_memory) {
     // Megatron reads torch.cuda.memory_stats(); here the tensor allocator's own counts and,

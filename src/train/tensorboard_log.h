@@ -42,6 +42,7 @@ struct TrainingScalars {
   bool skipped = false;  // an fp16 overflow skipped the step: no grad-norm
   double num_zeros = -1, params_norm = -1;
   double load_balancing_loss = -1, z_loss = -1;  // MoE (< 0: not written); Megatron's tags
+  const char* load_balancing_name = "load_balancing_loss";  // or seq_load_balancing_loss
 };
 void write_training_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
                             const TrainingScalars& s);

@@ -193,7 +193,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   "or --device cuda with --expert-model-parallel-size 1");
     // Routing is per token, but the load-balancing loss, the z-loss's mean and the capacity
     // are taken over the micro-batch's tokens, which CP splits.
-    const bool aux = model.moe_router_load_balancing_type == "aux_loss";
+    const bool aux = model.moe_router_load_balancing_type != "none";
     MG_USER_CHECK(parallel.cp() == 1 || ((!aux || model.moe_aux_loss_coeff == 0.f) &&
                                          model.moe_z_loss_coeff == 0.f &&
                                          model.moe_expert_capacity_factor == 0.f),

@@ -101,6 +101,12 @@ std::pair<double, double> global_loss_and_tokens(double local_sum, double local_
           all_reduce_sum(*g.world, reporter ? local_tokens : 0.0)};
 }
 
+// Megatron's name of the load-balancing loss in the log and TensorBoard.
+const char* load_balancing_name(const GPTConfig& m) {
+  return m.moe_router_load_balancing_type == "seq_aux_loss" ? "seq_load_balancing_loss"
+                                                              : "load_balancing_loss";
+}
+
 // The step's MoE losses (StepResult's fields) from every rank's model chunks: each layer is
 // counted once per DP replica (TP rank 0, CP rank 0), summed over PP stages and DP.
 void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& g,
@@ -115,7 +121,7 @@ void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& 
   const bool reporter = g.coord.tp == 0 && g.coord.cp == 0;
   auto total = [&](double v) { return all_reduce_sum(*g.world, reporter ? v : 0.0); };
   const double n = std::max(total(sum.layer_microbatches), 1.0);
-  const bool aux = m.moe_router_load_balancing_type == "aux_loss" && m.moe_aux_loss_coeff > 0;
+  const bool aux = m.moe_router_load_balancing_type != "none" && m.moe_aux_loss_coeff > 0;
   load_balancing = aux ? total(sum.load_balancing) / n : -1;
   z = m.moe_z_loss_coeff > 0 ? total(sum.z) / n : -1;
   dropped = m.moe_expert_capacity_factor > 0 ? total(sum.dropped) : -1;
@@ -519,6 +525,7 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.num_zeros = step.num_zeros;
   l.params_norm = step.params_norm;
   l.load_balancing_loss = step.load_balancing_loss;
+  l.load_balancing_name = load_balancing_name(cfg_.model);
   l.z_loss = step.z_loss;
   l.dropped_tokens = step.dropped_tokens;
   l.tp_bytes = interval_comm_[0].p2p_bytes / interval_iters_;
@@ -587,6 +594,7 @@ void Trainer::write_tensorboard(int64_t iter, const StepResult& step) {
   s.num_zeros = step.num_zeros;
   s.params_norm = step.params_norm;
   s.load_balancing_loss = step.load_balancing_loss;
+  s.load_balancing_name = load_balancing_name(cfg_.model);
   s.z_loss = step.z_loss;
   write_training_scalars(*tb_, cfg_.tensorboard, s);
 }

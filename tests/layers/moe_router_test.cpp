@@ -184,6 +184,54 @@ TEST(MoeRouter, LossesMatchClosedForms) {
   }
 }
 
+// seq_aux_loss (Megatron's sequence_load_balancing_loss_func): T = S·B sequence-first tokens,
+// token t in sequence t % B. The loss is the mean over the B sequences of each sequence's own
+// switch loss (the router run on that sequence's rows alone); the z-loss and the routing are
+// unchanged; the backward matches central differences.
+TEST(MoeRouter, SeqAuxLossIsTheMeanOverSequences) {
+  constexpr int64_t S = 5, B = 3, T = S * B;
+  for (const Case& cs : all_cases()) {
+    if (refused(cs)) continue;
+    SCOPED_TRACE(name(cs));
+    MoeRouterConfig plain = config(cs), seq = config(cs);
+    seq.per_sequence = true;
+    std::vector<double> x = to<double>(testing::random_vec(T * kE, 41, -2.f, 2.f));
+    const auto c = moe_router_forward(seq, x.data(), T, B);
+    const auto whole = moe_router_forward(plain, x.data(), T, B);
+    EXPECT_EQ(c.experts, whole.experts);
+    EXPECT_EQ(c.weights, whole.weights);
+    EXPECT_DOUBLE_EQ(c.z_loss, whole.z_loss);
+    double mean = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> rows;
+      for (int64_t s = 0; s < S; ++s)
+        rows.insert(rows.end(), x.begin() + (s * B + b) * kE, x.begin() + (s * B + b + 1) * kE);
+      mean += moe_router_forward(plain, rows.data(), S).aux_loss / B;
+    }
+    EXPECT_NEAR(c.aux_loss, mean, 1e-14);
+    EXPECT_GT(std::fabs(c.aux_loss - whole.aux_loss), 1e-6) << "the grouping changes the loss";
+    // One sequence: the micro-batch's loss.
+    EXPECT_NEAR(moe_router_forward(seq, x.data(), T, 1).aux_loss, whole.aux_loss, 1e-15);
+
+    const std::vector<double> g = to<double>(testing::random_vec(T * cs.k, 42));
+    std::vector<double> dx(x.size());
+    moe_router_backward(seq, c, x.data(), g.data(), T, dx.data());
+    const double h = 1e-6;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double x0 = x[i];
+      x[i] = x0 + h;
+      const auto plus = moe_router_forward(seq, x.data(), T, B);
+      x[i] = x0 - h;
+      const auto minus = moe_router_forward(seq, x.data(), T, B);
+      x[i] = x0;
+      ASSERT_EQ(plus.tokens_per_expert, c.tokens_per_expert);
+      ASSERT_EQ(minus.tokens_per_expert, c.tokens_per_expert);
+      const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
+      EXPECT_NEAR(dx[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
+    }
+  }
+}
+
 TEST(MoeRouter, MatchesPyTorchReference) {
   std::vector<Case> cases;
   for (const Case& cs : all_cases())

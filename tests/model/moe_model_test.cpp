@@ -207,7 +207,7 @@ TEST(MoeConfig, RefusesUnknownRouterSettingsNamingTheFlag) {
   for (const Bad& b : {Bad{[](GPTConfig& c) { c.moe_router_score_function = "relu"; },
                            "--moe-router-score-function"},
                        Bad{[](GPTConfig& c) { c.moe_router_topk = 5; }, "--moe-router-topk"},
-                       Bad{[](GPTConfig& c) { c.moe_router_load_balancing_type = "seq_aux_loss"; },
+                       Bad{[](GPTConfig& c) { c.moe_router_load_balancing_type = "global_aux_loss"; },
                            "--moe-router-load-balancing-type"},
                        Bad{[](GPTConfig& c) { c.moe_router_dtype = "fp64"; }, "--moe-router-dtype"},
                        Bad{[](GPTConfig& c) { c.num_experts = -2; }, "--num-experts"},

@@ -93,7 +93,8 @@ void expect_parity(const Layout& layout, const std::string& model) {
     EXPECT_LT(std::fabs(run.losses[i] - base.losses[i]) / base.losses[i], 1e-5)
         << "step " << i + 1 << ": " << run.losses[i] << " vs " << base.losses[i];
   // MoE models: the logged router losses and dropped assignments too (absent elsewhere).
-  for (const char* field : {"load_balancing_loss", "z_loss", "dropped tokens"}) {
+  for (const char* field :
+       {"load_balancing_loss", "seq_load_balancing_loss", "z_loss", "dropped tokens"}) {
     const std::vector<double> want = testing::log_values(base.log, field),
                               got = testing::log_values(run.log, field);
     ASSERT_EQ(got.size(), want.size()) << field << "\n" << run.log;
@@ -210,6 +211,8 @@ const std::string kMoeGelu = kModel +
 // Under CP the router's statistics over the whole sequence are not gathered yet: no aux, z or
 // capacity (train_config.cpp refuses them), so routing is per token.
 const std::string kMoeNoAux = kLlama + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48";
+// seq_aux_loss: the load-balancing loss per sequence (micro-batches of 2 sequences).
+const std::string kMoeSeqAux = kMoe + " --moe-router-load-balancing-type seq_aux_loss";
 class MoeLayoutParity : public ::testing::TestWithParam<ModelLayout> {};
 TEST_P(MoeLayoutParity, MatchesSingleRank) { expect_parity(GetParam().layout, GetParam().model); }
 INSTANTIATE_TEST_SUITE_P(
@@ -247,7 +250,11 @@ INSTANTIATE_TEST_SUITE_P(
                         "--moe-token-dispatcher-type alltoall"}},
         ModelLayout{"gelu_shared_capacity_ep2tp2_sp", kMoeGelu,
                     {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}}),
+                        "--sequence-parallel"}},
+        ModelLayout{"seq_aux_tp2_sp", kMoeSeqAux,
+                    {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
+        ModelLayout{"seq_aux_ep2pp2", kMoeSeqAux,
+                    {4, "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
 // The two token dispatchers differ only in what crosses the EP group: the same losses.
