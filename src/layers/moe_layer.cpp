@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "backend/dispatch.h"
+#include "context_parallel/cp_attention.h"
 #include "core/timers.h"
 #include "layers/transformer_layer.h"
 #include "moe/ep_dispatch.h"
@@ -68,6 +69,18 @@ const float* on_host(const float* p, int64_t n, std::vector<float>& v) {
 const float* host_logits(const LayerCache& c, const MoeRouting& r) {
   return ops::device() == Device::CPU ? c.moe_logits.data<float>() : r.logits.data();
 }
+// Context parallelism: each sequence's tokens are split over the CP ranks, so the routed counts
+// are summed over them and this rank's losses become its share of the whole sequence's.
+void sum_over_cp(Communicator& cp, const MoeRouterConfig& cfg, MoeRouterCache<float>& c,
+                 int64_t tokens) {
+  std::vector<int64_t>& counts = c.tokens_per_expert;
+  std::vector<float> f(counts.begin(), counts.end());  // exact: counts are below 2^24
+  MG_CHECK(tokens * cfg.topk * cp.size() < (int64_t(1) << 24), "routed counts beyond 2^24");
+  cp.all_reduce(f.data(), int64_t(f.size()));
+  for (size_t i = 0; i < f.size(); ++i) counts[i] = int64_t(f[i]);
+  moe_router_global_losses(cfg, c, tokens * cp.size());
+}
+
 // The row each (token, k) slot went to, -1 where dropped: the inverse of row_slot.
 std::vector<int32_t> slot_rows(const std::vector<int32_t>& row_slot, int64_t slots) {
   std::vector<int32_t> m(size_t(slots), -1);
@@ -159,6 +172,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     timers::Scope timer(timers::kMoeRouter);
     ops::linear_forward(logits, {x, t}, {w.moe.router_w, t}, nullptr, N, H, E);
     r.router = moe_router_forward(m.router, on_host(logits, N * E, r.logits), N, d.B);
+    if (in.cp && in.cp->comm->size() > 1) sum_over_cp(*in.cp->comm, m.router, r.router, N);
     if (m.capacity_factor > 0) {
       CapacityDrop drop =
           moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor,

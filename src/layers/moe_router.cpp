@@ -92,14 +92,13 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
   c.tokens_per_expert.assign(size_t(G * E), 0);
   std::vector<T> scores(static_cast<size_t>(E));  // (E) the scores top-k selects on
   std::vector<int32_t> aux_top(static_cast<size_t>(k));
-  T z_sum = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     const T* x = logits + t * E;
     int32_t* ex = c.experts.data() + t * k;
     T* w = c.weights.data() + t * k;
     T* q = c.aux_scores.data() + t * E;
     const T lse = softmax_row(x, E, q);
-    z_sum += lse * lse;
+    c.lse_sq_sum += lse * lse;
     if (cfg.score == RouterScore::Softmax) {
       if (cfg.pre_softmax) {
         topk_indices(q, E, k, ex);
@@ -127,26 +126,33 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
     topk_indices(q, E, k, aux_top.data());
     for (int32_t e : aux_top) ++c.tokens_per_expert[size_t((t % G) * E + e)];
   }
+  c.score_sums.assign(size_t(G * E), T(0));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t e = 0; e < E; ++e)
+      c.score_sums[size_t((t % G) * E + e)] += c.aux_scores[size_t(t * E + e)];
+  moe_router_global_losses(cfg, c, tokens);
+  return c;
+}
+
+template <typename T>
+void moe_router_global_losses(const MoeRouterConfig& cfg, MoeRouterCache<T>& c,
+                              int64_t total_tokens) {
   // Per group g of n = T/G tokens: coeff·E·Σ_e (count_ge/(n·k))·(Σ_{t in g} q_te / n), then the
   // mean over the G groups.
+  const int64_t E = cfg.num_experts, k = cfg.topk, G = c.groups;
+  c.total_tokens = total_tokens;
   T aux = 0;
-  for (int64_t g = 0; g < G; ++g)
-    for (int64_t e = 0; e < E; ++e) {
-      T col = 0;
-      for (int64_t t = g; t < tokens; t += G) col += c.aux_scores[size_t(t * E + e)];
-      aux += col * T(c.tokens_per_expert[size_t(g * E + e)]);
-    }
-  const T n = T(tokens / G);
+  for (int64_t i = 0; i < G * E; ++i) aux += c.score_sums[size_t(i)] * T(c.tokens_per_expert[size_t(i)]);
+  const T n = T(total_tokens / G);
   c.aux_loss = aux * T(cfg.aux_loss_coeff) * T(E) / (T(k) * n * n * T(G));
-  c.z_loss = T(cfg.z_loss_coeff) * z_sum / T(tokens);
-  return c;
+  c.z_loss = T(cfg.z_loss_coeff) * c.lse_sq_sum / T(total_tokens);
 }
 
 template <typename T>
 void moe_router_backward(const MoeRouterConfig& cfg, const MoeRouterCache<T>& c, const T* logits,
                          const T* dweights, int64_t tokens, T* dlogits) {
   const int64_t E = cfg.num_experts, k = cfg.topk, G = c.groups;
-  const T n = T(tokens), per_group = T(tokens / G);
+  const T n = T(c.total_tokens), per_group = T(c.total_tokens / G);
   const size_t nE = static_cast<size_t>(E), nk = static_cast<size_t>(k);
   std::vector<T> p(nE), dp(nE), s(nE), ds(nE);      // (E) per-token scratch
   std::vector<T> wk(nk), dwk(nk), sk(nk), dsk(nk);  // (k)
@@ -244,6 +250,7 @@ CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::v
 #define MG_MOE_ROUTER_INSTANTIATE(T)                                                               \
   template MoeRouterCache<T> moe_router_forward<T>(const MoeRouterConfig&, const T*, int64_t,      \
                                                    int64_t);                                       \
+  template void moe_router_global_losses<T>(const MoeRouterConfig&, MoeRouterCache<T>&, int64_t); \
   template void moe_router_backward<T>(const MoeRouterConfig&, const MoeRouterCache<T>&, const T*, \
                                        const T*, int64_t, T*);                                     \
   template CapacityDrop moe_capacity_drop<T>(const std::vector<int32_t>&, const std::vector<T>&,   \

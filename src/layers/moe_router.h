@@ -37,6 +37,9 @@ struct MoeRouterCache {
   // micro-batch (G = 1), or each of its B sequences (per_sequence)
   std::vector<int64_t> tokens_per_expert;
   int64_t groups = 1;
+  int64_t total_tokens = 0;                // T over the ranks that split the sequence
+  std::vector<T> score_sums;               // (G, E) Σ_t q_te over this rank's tokens of group g
+  T lse_sq_sum = 0;                        // Σ_t logsumexp(logits_t)² over this rank's tokens
   T aux_loss = 0;                          // coeff·E·Σ_e f_e·p_e (per_sequence: its mean over G)
   T z_loss = 0;                            // coeff_z·mean_t(logsumexp(logits_t)²)
 };
@@ -45,6 +48,14 @@ struct MoeRouterCache {
 template <typename T>
 MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits, int64_t tokens,
                                      int64_t sequences = 1);
+
+// Context parallelism splits each sequence over ranks: after tokens_per_expert is summed over
+// them, this sets total_tokens (the sum of the ranks' tokens) and the losses to this rank's
+// share (its tokens' terms of the whole sequence's losses: the shares sum to the losses of the
+// whole micro-batch, and each rank's backward is its tokens' part of the gradient).
+template <typename T>
+void moe_router_global_losses(const MoeRouterConfig& cfg, MoeRouterCache<T>& cache,
+                              int64_t total_tokens);
 
 // Sets dlogits (T, E) to the gradient of sum(weights ⊙ dweights) + aux_loss + z_loss.
 // f_e (tokens_per_expert) is a constant, as upstream: routing is not differentiable.

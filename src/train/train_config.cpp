@@ -191,16 +191,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
     MG_USER_CHECK(device == "cpu" || parallel.ep() == 1, "--expert-model-parallel-size ",
                   parallel.ep(), " runs on the CPU backend for now: train with --device cpu, "
                   "or --device cuda with --expert-model-parallel-size 1");
-    // Routing is per token, but the load-balancing loss, the z-loss's mean and the capacity
-    // are taken over the micro-batch's tokens, which CP splits.
-    const bool aux = model.moe_router_load_balancing_type != "none";
-    MG_USER_CHECK(parallel.cp() == 1 || ((!aux || model.moe_aux_loss_coeff == 0.f) &&
-                                         model.moe_z_loss_coeff == 0.f &&
-                                         model.moe_expert_capacity_factor == 0.f),
-                  "--context-parallel-size ", parallel.cp(), " with --num-experts: the router's "
-                  "--moe-aux-loss-coeff, --moe-z-loss-coeff and --moe-expert-capacity-factor "
-                  "statistics are not yet taken over the whole sequence across CP ranks; set "
-                  "them to 0 or use --context-parallel-size 1");
+    // Routing is per token and the aux and z losses are summed over CP ranks, but capacity
+    // ranks each expert's assignments over the micro-batch's tokens, which CP splits.
+    MG_USER_CHECK(parallel.cp() == 1 || model.moe_expert_capacity_factor == 0.f,
+                  "--context-parallel-size ", parallel.cp(), " with --num-experts: "
+                  "--moe-expert-capacity-factor does not yet rank the assignments over the "
+                  "whole sequence across CP ranks; drop it or use --context-parallel-size 1");
   }
   MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
                 "or 2 (got ", timing_log_level, ")");

@@ -108,7 +108,7 @@ const char* load_balancing_name(const GPTConfig& m) {
 }
 
 // The step's MoE losses (StepResult's fields) from every rank's model chunks: each layer is
-// counted once per DP replica (TP rank 0, CP rank 0), summed over PP stages and DP.
+// counted once per DP replica (TP rank 0; CP ranks' shares summed), summed over PP stages and DP.
 void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& g,
                      const GPTConfig& m, double& load_balancing, double& z, double& dropped) {
   MoeLosses sum;
@@ -118,9 +118,12 @@ void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& 
     sum.dropped += c.dropped;
     sum.layer_microbatches += c.layer_microbatches;
   }
-  const bool reporter = g.coord.tp == 0 && g.coord.cp == 0;
+  // TP ranks hold the same values; CP ranks their shares of the sequence's losses (summed), and
+  // each counts the same layers and micro-batches (counted once, on CP rank 0).
+  const bool reporter = g.coord.tp == 0;
   auto total = [&](double v) { return all_reduce_sum(*g.world, reporter ? v : 0.0); };
-  const double n = std::max(total(sum.layer_microbatches), 1.0);
+  const double n =
+      std::max(all_reduce_sum(*g.world, reporter && g.coord.cp == 0 ? sum.layer_microbatches : 0.0), 1.0);
   const bool aux = m.moe_router_load_balancing_type != "none" && m.moe_aux_loss_coeff > 0;
   load_balancing = aux ? total(sum.load_balancing) / n : -1;
   z = m.moe_z_loss_coeff > 0 ? total(sum.z) / n : -1;

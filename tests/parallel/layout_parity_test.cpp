@@ -208,9 +208,6 @@ const std::string kMoe = kLlama +
 const std::string kMoeGelu = kModel +
     " --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64"
     " --moe-layer-freq 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01";
-// Under CP the router's statistics over the whole sequence are not gathered yet: no aux, z or
-// capacity (train_config.cpp refuses them), so routing is per token.
-const std::string kMoeNoAux = kLlama + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48";
 // seq_aux_loss: the load-balancing loss per sequence (micro-batches of 2 sequences).
 const std::string kMoeSeqAux = kMoe + " --moe-router-load-balancing-type seq_aux_loss";
 class MoeLayoutParity : public ::testing::TestWithParam<ModelLayout> {};
@@ -226,7 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
                     {4, "--tensor-model-parallel-size 2 --sequence-parallel "
                         "--pipeline-model-parallel-size 2"}},
         ModelLayout{"pp2vp2", kMoe, {2, kVp2}},
-        ModelLayout{"cp2_no_aux", kMoeNoAux, {2, "--context-parallel-size 2"}},
+        // CP: the routed counts summed over the CP ranks, each rank's aux and z losses its share
+        ModelLayout{"cp2", kMoe, {2, "--context-parallel-size 2"}},
         ModelLayout{"gelu_shared_capacity_tp2_sp", kMoeGelu,
                     {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
         ModelLayout{"gelu_shared_capacity_pp2dp2", kMoeGelu,
@@ -245,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"ep2dp2_distopt", kMoe,
                     {4, "--expert-model-parallel-size 2 --use-distributed-optimizer "
                         "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"ep2cp2_no_aux", kMoeNoAux,
+        ModelLayout{"ep2cp2", kMoe,
                     {4, "--expert-model-parallel-size 2 --context-parallel-size 2 "
                         "--moe-token-dispatcher-type alltoall"}},
         ModelLayout{"gelu_shared_capacity_ep2tp2_sp", kMoeGelu,
@@ -254,7 +252,10 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"seq_aux_tp2_sp", kMoeSeqAux,
                     {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
         ModelLayout{"seq_aux_ep2pp2", kMoeSeqAux,
-                    {4, "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"}}),
+                    {4, "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"}},
+        ModelLayout{"seq_aux_cp2tp2_sp", kMoeSeqAux,
+                    {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
 // The two token dispatchers differ only in what crosses the EP group: the same losses.
