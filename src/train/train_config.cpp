@@ -187,10 +187,6 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
       MG_USER_CHECK(width % parallel.tp() == 0, flag, " ", width,
                     " must be divisible by --tensor-model-parallel-size ", parallel.tp(),
                     " (each expert's MLP is split over TP)");
-    // The token exchanges of expert parallelism pass host arrays through the communicator.
-    MG_USER_CHECK(device == "cpu" || parallel.ep() == 1, "--expert-model-parallel-size ",
-                  parallel.ep(), " runs on the CPU backend for now: train with --device cpu, "
-                  "or --device cuda with --expert-model-parallel-size 1");
     // Routing is per token and the aux and z losses are summed over CP ranks, but capacity
     // ranks each expert's assignments over the micro-batch's tokens, which CP splits.
     MG_USER_CHECK(parallel.cp() == 1 || model.moe_expert_capacity_factor == 0.f,

@@ -2,8 +2,8 @@
 // ops (gather_rows, combine_rows, combine_rows_backward) against their CPU twins, and a small
 // Mixtral-style model trained with `megatron train --device cuda` against the same run on the
 // CPU, the oracle: every iteration's lm loss, load_balancing_loss and z_loss within 1e-4
-// relative (f32), bf16 within 2%, dropped-token counts equal; TP 2 with SP as two ranks on one
-// GPU and over NCCL. Without a GPU every test reports SKIPPED.
+// relative (f32), bf16 within 2%, dropped-token counts equal; TP 2 with SP and EP 2 (both
+// dispatchers) as two ranks on one GPU and over NCCL. Without a GPU every test reports SKIPPED.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -189,13 +189,22 @@ TEST(CudaMoe, TensorParallelOnOneGpuAndOverNccl) {
     expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend nccl" + tp, "", 1e-4);
 }
 
-TEST(CudaMoe, ExpertParallelIsRefusedWithTheFlag) {
-  const auto r = testing::run_command(testing::mpirun_prefix(2) + megatron_binary() + kMoeArgs +
-                                      " --device cuda --expert-model-parallel-size 2");
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("--expert-model-parallel-size 2 runs on the CPU backend"),
-            std::string::npos)
-      << r.output;
+// Expert parallelism: the dispatchers' exchanges (counts, rows, and allgather's routing) on
+// GPU buffers, over MPI (staged through the host; two ranks on one GPU) and NCCL.
+TEST(CudaMoe, ExpertParallelOnOneGpuAndOverNccl) {
+  MG_REQUIRE_GPU();
+  if (!std::filesystem::exists(MG_MPIEXEC))
+    GTEST_SKIP() << "no " << MG_MPIEXEC << " on this machine: the multi-rank runs need mpirun";
+  const std::string ep = " --expert-model-parallel-size 2 --moe-token-dispatcher-type ";
+  expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend mpi" + ep + "alltoall",
+                        "", 1e-4);
+  if (cuda::device_count() < 4) GTEST_SKIP() << "NCCL needs a GPU per rank";
+  expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend nccl" + ep + "allgather",
+                        "", 1e-4);
+  expect_gpu_tracks_cpu(testing::mpirun_prefix(4),
+                        "--distributed-backend nccl --tensor-model-parallel-size 2 "
+                        "--sequence-parallel" + ep + "alltoall",
+                        "", 1e-4);
 }
 
 }  // namespace
