@@ -1,11 +1,15 @@
 // 16-bit GEMMs with fp32 accumulation on oneDNN's matmul primitive (AVX512_BF16 brgemm kernels
 // for bf16 on this CPU), and the 16-bit paths of the linear layer. Primitives are created once
-// per shape and cached: creating one costs milliseconds, running one is the GEMM itself.
+// per shape and cached: creating one costs milliseconds, running one is the GEMM itself. Each
+// call passes its thread's own scratchpad (oneDNN's shared library scratchpad only serves the
+// thread that created the primitive), so threads may run cached primitives side by side
+// (grouped_gemm.cpp's tiles do).
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/cpu/staging.h"
@@ -30,7 +34,7 @@ struct Key {
 
 struct Prim {
   dnnl::matmul mm;
-  memory::desc a, b, c;
+  memory::desc a, b, c, scratchpad;
 };
 
 dnnl::engine& engine() {
@@ -57,14 +61,16 @@ Prim* primitive(const Key& k) {
   p->b = memory::desc({k.K, k.N}, dnnl_type(k.t), sb);
   p->c = memory::desc({k.M, k.N}, memory::data_type::f32, memory::dims{k.ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.acc) {
     dnnl::post_ops po;
     po.append_sum(1.f);
     attr.set_post_ops(po);
   }
   try {
-    p->mm = dnnl::matmul(
-        dnnl::matmul::primitive_desc(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine()));
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(p->a, p->b, p->c), attr, engine());
+    p->mm = dnnl::matmul(pd);
+    p->scratchpad = pd.scratchpad_desc();
   } catch (const dnnl::error&) {
     p.reset();
   }
@@ -105,7 +111,14 @@ void gemm_lowp(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t
     memory a(p->a, engine(), const_cast<void*>(A.data));
     memory b(p->b, engine(), const_cast<void*>(B.data));
     memory c(p->c, engine(), C);
-    p->mm.execute(strm, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    static thread_local std::vector<char> scratch_bytes;
+    if (const size_t n = p->scratchpad.get_size()) {
+      if (scratch_bytes.size() < n) scratch_bytes.resize(n);
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(p->scratchpad, engine(), scratch_bytes.data()));
+    }
+    p->mm.execute(strm, args);
     strm.wait();
     return;
   }

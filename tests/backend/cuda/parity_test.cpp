@@ -218,6 +218,87 @@ TEST(CudaParity, LinearForwardBackward) {
   }
 }
 
+// The experts of a MoE layer in one pass: uneven counts with empty groups, row and column
+// tails of the 32-wide tiles, null and present biases, dinp added and stored; f32 and bf16
+// (bf16 out in forward).
+TEST(CudaParity, GroupedLinearForwardBackward) {
+  MG_REQUIRE_GPU();
+  for (const auto& [counts, IN, OUT] :
+       {std::tuple<std::vector<int64_t>, int64_t, int64_t>{{0, 37, 1, 0, 70}, 45, 33},
+        {{5, 0, 64, 3}, 64, 96}}) {
+    for (DType t : {DType::F32, DType::BF16}) {
+      const int64_t G = int64_t(counts.size());
+      int64_t N = 0;
+      for (int64_t c : counts) N += c;
+      // f32 results from the same rounded operands differ only in the order of the sums.
+      const double tol = kTolF32 * (t == DType::F32 ? 1 : 10);
+      const Vec x = random_vec(size_t(N * IN), 31), w = random_vec(size_t(G * OUT * IN), 32, 0.1f),
+                bias = random_vec(size_t(G * OUT), 33), dy = random_vec(size_t(N * OUT), 34);
+      const auto x16 = t == DType::F32 ? std::vector<uint16_t>() : to16(x, t),
+                 w16 = t == DType::F32 ? std::vector<uint16_t>() : to16(w, t);
+      const size_t es = t == DType::F32 ? 4 : 2;
+      const void* xh = t == DType::F32 ? static_cast<const void*>(x.data()) : x16.data();
+      const void* wh = t == DType::F32 ? static_cast<const void*>(w.data()) : w16.data();
+      auto gx = t == DType::F32 ? up(x) : up(x16), gw = t == DType::F32 ? up(w) : up(w16);
+      auto gb = up(bias), gdy = up(dy);
+      // Per group: host pointers for the CPU, device pointers for CUDA (bias on even groups).
+      std::vector<const void*> wc, wg;
+      std::vector<const float*> bc, bg;
+      for (int64_t g = 0; g < G; ++g) {
+        wc.push_back(static_cast<const char*>(wh) + size_t(g * OUT * IN) * es);
+        wg.push_back(static_cast<const char*>(gw.get()) + size_t(g * OUT * IN) * es);
+        bc.push_back(g % 2 ? nullptr : bias.data() + g * OUT);
+        bg.push_back(g % 2 ? nullptr : gb.as<float>() + g * OUT);
+      }
+      const std::string s = dims({G, N, IN, OUT}) + (t == DType::F32 ? " f32" : " bf16");
+      // Forward: out in the operands' dtype, with biases; and f32 out without.
+      std::vector<uint16_t> y16(size_t(N * OUT));
+      Vec y(size_t(N * OUT));
+      cuda::Buffer gy(size_t(N * OUT) * 4);
+      if (t == DType::F32) {
+        cpu::grouped_linear_forward(y.data(), x.data(), wc.data(), bc.data(), counts.data(), G,
+                                    IN, OUT);
+        cuda::grouped_linear_forward(gy.as<float>(), {gx.get(), t}, wg.data(), bg.data(),
+                                     counts.data(), G, IN, OUT);
+        expect_close("grouped linear forward", s, down(gy, y.size()), y, tol);
+      } else {
+        cpu::grouped_linear_forward({y16.data(), t}, {x16.data(), t}, wc.data(), bc.data(),
+                                    counts.data(), G, IN, OUT);
+        cuda::grouped_linear_forward({gy.get(), t}, {gx.get(), t}, wg.data(), bg.data(),
+                                     counts.data(), G, IN, OUT);
+        expect_close("grouped linear forward -> bf16", s, down16(gy, y.size(), t), widen(y16, t),
+                     kTol16);
+      }
+      cpu::grouped_linear_forward(y.data(), {xh, t}, wc.data(), nullptr, counts.data(), G, IN,
+                                  OUT);
+      cuda::grouped_linear_forward(gy.as<float>(), {gx.get(), t}, wg.data(), nullptr,
+                                   counts.data(), G, IN, OUT);
+      expect_close("grouped linear forward (no bias)", s, down(gy, y.size()), y, tol);
+      // Backward: dweight and dbias accumulate; dinp added, then stored over NaNs.
+      for (GradWrite write : {GradWrite::Add, GradWrite::Set}) {
+        Vec dx(size_t(N * IN), write == GradWrite::Add ? 0.5f : NAN),
+            dw(size_t(G * OUT * IN), 0.25f), db(size_t(G * OUT), 1.f);
+        auto gdx = up(dx), gdw = up(dw), gdb = up(db);
+        std::vector<float*> dwc, dwg, dbc, dbg;
+        for (int64_t g = 0; g < G; ++g) {
+          dwc.push_back(dw.data() + g * OUT * IN);
+          dwg.push_back(gdw.as<float>() + g * OUT * IN);
+          dbc.push_back(g % 2 ? nullptr : db.data() + g * OUT);
+          dbg.push_back(g % 2 ? nullptr : gdb.as<float>() + g * OUT);
+        }
+        cpu::grouped_linear_backward(dx.data(), dwc.data(), dbc.data(), dy.data(), {xh, t},
+                                     wc.data(), counts.data(), G, IN, OUT, write);
+        cuda::grouped_linear_backward(gdx.as<float>(), dwg.data(), dbg.data(), gdy.as<float>(),
+                                      {gx.get(), t}, wg.data(), counts.data(), G, IN, OUT, write);
+        const std::string sw = s + (write == GradWrite::Set ? " set" : " add");
+        expect_close("grouped linear dinp", sw, down(gdx, dx.size()), dx, tol);
+        expect_close("grouped linear dweight", sw, down(gdw, dw.size()), dw, tol);
+        expect_close("grouped linear dbias", sw, down(gdb, db.size()), db, kTolF32);
+      }
+    }
+  }
+}
+
 TEST(CudaParity, EmbeddingForwardBackward) {
   MG_REQUIRE_GPU();
   const int64_t V = 97, H = 48, N = 131, rb = 20, re = 80;  // a vocab-parallel shard [20, 80)
