@@ -94,7 +94,6 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--fp8-param-gather", "", "fp8 GEMMs (fp8 parameter all-gather)"},
     {"--first-last-layers-bf16", "", "fp8 GEMMs (bf16 first/last layers)"},
     {"--fp4-format", "NAME", "fp4 GEMMs"},
-    {"--moe-grouped-gemm", "", "mixture-of-experts layers (the MoE issue)"},
     {"--moe-permute-fusion", "", "mixture-of-experts layers (the MoE issue)"},
     {"--step-batch-size-schedule", "SCHEDULE...", "a token-based global batch size schedule"},
     {"--ckpt-format", "NAME",

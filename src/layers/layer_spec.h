@@ -18,6 +18,7 @@ struct MoeSpec {
   MoeRouterConfig router;      // top-k, score function, loss coefficients
   double capacity_factor = 0;  // > 0: an expert takes at most ceil(T k / E x this) of T tokens
   bool drop_by_position = false;  // --moe-token-drop-policy position (else probs)
+  bool grouped_gemm = false;      // --moe-grouped-gemm: the experts' GEMMs as grouped ops
 };
 
 struct LayerSpec {

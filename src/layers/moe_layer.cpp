@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <type_traits>
 
 #include "backend/dispatch.h"
@@ -89,13 +90,24 @@ std::vector<int32_t> slot_rows(const std::vector<int32_t>& row_slot, int64_t slo
 }
 
 // This rank's experts on their rows: xe (rows, H) grouped by local expert (counts), fc1 and act
-// saved, ye (rows, H) f32 TP-partial outputs (the fc2 bias on TP rank 0).
+// saved, ye (rows, H) f32 TP-partial outputs (the fc2 bias on TP rank 0). With
+// --moe-grouped-gemm each GEMM is one grouped op over all local experts; else one call each.
 void experts_forward(const tp::TPGroup& g, const LayerWeights& w, const LayerDims& d,
                      const std::vector<int64_t>& counts, const void* xe, void* fc1, void* act,
                      float* ye) {
   timers::Scope timer(timers::kMoeExperts);
   const int64_t H = d.H, F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
+  const bool fc2_bias = g.rank() == 0;
+  if (d.spec.moe.grouped_gemm) {
+    const int64_t G = int64_t(counts.size()), rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    ops::grouped_linear_forward({fc1, t}, {xe, t}, w.moe.fc1_w.data(), w.moe.fc1_b.data(),
+                                counts.data(), G, H, F1);
+    activation_forward({act, t}, {fc1, t}, rows, F, d);
+    ops::grouped_linear_forward(ye, {act, t}, w.moe.fc2_w.data(),
+                                fc2_bias ? w.moe.fc2_b.data() : nullptr, counts.data(), G, F, H);
+    return;
+  }
   int64_t b = 0;
   for (size_t e = 0; e < counts.size(); b += counts[e], ++e) {
     const int64_t n = counts[e];
@@ -104,7 +116,7 @@ void experts_forward(const tp::TPGroup& g, const LayerWeights& w, const LayerDim
                         w.moe.fc1_b[e], n, H, F1);
     activation_forward({at(act, b * F, t), t}, {at(fc1, b * F1, t), t}, n, F, d);
     ops::linear_forward(ye + b * H, {at(act, b * F, t), t}, {w.moe.fc2_w[e], t},
-                        g.rank() == 0 ? w.moe.fc2_b[e] : nullptr, n, F, H);
+                        fc2_bias ? w.moe.fc2_b[e] : nullptr, n, F, H);
   }
 }
 // Their backward: dye (rows, H) -> dxe (rows, H) (=), parameter grads (+=) into gw.
@@ -114,6 +126,22 @@ void experts_backward(const LayerWeights& w, const LayerWeights& gw, const Layer
   timers::Scope timer(timers::kMoeExperts);
   const int64_t H = d.H, F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
+  if (d.spec.moe.grouped_gemm) {
+    const int64_t G = int64_t(counts.size()), rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    auto f32 = [](const std::vector<void*>& v) {
+      std::vector<float*> out(v.size());
+      for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float*>(v[i]);
+      return out;
+    };
+    ops::grouped_linear_backward(d_act, f32(gw.moe.fc2_w).data(), gw.moe.fc2_b.data(), dye,
+                                 {act, t}, w.moe.fc2_w.data(), counts.data(), G, F, H,
+                                 ops::GradWrite::Set);
+    activation_backward(d_fc1, {fc1, t}, d_act, rows, F, d);
+    ops::grouped_linear_backward(dxe, f32(gw.moe.fc1_w).data(), gw.moe.fc1_b.data(), d_fc1,
+                                 {xe, t}, w.moe.fc1_w.data(), counts.data(), G, H, F1,
+                                 ops::GradWrite::Set);
+    return;
+  }
   int64_t b = 0;
   for (size_t e = 0; e < counts.size(); b += counts[e], ++e) {
     const int64_t n = counts[e];

@@ -226,6 +226,7 @@ LayerSpec GPTConfig::layer_spec(int64_t layer) const {
     s.moe.ffn = moe_ffn();
     s.moe.capacity_factor = moe_expert_capacity_factor;
     s.moe.drop_by_position = moe_token_drop_policy == "position";
+    s.moe.grouped_gemm = moe_grouped_gemm;
     MoeRouterConfig& r = s.moe.router;
     r.num_experts = num_experts;
     r.topk = moe_router_topk;

@@ -71,6 +71,8 @@ struct GPTConfig {
   bool moe_pad_expert_input_to_capacity = false;  // Megatron pads each expert's rows to the
                                             // capacity; the experts here take their rows
                                             // unpadded (the same results): checked, no effect
+  bool moe_grouped_gemm = false;  // each GEMM of the local experts as one grouped op over all
+                                  // of them (grouped_linear_*), not one call per expert
   // Dropout while training (Megatron's defaults; no dropout in evaluation or generation):
   float hidden_dropout = 0.1f;           // embedding output and after the attention and MLP blocks
   float attention_dropout = 0.1f;        // attention probabilities

@@ -97,6 +97,10 @@ const std::vector<ModelField>& model_fields() {
       {"--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity", "",
        "accepted with a capacity factor; no effect: the experts take their rows unpadded, "
        "with the same results", &C::moe_pad_expert_input_to_capacity, false},
+      {"--moe-grouped-gemm", "moe_grouped_gemm", "",
+       "run each GEMM of a rank's experts as one grouped op over all of them (variable rows "
+       "per expert, no padding) instead of one call per expert; the same results",
+       &C::moe_grouped_gemm, false},
       {"--hidden-dropout", "hidden_dropout", "P",
        "dropout rate of the embedding output and of each attention and MLP block's output "
        "(training only)", &C::hidden_dropout, false},

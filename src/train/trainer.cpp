@@ -341,6 +341,15 @@ void Trainer::log_setup() const {
                    cfg_.model.num_experts > 0 ? " and the experts a token skips" : "",
                    " excluded, + 12 x layers x heads x head dim x seq length; the throughput "
                    "field's numerator)"));
+  if (cfg_.model.num_experts > 0) {
+    const GPTConfig::LayerKinds kinds = cfg_.model.layer_kinds(0, cfg_.model.num_layers);
+    log_line(str_cat(" > MoE: ", kinds.moe, " of ", cfg_.model.num_layers, " layers, ",
+                     cfg_.model.num_experts, " experts (", cfg_.model.num_experts / cfg_.parallel.ep(),
+                     " per EP rank), top-", cfg_.model.moe_router_topk, ", ",
+                     cfg_.model.moe_router_load_balancing_type, ", experts' GEMMs ",
+                     cfg_.model.moe_grouped_gemm ? "grouped (--moe-grouped-gemm)"
+                                                 : "one call per expert"));
+  }
   log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
                    model.dtype() == DType::F32 ? ""
                    : ops::on_cuda() ? " (GEMMs: cuBLASLt, fp32 accumulation)"

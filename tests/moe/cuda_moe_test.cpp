@@ -174,6 +174,13 @@ TEST(CudaMoe, CapacityDroppingLikeTheCpu) {
   expect_gpu_tracks_cpu("", "", " --moe-expert-capacity-factor 0.75", 1e-4);
 }
 
+// The grouped kernels (one launch per GEMM kind over all experts) against the CPU's
+// per-expert calls.
+TEST(CudaMoe, GroupedGemmLikeTheCpu) {
+  MG_REQUIRE_GPU();
+  expect_gpu_tracks_cpu("", "--moe-grouped-gemm", "", 1e-4);
+}
+
 TEST(CudaMoe, Bf16TracksTheCpuWithin2Percent) {
   MG_REQUIRE_GPU();
   expect_gpu_tracks_cpu("", "", " --bf16", 2e-2);

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 #include <thread>
 
 #include "testing/fd_check.h"
@@ -268,6 +269,33 @@ TEST(MoeDispatchers, AlltoallEqualsAllgather) {
   ASSERT_EQ(ag.losses.size(), a2a.losses.size()) << ag.log;
   for (size_t i = 0; i < a2a.losses.size(); ++i)
     EXPECT_NEAR(ag.losses[i], a2a.losses[i], 1e-6 * a2a.losses[i]) << "step " << i + 1;
+}
+
+// --moe-grouped-gemm runs the same math as the per-expert calls (one grouped op per GEMM over
+// a rank's experts): every step's loss and the final parameters agree, f32 (1e-6; the same
+// sgemm on the same rows, only the threads' split differs) and bf16 (each expert's rows may be
+// cut into pieces whose sums round apart: 2e-3), one rank and EP2 x TP2 (SP, two local experts
+// per rank, biases and shared experts in the GELU model).
+TEST(MoeGroupedGemm, EqualsThePerExpertCalls) {
+  const std::string ep = "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                         "--sequence-parallel --moe-token-dispatcher-type alltoall";
+  for (const auto& [ranks, flags, model, tol] :
+       {std::tuple{1, std::string(), kMoe, 1e-6}, std::tuple{4, ep, kMoeGelu, 1e-6},
+        std::tuple{1, std::string("--bf16"), kMoe, 2e-3}}) {
+    SCOPED_TRACE(flags + " " + model);
+    const RunOut loop = train(ranks, flags, model);
+    const RunOut grouped = train(ranks, flags + " --moe-grouped-gemm", model);
+    ASSERT_EQ(loop.losses.size(), 20u) << loop.log;
+    ASSERT_EQ(grouped.losses.size(), loop.losses.size()) << grouped.log;
+    EXPECT_NE(grouped.log.find("experts' GEMMs grouped (--moe-grouped-gemm)"), std::string::npos)
+        << grouped.log;
+    EXPECT_NE(loop.log.find("experts' GEMMs one call per expert"), std::string::npos) << loop.log;
+    for (size_t i = 0; i < loop.losses.size(); ++i)
+      EXPECT_NEAR(grouped.losses[i], loop.losses[i], tol * loop.losses[i]) << "step " << i + 1;
+    std::vector<double> a(grouped.params.begin(), grouped.params.end()),
+        b(loop.params.begin(), loop.params.end());
+    EXPECT_LT(testing::rel_l2(a, b), 100 * tol);
+  }
 }
 
 // A bf16 MoE under EP2 x TP2 (SP) follows the bf16 single-rank run.
