@@ -5,7 +5,8 @@
 #    8 SwiGLU experts of width 256, top-2, load-balancing loss 0.01) against the PyTorch
 #    reference of the same model (bench/torch_llama_train.py --num-experts: eager, tokens sorted
 #    by expert, one SwiGLU per expert, index_add_ to combine), tokens/s in one run.
-# 2. Ours once more under --timing-log-level 2: the MoE layers' time split into router (GEMM,
+# 2. Ours once more under --timing-log-level 2 (per-expert GEMMs and --moe-grouped-gemm, f32 and
+#    bf16): tokens/s and the MoE layers' time split into router (GEMM,
 #    top-k, losses), permute (gathering the tokens by expert and scattering their gradients),
 #    experts (their MLPs) and combine (the weighted sum and its backward), forward and backward
 #    together, in ms per iteration, next to the whole iteration.
@@ -14,18 +15,24 @@ cd "$(dirname "$0")/.."
 BIN=${MG_BINARY:-./build/megatron}
 [ -n "${MG_BINARY:-}" ] || ./scripts/build.sh megatron >/dev/null
 MG_BINARY=$BIN bench/train_throughput.sh mixtral-tiny
-# Timers per log interval: the second interval's (iterations 11-20, past the warm-up).
-OMP_NUM_THREADS=${THREADS:-2} "$BIN" train --mock-data --num-layers 2 --hidden-size 128 \
-  --num-attention-heads 4 --seq-length 128 --vocab-size 1024 --normalization RMSNorm --swiglu \
-  --ffn-hidden-size 352 --position-embedding-type rope --group-query-attention --num-query-groups 2 \
-  --disable-bias-linear --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 \
-  --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-aux-loss-coeff 0.01 \
-  --micro-batch-size 4 --global-batch-size 4 --lr 1e-4 --train-iters 20 --log-interval 10 \
-  --timing-log-level 2 2>&1 | awk '
-    / iteration +20\// { it = $0; sub(/.*elapsed time per iteration \(ms\): /, "", it); sub(/ .*/, "", it) }
-    it != "" && /^    (forward-backward|compute\/gemm|moe\/)/ {
-      v = $0; sub(/.*: \(/, "", v); sub(/,.*/, "", v); name = $1; split_ms = split_ms " " name "=" v }
-    END { print "moe_time_split_ms_per_iter: iteration=" it split_ms }'
+# Timers per log interval: the second interval's (iterations 11-20, past the warm-up); the
+# experts' GEMMs as one call per expert and as grouped ops (--moe-grouped-gemm), f32 and bf16,
+# in the same run.
+for prec in "" --bf16; do
+  for grouped in "" --moe-grouped-gemm; do
+  OMP_NUM_THREADS=${THREADS:-2} "$BIN" train --mock-data --num-layers 2 --hidden-size 128 \
+    --num-attention-heads 4 --seq-length 128 --vocab-size 1024 --normalization RMSNorm --swiglu \
+    --ffn-hidden-size 352 --position-embedding-type rope --group-query-attention --num-query-groups 2 \
+    --disable-bias-linear --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 \
+    --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-aux-loss-coeff 0.01 \
+    --micro-batch-size 4 --global-batch-size 4 --lr 1e-4 --train-iters 20 --log-interval 10 \
+    --timing-log-level 2 $prec $grouped 2>&1 | awk -v tag="${prec:-f32} ${grouped:-per-expert}" '
+      / iteration +20\// { it = $0; sub(/.*elapsed time per iteration \(ms\): /, "", it); sub(/ .*/, "", it) }
+      it != "" && /^    (forward-backward|compute\/gemm|moe\/)/ {
+        v = $0; sub(/.*: \(/, "", v); sub(/,.*/, "", v); name = $1; split_ms = split_ms " " name "=" v }
+      END { printf "moe_time_split_ms_per_iter: %s tokens/s=%.0f iteration=%s%s\n", tag, 512000 / it, it, split_ms }'
+  done
+done
 # 3. The bytes each rank sends over the EP group per step (`ep comm bytes`, rank 0's line; the
 #    mean over 10 steps), EP 1, 2, 4 on as many ranks (DP = EP), both dispatchers.
 for ep in 1 2 4; do
