@@ -403,8 +403,19 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     float* dlog = s.moe_dlogits.data<float>();
     ops::copy(dlog, ops::device(), dlogits.data(), Device::CPU, dlogits.size() * sizeof(float));
     // Every TP rank holds the same router gradient; the input gradient is added once (rank 0).
+    // --moe-router-dtype fp32: a 16-bit model's router backward runs in fp32 on the widened
+    // input and weight (the logits' gradient is not rounded to 16 bits), as Megatron's.
+    cpu::Mat xr{x, t}, wr{w.moe.router_w, t};
+    if (t != DType::F32) {
+      float* x32 = room_f32(s.moe_router_x32, N, H);
+      float* w32 = room_f32(s.moe_router_w32, E, H);
+      ops::cast_to_f32(x32, x, t, N * H);
+      ops::cast_to_f32(w32, w.moe.router_w, t, E * H);
+      xr = {x32, DType::F32};
+      wr = {w32, DType::F32};
+    }
     ops::linear_backward(g.rank() == 0 ? dx_full : nullptr, static_cast<float*>(gw.moe.router_w),
-                         nullptr, dlog, {x, t}, {w.moe.router_w, t}, N, H, E);
+                         nullptr, dlog, xr, wr, N, H, E);
   }
   if (d.sp) {
     tp::reduce_scatter_to_sp_forward(g, dx_full, s.d_ln.data<float>(), R * H);

@@ -173,6 +173,7 @@ struct LayerScratch {
   // full rows (EP x S*B, H) [dtype] (forward only).
   Tensor moe_dye, moe_dxe, moe_g, moe_g2, moe_xg;
   Tensor moe_dw;          // the routing weights' gradients (S*B x k; allgather: EP x S*B x k)
+  Tensor moe_router_x32, moe_router_w32;  // 16-bit models: the router's input and weight in f32
   explicit LayerScratch(const LayerDims& d);
 };
 // The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.
