@@ -75,10 +75,13 @@ const float* host_logits(const LayerCache& c, const MoeRouting& r) {
 void sum_over_cp(Communicator& cp, const MoeRouterConfig& cfg, MoeRouterCache<float>& c,
                  int64_t tokens) {
   std::vector<int64_t>& counts = c.tokens_per_expert;
-  std::vector<float> f(counts.begin(), counts.end());  // exact: counts are below 2^24
-  MG_CHECK(tokens * cfg.topk * cp.size() < (int64_t(1) << 24), "routed counts beyond 2^24");
-  cp.all_reduce(f.data(), int64_t(f.size()));
-  for (size_t i = 0; i < f.size(); ++i) counts[i] = int64_t(f[i]);
+  const int64_t n = int64_t(counts.size());
+  std::vector<int64_t> all(size_t(n * cp.size()));  // every rank's counts, summed exactly here
+  cp.all_gather(counts.data(), all.data(), n, DType::I64);
+  for (int64_t i = 0; i < n; ++i) {
+    counts[size_t(i)] = 0;
+    for (int r = 0; r < cp.size(); ++r) counts[size_t(i)] += all[size_t(r * n + i)];
+  }
   moe_router_global_losses(cfg, c, tokens * cp.size());
 }
 

@@ -140,7 +140,9 @@ struct LayerCache {
   // with EP 1 the experts read moe_x and write moe_y): the rows this rank's experts take
   // [dtype] and their outputs.
   Tensor moe_xe, moe_ye;
-  MoeRouting routing;              // the routing, for backward
+  MoeRouting routing;              // the routing, for backward (its index arrays, N x k
+                                   // int32 and floats, are not in layer_cache_decls: k / H of
+                                   // the rows' size)
   explicit LayerCache(const LayerDims& d);
 };
 
