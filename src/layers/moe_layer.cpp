@@ -56,7 +56,7 @@ T* to_device(Tensor& t, const std::vector<T>& v) {
   static_assert(sizeof(T) == 4);
   T* p = static_cast<T*>(room(t, std::max<int64_t>(1, int64_t(v.size())), 1,
                               std::is_same_v<T, float> ? DType::F32 : DType::I32));
-  ops::copy(p, ops::device(), v.data(), Device::CPU, v.size() * sizeof(T));
+  if (!v.empty()) ops::copy(p, ops::device(), v.data(), Device::CPU, v.size() * sizeof(T));
   return p;
 }
 // n floats of device memory on the host (p itself on the CPU; else copied into v).
