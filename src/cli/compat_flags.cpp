@@ -76,6 +76,10 @@ constexpr NoOpFlag kTrainNoOp[] = {
     {"--DDP-impl", "NAME", "local|torch",
      "Megatron's own DDP or torch DDP (removed upstream; Megatron-Core's DDP is the only one)",
      "both average the same gradients over data-parallel ranks"},
+    {"--moe-permute-fusion", "", "",
+     "Transformer Engine's fused kernels for the MoE token permutation and un-permutation",
+     "the permutation (gather_rows) and the weighted un-permutation (combine_rows) are one op "
+     "each here, with the same results"},
     {"--profile", "", "", "an nsys / PyTorch profiler window (with --profile-step-start/end)",
      "no profiler hooks: run nsys or perf around the process; --timing-log-level gives phase "
      "timers"},
@@ -94,7 +98,10 @@ constexpr NotYetFlag kTrainNotYet[] = {
     {"--fp8-param-gather", "", "fp8 GEMMs (fp8 parameter all-gather)"},
     {"--first-last-layers-bf16", "", "fp8 GEMMs (bf16 first/last layers)"},
     {"--fp4-format", "NAME", "fp4 GEMMs"},
-    {"--moe-permute-fusion", "", "mixture-of-experts layers (the MoE issue)"},
+    {"--moe-router-enable-expert-bias", "",
+     "aux-loss-free load balancing (a per-expert routing bias updated every step)"},
+    {"--moe-router-bias-update-rate", "X",
+     "aux-loss-free load balancing (a per-expert routing bias updated every step)"},
     {"--step-batch-size-schedule", "SCHEDULE...", "a token-based global batch size schedule"},
     {"--ckpt-format", "NAME",
      "checkpoints are megatron-cpp's own sharded format (docs/checkpoint-format.md), which "

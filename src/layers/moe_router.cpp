@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -24,6 +25,20 @@ void MoeRouterConfig::validate() const {
                 topk_scaling_factor, ")");
   MG_USER_CHECK(aux_loss_coeff >= 0 && z_loss_coeff >= 0,
                 "--moe-aux-loss-coeff and --moe-z-loss-coeff must be >= 0");
+  if (group_topk == 0 && num_groups == 0) return;
+  // Upstream's rules (TransformerConfig), and what makes the group scores and the choice
+  // well defined: each chosen group contributes its best topk / group_topk scores.
+  MG_USER_CHECK(group_topk >= 1 && num_groups >= 1,
+                "--moe-router-group-topk and --moe-router-num-groups go together (got ",
+                group_topk, " and ", num_groups, ")");
+  MG_USER_CHECK(num_experts % num_groups == 0, "--num-experts ", num_experts,
+                " must be divisible by --moe-router-num-groups ", num_groups);
+  MG_USER_CHECK(group_topk <= num_groups, "--moe-router-group-topk ", group_topk,
+                " must be <= --moe-router-num-groups ", num_groups);
+  MG_USER_CHECK(topk >= group_topk && topk / group_topk <= num_experts / num_groups,
+                "--moe-router-topk ", topk, " must be at least --moe-router-group-topk ",
+                group_topk, " and at most it x the experts per group (",
+                num_experts / num_groups, ")");
 }
 
 namespace {
@@ -40,6 +55,28 @@ void topk_indices(const T* row, int64_t n, int64_t k, int32_t* out) {
     return row[a] > row[b] || (row[a] == row[b] && a < b);
   });
   std::copy(idx.begin(), idx.begin() + k, out);
+}
+
+// The token's k experts by score (best first): top-k among the experts of its best groups
+// under group-limited routing (a group's score: the sum of its best k / group_topk scores;
+// ties to the lower index, as everywhere), else the plain top-k.
+template <typename T>
+void choose_experts(const MoeRouterConfig& cfg, const T* scores, int32_t* out) {
+  const int64_t E = cfg.num_experts, k = cfg.topk;
+  if (cfg.num_groups <= 1) return topk_indices(scores, E, k, out);
+  const int64_t G = cfg.num_groups, per = E / G, best = k / cfg.group_topk;
+  std::vector<T> group_score(static_cast<size_t>(G), T(0));
+  std::vector<int32_t> top(static_cast<size_t>(best));
+  for (int64_t g = 0; g < G; ++g) {
+    topk_indices(scores + g * per, per, best, top.data());
+    for (int32_t i : top) group_score[size_t(g)] += scores[g * per + i];
+  }
+  std::vector<int32_t> groups(static_cast<size_t>(cfg.group_topk));
+  topk_indices(group_score.data(), G, cfg.group_topk, groups.data());
+  std::vector<T> masked(static_cast<size_t>(E), -std::numeric_limits<T>::infinity());
+  for (int32_t g : groups)
+    for (int64_t e = g * per; e < (g + 1) * per; ++e) masked[size_t(e)] = scores[e];
+  topk_indices(masked.data(), E, k, out);
 }
 
 // p (n) = softmax(x); returns logsumexp(x).
@@ -101,16 +138,16 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
     c.lse_sq_sum += lse * lse;
     if (cfg.score == RouterScore::Softmax) {
       if (cfg.pre_softmax) {
-        topk_indices(q, E, k, ex);
+        choose_experts(cfg, q, ex);
         for (int64_t j = 0; j < k; ++j) w[j] = q[ex[j]];
       } else {
-        topk_indices(x, E, k, ex);
+        choose_experts(cfg, x, ex);
         for (int64_t j = 0; j < k; ++j) scores[size_t(j)] = x[ex[j]];
         softmax_row(scores.data(), k, w);
       }
     } else {
       for (int64_t e = 0; e < E; ++e) scores[size_t(e)] = sigmoid(x[e]);
-      topk_indices(scores.data(), E, k, ex);
+      choose_experts(cfg, scores.data(), ex);
       T sum = 0;
       for (int64_t j = 0; j < k; ++j) sum += w[j] = scores[size_t(ex[j])];
       if (k > 1)

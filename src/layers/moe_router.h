@@ -19,6 +19,11 @@ struct MoeRouterConfig {
   bool pre_softmax = false;          // softmax over all E before top-k (--moe-router-pre-softmax);
                                      // ignored by sigmoid, whose scores always come before top-k
   double topk_scaling_factor = 1.0;  // multiplies the chosen weights (> 0)
+  // Group-limited routing (DeepSeek-V3's device/node-limited top-k): the E experts in
+  // num_groups groups; each token picks the group_topk groups whose best topk / group_topk
+  // scores sum highest, then its top-k among their experts. 0: plain top-k.
+  int64_t num_groups = 0;    // --moe-router-num-groups
+  int64_t group_topk = 0;    // --moe-router-group-topk
   double aux_loss_coeff = 0.0;       // --moe-aux-loss-coeff (switch-style load balancing)
   // --moe-router-load-balancing-type seq_aux_loss: the load-balancing loss of each sequence of
   // the micro-batch (tokens are sequence-first, token t in sequence t % B), averaged over them.

@@ -232,6 +232,8 @@ LayerSpec GPTConfig::layer_spec(int64_t layer) const {
     r.topk = moe_router_topk;
     r.score = moe_router_score_function == "sigmoid" ? RouterScore::Sigmoid : RouterScore::Softmax;
     r.pre_softmax = moe_router_pre_softmax;
+    r.num_groups = moe_router_num_groups;
+    r.group_topk = moe_router_group_topk;
     r.topk_scaling_factor = moe_router_topk_scaling_factor > 0.f ? moe_router_topk_scaling_factor : 1.0;
     r.per_sequence = moe_router_load_balancing_type == "seq_aux_loss";
     r.aux_loss_coeff = moe_router_load_balancing_type == "none" ? 0.0 : moe_aux_loss_coeff;

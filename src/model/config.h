@@ -61,6 +61,8 @@ struct GPTConfig {
   int64_t moe_router_topk = 2;              // experts per token
   std::string moe_router_score_function = "softmax";  // softmax | sigmoid
   bool moe_router_pre_softmax = false;      // softmax over all E before the top-k
+  int64_t moe_router_num_groups = 0;        // group-limited routing: expert groups (0: none)
+  int64_t moe_router_group_topk = 0;        // group-limited routing: groups per token
   float moe_router_topk_scaling_factor = 0.f;  // scales the chosen weights; 0: none (1)
   std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | seq_aux_loss | none
   std::string moe_router_dtype = "fp32";    // the router's logits, softmax and losses: fp32

@@ -78,6 +78,12 @@ const std::vector<ModelField>& model_fields() {
       {"--moe-router-pre-softmax", "moe_router_pre_softmax", "",
        "softmax over all experts before the top-k (else over the top-k logits)",
        &C::moe_router_pre_softmax},
+      {"--moe-router-num-groups", "moe_router_num_groups", "N",
+       "group-limited routing: the experts in N groups, each token choosing among the experts "
+       "of its --moe-router-group-topk best groups (0: none)", &C::moe_router_num_groups, false},
+      {"--moe-router-group-topk", "moe_router_group_topk", "K",
+       "group-limited routing: the groups each token chooses its experts from (0: none)",
+       &C::moe_router_group_topk, false},
       {"--moe-router-topk-scaling-factor", "moe_router_topk_scaling_factor", "X",
        "multiplies the chosen experts' weights (0: none)", &C::moe_router_topk_scaling_factor},
       {"--moe-router-load-balancing-type", "moe_router_load_balancing_type", "NAME",

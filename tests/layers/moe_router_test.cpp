@@ -13,6 +13,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -229,6 +230,60 @@ TEST(MoeRouter, SeqAuxLossIsTheMeanOverSequences) {
       const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
       EXPECT_NEAR(dx[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
     }
+  }
+}
+
+// Group-limited routing (--moe-router-num-groups 4 --moe-router-group-topk 2, 8 experts, top-4:
+// each group scored by its best 2): a hand case where the plain top-4 would take expert 4 from
+// the third-best group; here the experts of groups 1 and 0 only, best first. Then the backward
+// against finite differences for softmax, pre-softmax and sigmoid scores, and the rules.
+TEST(MoeRouter, GroupLimitedRouting) {
+  MoeRouterConfig cfg;
+  cfg.num_experts = 8;
+  cfg.topk = 4;
+  cfg.num_groups = 4;
+  cfg.group_topk = 2;
+  // Group sums of the best two: g0 0.9 + 0.1, g1 0.6 + 0.6 (best), g2 0.8 + 0, g3 0.3 + 0.3.
+  const std::vector<double> x = {0.9, 0.1, 0.6, 0.6, 0.8, 0.0, 0.3, 0.3};
+  EXPECT_EQ(moe_router_forward(cfg, x.data(), 1).experts, (std::vector<int32_t>{0, 2, 3, 1}));
+  MoeRouterConfig plain = cfg;
+  plain.num_groups = plain.group_topk = 0;
+  EXPECT_EQ(moe_router_forward(plain, x.data(), 1).experts, (std::vector<int32_t>{0, 4, 2, 3}));
+
+  for (RouterScore score : {RouterScore::Softmax, RouterScore::Sigmoid})
+    for (bool pre : {false, true}) {
+      MoeRouterConfig c = cfg;
+      c.score = score;
+      c.pre_softmax = pre;
+      c.aux_loss_coeff = 0.3;
+      c.z_loss_coeff = 0.05;
+      constexpr int64_t T = 5;
+      std::vector<double> v = to<double>(testing::random_vec(T * 8, 51, -2.f, 2.f));
+      const std::vector<double> g = to<double>(testing::random_vec(T * 4, 52));
+      const auto base = moe_router_forward(c, v.data(), T);
+      std::vector<double> dv(v.size());
+      moe_router_backward(c, base, v.data(), g.data(), T, dv.data());
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double v0 = v[i], h = 1e-6;
+        v[i] = v0 + h;
+        const auto plus = moe_router_forward(c, v.data(), T);
+        v[i] = v0 - h;
+        const auto minus = moe_router_forward(c, v.data(), T);
+        v[i] = v0;
+        ASSERT_EQ(plus.experts, base.experts);
+        ASSERT_EQ(minus.experts, base.experts);
+        const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
+        EXPECT_NEAR(dv[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
+      }
+    }
+
+  for (auto [groups, gk, k] : {std::tuple{3, 1, 2}, std::tuple{4, 5, 4}, std::tuple{4, 3, 2},
+                               std::tuple{4, 1, 4}, std::tuple{0, 2, 4}}) {
+    MoeRouterConfig bad = cfg;
+    bad.num_groups = groups;
+    bad.group_topk = gk;
+    bad.topk = k;
+    EXPECT_THROW(bad.validate(), UsageError) << groups << " " << gk << " " << k;
   }
 }
 

@@ -254,6 +254,12 @@ INSTANTIATE_TEST_SUITE_P(
                     {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
         ModelLayout{"seq_aux_ep2pp2", kMoeSeqAux,
                     {4, "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"}},
+        // DeepSeek-style: sigmoid scores, group-limited top-k, a scaling factor
+        ModelLayout{"group_limited_sigmoid_ep2tp2_sp",
+                    kMoe + " --moe-router-score-function sigmoid --moe-router-num-groups 2 "
+                           "--moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5",
+                    {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel"}},
         ModelLayout{"seq_aux_cp2tp2_sp", kMoeSeqAux,
                     {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
                         "--sequence-parallel"}}),
