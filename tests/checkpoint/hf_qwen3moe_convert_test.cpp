@@ -4,8 +4,9 @@
 // and a dense layer 0, or false with decoder_sparse_step 2): f32 and bf16, single-file and
 // sharded, go HF -> checkpoint -> HF bit-identical (tensors, config.json, tokenizer files); our
 // model loaded from the checkpoint (also one written for TP 2) gives the reference's logits
-// within 1e-4. Bad config.json fields stop with exit code 2 naming the field and write nothing;
-// models Qwen3 cannot express are refused on export naming the flag.
+// within 1e-4, and trains from it under one rank and TP 2 with the same losses. Bad config.json
+// fields stop with exit code 2 naming the field and write nothing; models Qwen3 cannot express
+// are refused on export naming the flag.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "checkpoint/hf_llama_config.h"
 #include "testing/checkpoint_logits.h"
 #include "testing/hf_same_files.h"
+#include "testing/mpirun.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/usage_error.h"
@@ -141,6 +143,32 @@ TEST_F(HFQwen3MoeConvert, ExportWithoutTheKeptConfigIsQwen3Moe) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_checkpoint_metadata(latest_checkpoint_dir(again.string())).model.moe_layer_freq,
             "[0,1,0]");
+}
+
+// `train --load` of the converted Qwen3-MoE (q/k norms, a dense layer 0, two MoE layers) needs no
+// model flags: one rank and TP 2 (the vocabulary padded to the same 128 rows) give the same
+// losses.
+TEST_F(HFQwen3MoeConvert, TrainLoadOneRankAndTp2Agree) {
+  const fs::path c = ref("qwen3moe_norm_f32"), ck = c / "ck_train";
+  const auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+                         ck.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string train = std::string(MG_BINARY) +
+                            " train --mock-data --seq-length 16 --micro-batch-size 2 "
+                            "--global-batch-size 4 --train-iters 3 --lr 1e-4 --log-interval 1 "
+                            "--load " +
+                            ck.string();
+  const auto one = testing::run_command(train);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto tp2 = testing::run_command(testing::mpirun_prefix(2) + train +
+                                        " --tensor-model-parallel-size 2 "
+                                        "--make-vocab-size-divisible-by 64");
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  const std::vector<double> want = testing::log_values(one.output, "lm loss"),
+                            got = testing::log_values(tp2.output, "lm loss");
+  ASSERT_EQ(want.size(), 3u) << one.output;
+  ASSERT_EQ(got.size(), 3u) << tp2.output;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << i;
 }
 
 // Each bad config.json: exit 2, a message naming the field, and no --save directory left behind.
