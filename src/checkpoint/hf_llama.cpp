@@ -7,8 +7,9 @@ namespace mg {
 
 namespace {
 
-// The HF tensors of our parameter `ours` (a name of gpt_param_layout(c)).
-std::vector<HfRows> parts_of(const std::string& ours, const GPTConfig& c) {
+// The HF tensors of our parameter `ours` (a name of gpt_param_layout(c)); `qwen3_moe` picks
+// Qwen3-MoE's expert names over Mixtral's.
+std::vector<HfRows> parts_of(const std::string& ours, const GPTConfig& c, bool qwen3_moe) {
   const int64_t H = c.hidden_size, V = c.vocab_size, F = c.ffn(), HD = c.head_dim();
   const int64_t NH = c.num_attention_heads, NG = c.query_groups();
   auto whole = [](std::string name, Shape s) {
@@ -29,18 +30,28 @@ std::vector<HfRows> parts_of(const std::string& ours, const GPTConfig& c) {
   if (rest == "self_attention.linear_proj.weight") return whole(hf + "self_attn.o_proj.weight", {H, NH * HD});
   if (rest == "self_attention.linear_proj.bias") return whole(hf + "self_attn.o_proj.bias", {H});
   if (rest == "mlp.linear_fc2.weight") return whole(hf + "mlp.down_proj.weight", {H, F});
+  // Qwen3: each query and key head RMS-normalised over its HD channels before RoPE.
+  if (rest == "self_attention.q_layernorm.weight")
+    return whole(hf + "self_attn.q_norm.weight", {HD});
+  if (rest == "self_attention.k_layernorm.weight")
+    return whole(hf + "self_attn.k_norm.weight", {HD});
   // Mixtral: the router is block_sparse_moe.gate; expert e's fc1 = [w1; w3] (gate; up), fc2 = w2.
+  // Qwen3-MoE: the router is mlp.gate; expert e's fc1 = [gate_proj; up_proj], fc2 = down_proj.
   const int64_t E = c.num_experts, FE = c.moe_ffn();
-  if (rest == "mlp.router.weight") return whole(hf + "block_sparse_moe.gate.weight", {E, H});
+  const std::string moe = hf + (qwen3_moe ? "mlp." : "block_sparse_moe.");
+  if (rest == "mlp.router.weight") return whole(moe + "gate.weight", {E, H});
   const std::string experts = "mlp.experts.local_experts.";
   if (rest.rfind(experts, 0) == 0) {
     const size_t at = rest.find('.', experts.size());
     const std::string e = rest.substr(experts.size(), at - experts.size());
-    const std::string w = hf + "block_sparse_moe.experts." + e + ".";
+    const std::string w = moe + "experts." + e + ".";
     const std::string what = rest.substr(at + 1);
+    const char* gate = qwen3_moe ? "gate_proj" : "w1";
+    const char* up = qwen3_moe ? "up_proj" : "w3";
+    const char* down = qwen3_moe ? "down_proj" : "w2";
     if (what == "linear_fc1.weight")
-      return {{w + "w1.weight", {FE, H}, 0, FE}, {w + "w3.weight", {FE, H}, 0, FE}};
-    if (what == "linear_fc2.weight") return whole(w + "w2.weight", {H, FE});
+      return {{w + gate + ".weight", {FE, H}, 0, FE}, {w + up + ".weight", {FE, H}, 0, FE}};
+    if (what == "linear_fc2.weight") return whole(w + down + ".weight", {H, FE});
   }
   if (rest == "mlp.linear_fc2.bias") return whole(hf + "mlp.down_proj.bias", {H});
   for (const char* kind : {"weight", "bias"}) {
@@ -68,11 +79,12 @@ std::vector<HfRows> parts_of(const std::string& ours, const GPTConfig& c) {
 
 }  // namespace
 
-std::vector<LlamaTensor> llama_tensors(const GPTConfig& cfg) {
+std::vector<LlamaTensor> llama_tensors(const GPTConfig& cfg, const std::string& architecture) {
   std::vector<LlamaTensor> out;
   const ParamLayout layout = gpt_param_layout(cfg);
+  const bool qwen3_moe = architecture == "Qwen3MoeForCausalLM";
   for (const ParamSpec& p : layout.params())
-    out.push_back({p.name, parts_of(p.name, cfg)});
+    out.push_back({p.name, parts_of(p.name, cfg, qwen3_moe)});
   return out;
 }
 

@@ -6,7 +6,10 @@
 //   linear_fc1 = [gate_proj; up_proj]; linear_proj = o_proj; linear_fc2 = down_proj;
 //   input_layernorm, post_attention_layernorm (our pre_mlp_layernorm), model.norm;
 //   Mixtral's MoE layers: mlp.router = block_sparse_moe.gate, expert e's linear_fc1 =
-//     [experts.e.w1; experts.e.w3], its linear_fc2 = experts.e.w2.
+//     [experts.e.w1; experts.e.w3], its linear_fc2 = experts.e.w2;
+//   Qwen3 (and Qwen3-MoE): q_layernorm / k_layernorm = self_attn.q_norm / k_norm; Qwen3-MoE's
+//     MoE layers: mlp.router = mlp.gate, expert e's linear_fc1 = [mlp.experts.e.gate_proj;
+//     up_proj], its linear_fc2 = mlp.experts.e.down_proj.
 // A row is everything after the first dim (one element of a 1-D tensor), so a conversion is a
 // copy of row ranges in the file's dtype, bit for bit both ways.
 #pragma once
@@ -31,8 +34,9 @@ struct LlamaTensor {
   std::vector<HfRows> parts;
 };
 
-// Every parameter of the single-rank model of cfg (Llama family), in layout order.
-std::vector<LlamaTensor> llama_tensors(const GPTConfig& cfg);
+// Every parameter of the single-rank model of cfg (Llama family) under the HF names of
+// `architecture` (e.g. "MixtralForCausalLM"), in layout order.
+std::vector<LlamaTensor> llama_tensors(const GPTConfig& cfg, const std::string& architecture);
 
 // HF tensor names that are buffers, not weights (rotary_emb.inv_freq): skipped on import.
 bool is_hf_buffer(const std::string& name);

@@ -19,7 +19,16 @@ struct Family {
 constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},
                                 {"MistralForCausalLM", "mistral"},
                                 {"Qwen2ForCausalLM", "qwen2"},
-                                {"MixtralForCausalLM", "mixtral"}};
+                                {"Qwen3ForCausalLM", "qwen3"},
+                                {"MixtralForCausalLM", "mixtral"},
+                                {"Qwen3MoeForCausalLM", "qwen3_moe"}};
+
+bool is_qwen3(const std::string& arch) {
+  return arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
+}
+
+// Qwen3ForCausalLM's head_dim when config.json has none (Qwen3-MoE's is hidden / heads).
+constexpr int64_t kQwen3HeadDim = 128;
 
 // Llama 3.1's fixed RoPE-scaling constants (Megatron's --use-rope-scaling takes only the factor).
 constexpr double kLowFreqFactor = 1, kHighFreqFactor = 4, kOriginalContext = 8192;
@@ -62,37 +71,126 @@ void read_mixtral(const ckpt::JsonFields& f, GPTConfig& c) {
                   " is true: MixtralForCausalLM has no biases");
 }
 
+// Qwen3 (dense and MoE): each query and key head RMS-normalised over its HD channels before
+// RoPE (q_norm, k_norm: Megatron's --qk-layernorm). attention_bias puts biases on q/k/v/o and
+// none on the MLP, which Megatron cannot express (every linear layer, or q/k/v alone).
+void read_qwen3(const ckpt::JsonFields& f, GPTConfig& c) {
+  c.qk_layernorm = true;
+  MG_USER_CHECK(!(f.has("attention_bias") && f.boolean("attention_bias")),
+                f.name("attention_bias"), " is true: q/k/v/o biases without MLP biases cannot be "
+                "represented (Megatron has biases on every linear layer or on q/k/v alone); only "
+                "false converts");
+}
+
+// Qwen3-MoE's sparse layers (transformers' Qwen3MoeDecoderLayer): layer i unless listed in
+// mlp_only_layers (default []), when (i + 1) % decoder_sparse_step (default 1) == 0.
+std::vector<bool> qwen3_moe_layers(const ckpt::JsonFields& f, int64_t layers) {
+  const int64_t step =
+      absent_or_null(f, "decoder_sparse_step") ? 1 : f.integer("decoder_sparse_step", 1, INT_MAX);
+  const std::vector<int64_t> dense = absent_or_null(f, "mlp_only_layers")
+                                         ? std::vector<int64_t>{}
+                                         : f.integers("mlp_only_layers", 0, layers - 1);
+  std::vector<bool> moe(static_cast<size_t>(layers));
+  for (int64_t i = 0; i < layers; ++i)
+    moe[size_t(i)] = (i + 1) % step == 0 && std::find(dense.begin(), dense.end(), i) == dense.end();
+  return moe;
+}
+
+// Qwen3-MoE's mixture of experts: the layers of qwen3_moe_layers (--moe-layer-freq as a 0/1
+// list, or "1" when all) hold num_experts SwiGLU experts of width moe_intermediate_size, the
+// others a SwiGLU MLP of width intermediate_size. The router takes the softmax over all experts
+// and the top k; norm_topk_prob renormalises the k weights (Megatron's default, the softmax over
+// the top-k logits: the same numbers), else they stay (--moe-router-pre-softmax; transformers'
+// default). The training-only fields (router_aux_loss_coef, output_router_logits) are not
+// carried, as Mixtral's are not: the kept config.json gives them back on export.
+void read_qwen3_moe(const ckpt::JsonFields& f, GPTConfig& c) {
+  c.num_experts = f.integer("num_experts", 1, 1 << 20);
+  c.moe_router_topk = f.integer("num_experts_per_tok", 1, c.num_experts);
+  c.moe_ffn_hidden_size = f.integer("moe_intermediate_size", 1, INT_MAX);
+  c.moe_router_pre_softmax = !(f.has("norm_topk_prob") && f.boolean("norm_topk_prob"));
+  const std::vector<bool> moe = qwen3_moe_layers(f, c.num_layers);
+  if (std::find(moe.begin(), moe.end(), false) == moe.end()) return;  // "1": every layer
+  c.moe_layer_freq = "[";
+  for (size_t i = 0; i < moe.size(); ++i)
+    c.moe_layer_freq += std::string(i ? "," : "") + (moe[i] ? "1" : "0");
+  c.moe_layer_freq += "]";
+}
+
+// decoder_sparse_step and mlp_only_layers for c's MoE layers: the source's (in j) when they give
+// the same layers, else step 1 with the dense layers listed.
+void put_qwen3_moe_layers(json& j, const GPTConfig& c) {
+  std::vector<bool> want(static_cast<size_t>(c.num_layers));
+  std::vector<int64_t> dense;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    want[size_t(l)] = c.is_moe_layer(l);
+    if (!want[size_t(l)]) dense.push_back(l);
+  }
+  try {
+    if (qwen3_moe_layers(ckpt::JsonFields(j, "config.json"), c.num_layers) == want) return;
+  } catch (const UsageError&) {  // the source's fields are not valid: written anew
+  }
+  if (j.contains("decoder_sparse_step")) j["decoder_sparse_step"] = 1;
+  if (j.contains("mlp_only_layers") || !dense.empty()) j["mlp_only_layers"] = dense;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string list;
+  for (const std::string& b : items) list += (list.empty() ? "" : ", ") + b;
+  return list;
+}
+
+constexpr const char* kBiases = "biases (--add-bias-linear / --add-qkv-bias)";
+
+// What sets a mixture-of-experts model apart from both Mixtral and Qwen3-MoE.
+std::vector<std::string> moe_differences(const GPTConfig& m) {
+  std::vector<std::string> bad;
+  if (m.moe_shared_expert_intermediate_size > 0)
+    bad.push_back("--moe-shared-expert-intermediate-size (shared experts)");
+  if (m.moe_router_score_function != "softmax")
+    bad.push_back("--moe-router-score-function " + m.moe_router_score_function);
+  if (m.moe_router_topk_scaling_factor > 0.f && m.moe_router_topk_scaling_factor != 1.f)
+    bad.push_back(str_cat("--moe-router-topk-scaling-factor ", m.moe_router_topk_scaling_factor));
+  if (m.add_bias_linear || m.add_qkv_bias) bad.push_back(kBiases);
+  return bad;
+}
+
 // MixtralForCausalLM for a mixture-of-experts model; a UsageError naming every flag that sets
 // the model apart from what Mixtral expresses.
 std::string mixtral_architecture_for(const GPTConfig& m, const std::string& what) {
-  std::vector<std::string> bad;
+  std::vector<std::string> bad = moe_differences(m);
   for (int64_t l = 0; l < m.num_layers; ++l)
     if (!m.is_moe_layer(l)) {
       bad.push_back(str_cat("--moe-layer-freq ", m.moe_layer_freq, " (layer ", l,
                             " is dense; every Mixtral layer is MoE)"));
       break;
     }
-  if (m.moe_shared_expert_intermediate_size > 0)
-    bad.push_back("--moe-shared-expert-intermediate-size (shared experts)");
-  if (m.moe_router_score_function != "softmax")
-    bad.push_back("--moe-router-score-function " + m.moe_router_score_function);
   if (m.moe_router_pre_softmax) bad.push_back("--moe-router-pre-softmax");
-  if (m.moe_router_topk_scaling_factor > 0.f && m.moe_router_topk_scaling_factor != 1.f)
-    bad.push_back(str_cat("--moe-router-topk-scaling-factor ", m.moe_router_topk_scaling_factor));
-  if (m.add_bias_linear || m.add_qkv_bias) bad.push_back("biases (--add-bias-linear / --add-qkv-bias)");
-  std::string list;
-  for (const std::string& b : bad) list += (list.empty() ? "" : ", ") + b;
-  MG_USER_CHECK(bad.empty(), what, ": the mixture-of-experts model has ", list,
+  MG_USER_CHECK(bad.empty(), what, ": the mixture-of-experts model has ", joined(bad),
                 "; MixtralForCausalLM cannot represent it (softmax router over the top-k, "
                 "every layer MoE, no shared experts, no biases)");
   return "MixtralForCausalLM";
 }
 
+// A model with --qk-layernorm: Qwen3ForCausalLM, or Qwen3MoeForCausalLM with experts (dense
+// layers and either router normalisation expressed); a UsageError naming every flag that sets
+// it apart from Qwen3.
+std::string qwen3_architecture_for(const GPTConfig& m, const std::string& what) {
+  const bool moe = m.num_experts > 0;
+  std::vector<std::string> bad;
+  if (moe) bad = moe_differences(m);
+  else if (m.add_bias_linear || m.add_qkv_bias) bad.push_back(kBiases);
+  const char* arch = moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM";
+  MG_USER_CHECK(bad.empty(), what, ": the model with --qk-layernorm has ", joined(bad), "; ",
+                arch, " cannot represent it (no biases",
+                moe ? ", a softmax router, no shared experts)" : ")");
+  return arch;
+}
+
 }  // namespace
 
 const char* const kHfArchitecturesRead =
-    "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
-    "MixtralForCausalLM";
+    "GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+    "MixtralForCausalLM and Qwen3MoeForCausalLM";
 
 bool is_hf_llama_family(const std::string& architecture) {
   return std::any_of(std::begin(kFamilies), std::end(kFamilies),
@@ -124,8 +222,9 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
                              : f.integer("num_key_value_heads", 1, c.num_attention_heads);
   c.group_query_attention = groups != c.num_attention_heads;
   c.num_query_groups = c.group_query_attention ? groups : 1;
-  c.kv_channels = absent_or_null(f, "head_dim") ? c.hidden_size / c.num_attention_heads
-                                                : f.integer("head_dim", 1, INT_MAX);
+  const int64_t head_dim =
+      arch == "Qwen3ForCausalLM" ? kQwen3HeadDim : c.hidden_size / c.num_attention_heads;
+  c.kv_channels = absent_or_null(f, "head_dim") ? head_dim : f.integer("head_dim", 1, INT_MAX);
   c.normalization = "RMSNorm";
   c.norm_epsilon = float(f.number("rms_norm_eps", 1e-30, 1));
   c.swiglu = true;
@@ -140,6 +239,7 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
   c.vocab_size = f.integer("vocab_size", 1, INT_MAX);
   c.make_vocab_size_divisible_by = divisible_by;
   if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
+  if (is_qwen3(arch)) read_qwen3(f, c);
   // Biases: Qwen2 has q/k/v biases only (Megatron's --add-qkv-bias); Llama's attention_bias
   // (q/k/v/o) together with mlp_bias is Megatron's biases on every linear layer.
   const bool attention_bias = f.has("attention_bias") && f.boolean("attention_bias");
@@ -159,11 +259,12 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
     MG_USER_CHECK(absent_or_null(f, "sliding_window"), f.name("sliding_window"), " is ",
                   config["sliding_window"].dump(), ": sliding-window attention is not supported "
                   "(megatron-cpp attends to the whole context); only null converts");
-  if (arch == "Qwen2ForCausalLM")
+  if (arch == "Qwen2ForCausalLM" || is_qwen3(arch))
     MG_USER_CHECK(!(f.has("use_sliding_window") && f.boolean("use_sliding_window")),
                   f.name("use_sliding_window"), " is true: sliding-window attention is not "
                   "supported; only false converts");
   if (arch == "MixtralForCausalLM") read_mixtral(f, c);
+  if (arch == "Qwen3MoeForCausalLM") read_qwen3_moe(f, c);
   try {
     c.validate();
   } catch (const UsageError& e) {
@@ -180,11 +281,9 @@ std::string hf_llama_architecture_for(const GPTConfig& m, const std::string& pre
   if (m.rope() && (m.rotary_percent != 1.f || m.rotary_interleaved))
     bad.push_back("--rotary-percent < 1 or --rotary-interleaved");
   if (!m.swiglu) bad.push_back("a GELU MLP (Llama uses SwiGLU)");
-  if (m.qk_layernorm) bad.push_back("--qk-layernorm");
-  std::string list;
-  for (const std::string& b : bad) list += (list.empty() ? "" : ", ") + b;
-  MG_USER_CHECK(bad.empty(), what, ": the model has ", list,
+  MG_USER_CHECK(bad.empty(), what, ": the model has ", joined(bad),
                 "; no Hugging Face Llama-family architecture represents it");
+  if (m.qk_layernorm) return qwen3_architecture_for(m, what);
   if (m.num_experts > 0) return mixtral_architecture_for(m, what);
   // Qwen2 is the one with a QKV bias alone; Mistral has no biases; Llama may have all of them.
   const bool qwen2 = m.add_qkv_bias && !m.add_bias_linear;
@@ -215,11 +314,14 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
   j["hidden_act"] = "silu";
   j["num_hidden_layers"] = c.num_layers;
   j["hidden_size"] = c.hidden_size;
-  const bool mixtral = arch == "MixtralForCausalLM";
-  j["intermediate_size"] = mixtral ? c.moe_ffn() : c.ffn();
+  const bool mixtral = arch == "MixtralForCausalLM", qwen3_moe = arch == "Qwen3MoeForCausalLM";
+  // Qwen3-MoE's intermediate_size is its dense layers' width (SwiGLU's default F may be 0 for a
+  // tiny model without dense layers: then the experts' width).
+  j["intermediate_size"] = mixtral || (qwen3_moe && c.ffn() == 0) ? c.moe_ffn() : c.ffn();
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
-  put("head_dim", c.head_dim(), c.hidden_size / c.num_attention_heads);
+  put("head_dim", c.head_dim(),
+      arch == "Qwen3ForCausalLM" ? kQwen3HeadDim : c.hidden_size / c.num_attention_heads);
   put_float("rms_norm_eps", c.norm_epsilon, json());
   put_float("rope_theta", c.rotary_base, json());
   if (c.use_rope_scaling) {
@@ -251,7 +353,15 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
     j["num_local_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.moe_router_topk;
   }
-  if (arch == "Qwen2ForCausalLM") put("use_sliding_window", false, false);
+  if (arch == "Qwen2ForCausalLM" || is_qwen3(arch)) put("use_sliding_window", false, false);
+  if (is_qwen3(arch)) put("attention_bias", false, false);
+  if (qwen3_moe) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.moe_router_topk;
+    j["moe_intermediate_size"] = c.moe_ffn();
+    j["norm_topk_prob"] = !c.moe_router_pre_softmax;  // written: transformers' default is false
+    put_qwen3_moe_layers(j, c);
+  }
   return j;
 }
 

@@ -91,7 +91,7 @@ void llama_hf_to_megatron(const ConvertConfig& cfg, const json& config,
   check_target_layout(cfg, mc);
   mc.vocab_pad_tp = cfg.target_tp;
   const HfTensorFiles hf(cfg.load);
-  const std::vector<LlamaTensor> tensors = llama_tensors(mc);
+  const std::vector<LlamaTensor> tensors = llama_tensors(mc, hf_architecture(config, config_path));
   // Everything is checked before anything is written: every tensor present, of config.json's
   // shape, all of one dtype; every tensor of the files used.
   const SafeTensor& embed = hf.get("model.embed_tokens.weight");
@@ -198,7 +198,7 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                 "--tokenizer-model '", tok, "' holds none of the tokenizer files "
                 "(tokenizer.json, tokenizer_config.json, tokenizer.model, ...)");
   CheckpointReader reader(ckdir, meta);
-  const std::vector<LlamaTensor> tensors = llama_tensors(mc);
+  const std::vector<LlamaTensor> tensors = llama_tensors(mc, arch);
   const DType dtype = reader.dtype("model/embedding.word_embeddings.weight");
   std::vector<HfTensorInfo> plan;
   for (const LlamaTensor& t : tensors)

@@ -1,8 +1,9 @@
 // `megatron convert` for the Llama family (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, MixtralForCausalLM), streamed tensor by tensor in the file's dtype: HF safetensors (single or
-// sharded) -> a weights-only checkpoint laid out for a TP x PP run (checkpoint_writer.h), and a
-// checkpoint -> HF files (sharded past --max-shard-size) with config.json and the tokenizer
-// files. Peak memory is about the largest tensor (the word embedding) twice, not the model.
+// Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM), streamed tensor
+// by tensor in the file's dtype: HF safetensors (single or sharded) -> a weights-only checkpoint
+// laid out for a TP x PP run (checkpoint_writer.h), and a checkpoint -> HF files (sharded past
+// --max-shard-size) with config.json and the tokenizer files. Peak memory is
+// about the largest tensor (the word embedding) twice, not the model.
 #pragma once
 #include <string>
 

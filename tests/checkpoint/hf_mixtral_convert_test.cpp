@@ -18,6 +18,7 @@
 #include "checkpoint/hf_files.h"
 #include "checkpoint/hf_llama_config.h"
 #include "testing/checkpoint_logits.h"
+#include "testing/hf_same_files.h"
 #include "testing/mpirun.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
@@ -47,23 +48,6 @@ class HFMixtralConvert : public ::testing::Test {
 };
 testing::TempDir* HFMixtralConvert::dir_ = nullptr;
 
-// Every tensor (name, dtype, shape, bytes), config.json and the tokenizer files agree.
-void expect_same_hf(const fs::path& a, const fs::path& b) {
-  const HfTensorFiles x(a.string()), y(b.string());
-  ASSERT_EQ(x.names(), y.names()) << a << " vs " << b;
-  for (const std::string& n : x.names()) {
-    const SafeTensor &s = x.get(n), &t = y.get(n);
-    EXPECT_EQ(s.dtype, t.dtype) << n;
-    EXPECT_EQ(s.shape, t.shape) << n;
-    ASSERT_EQ(s.bytes, t.bytes) << n;
-    EXPECT_EQ(std::memcmp(s.data, t.data, s.bytes), 0) << n << " differs";
-  }
-  EXPECT_EQ(json::parse(testing::slurp(a / "config.json")),
-            json::parse(testing::slurp(b / "config.json")));
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
-    EXPECT_EQ(testing::slurp(a / f), testing::slurp(b / f)) << f;
-}
-
 TEST_F(HFMixtralConvert, RoundTripsExactlyAndMatchesTheLogits) {
   for (const char* dt : {"f32", "bf16"}) {
     SCOPED_TRACE(dt);
@@ -78,7 +62,7 @@ TEST_F(HFMixtralConvert, RoundTripsExactlyAndMatchesTheLogits) {
                   back.string() + (std::string(src) == "hf" ? "" : " --max-shard-size 20KB"));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_EQ(fs::exists(back / "model.safetensors.index.json"), std::string(src) != "hf");
-      expect_same_hf(c / src, back);
+      testing::expect_same_hf(c / src, back);
     }
     const CheckpointMetadata meta = read_checkpoint_metadata(latest_checkpoint_dir((c / "ck_hf").string()));
     EXPECT_EQ(dtype_name(meta.precision), std::string(dt));
@@ -104,7 +88,7 @@ TEST_F(HFMixtralConvert, TargetLayoutTp2Pp2) {
   EXPECT_EQ(meta.pp, 2);
   r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " + back.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  expect_same_hf(c / "hf", back);
+  testing::expect_same_hf(c / "hf", back);
   EXPECT_LT(testing::checkpoint_logits_error(ck.string(), c, 2, 16), 1e-4);
 }
 

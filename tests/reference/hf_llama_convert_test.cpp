@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint_reader.h"
 #include "checkpoint/hf_files.h"
 #include "testing/checkpoint_logits.h"
+#include "testing/hf_same_files.h"
 #include "testing/mpirun.h"
 #include "train/checkpoint_model.h"
 #include "testing/subprocess.h"
@@ -48,23 +49,6 @@ class HFLlamaConvert : public ::testing::Test {
 };
 testing::TempDir* HFLlamaConvert::dir_ = nullptr;
 
-// Every tensor (name, dtype, shape, bytes), config.json and the tokenizer files agree.
-void expect_same_hf(const fs::path& a, const fs::path& b) {
-  const HfTensorFiles x(a.string()), y(b.string());
-  ASSERT_EQ(x.names(), y.names()) << a << " vs " << b;
-  for (const std::string& n : x.names()) {
-    const SafeTensor &s = x.get(n), &t = y.get(n);
-    EXPECT_EQ(s.dtype, t.dtype) << n;
-    EXPECT_EQ(s.shape, t.shape) << n;
-    ASSERT_EQ(s.bytes, t.bytes) << n;
-    EXPECT_EQ(std::memcmp(s.data, t.data, s.bytes), 0) << n << " differs";
-  }
-  EXPECT_EQ(json::parse(testing::slurp(a / "config.json")),
-            json::parse(testing::slurp(b / "config.json")));
-  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
-    EXPECT_EQ(testing::slurp(a / f), testing::slurp(b / f)) << f;
-}
-
 // Our logits from checkpoint ck against the reference's for the case at c.
 double logits_error(const fs::path& ck, const fs::path& c) {
   return testing::checkpoint_logits_error(ck.string(), c, 2, 16);
@@ -86,7 +70,7 @@ TEST_F(HFLlamaConvert, EveryFamilyAndDtypeRoundTripsExactlyAndMatchesTheLogits) 
                     back.string() + (std::string(src) == "hf" ? "" : " --max-shard-size 40KB"));
         ASSERT_EQ(r.exit_code, 0) << r.output;
         EXPECT_EQ(fs::exists(back / "model.safetensors.index.json"), std::string(src) != "hf");
-        expect_same_hf(c / src, back);
+        testing::expect_same_hf(c / src, back);
         const CheckpointMetadata meta =
             read_checkpoint_metadata(latest_checkpoint_dir(ck.string()));
         EXPECT_EQ(dtype_name(meta.precision), std::string(dt));
@@ -115,7 +99,7 @@ TEST_F(HFLlamaConvert, TargetLayoutTp2Pp2) {
     EXPECT_EQ(json::parse(testing::slurp(it + "/metadata.json"))["model"]["padded_vocab_size"], 256);
     r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " + back.string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_same_hf(c / "hf", back);
+    testing::expect_same_hf(c / "hf", back);
     EXPECT_LT(logits_error(ck, c), 1e-4);
   }
 }
@@ -165,7 +149,7 @@ TEST_F(HFLlamaConvert, ExportWithoutTheKeptFilesUsesTokenizerModel) {
     r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
                 (c / "tok").string() + " --tokenizer-model " + (c / "hf").string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_same_hf(c / "hf", c / "tok");
+    testing::expect_same_hf(c / "hf", c / "tok");
     fs::create_directories(c / "empty");
     r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
                 (c / "none").string() + " --tokenizer-model " + (c / "empty").string());
