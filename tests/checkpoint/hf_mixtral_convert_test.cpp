@@ -195,6 +195,11 @@ TEST(HFMixtralExport, RefusesWhatMixtralCannotExpress) {
        "--moe-router-topk-scaling-factor 2.5"},
       {[](GPTConfig& c) { c.add_bias_linear = true; }, "--add-bias-linear"},
       {[](GPTConfig& c) { c.add_qkv_bias = true; }, "--add-qkv-bias"},
+      {[](GPTConfig& c) {
+         c.moe_router_num_groups = 2;
+         c.moe_router_group_topk = 1;
+       },
+       "--moe-router-num-groups 2 (group-limited routing)"},
   };
   for (const auto& [edit, flag] : cases) {
     GPTConfig c = m;
