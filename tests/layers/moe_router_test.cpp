@@ -87,35 +87,42 @@ double objective(const MoeRouterCache<double>& c, const std::vector<double>& g) 
   return s;
 }
 
+// The backward of T tokens (of `sequences` sequences) against central differences of
+// sum(w ⊙ g) + aux + z in every logit.
+void expect_backward_matches_fd(const MoeRouterConfig& cfg, std::vector<double> x,
+                                const std::vector<double>& g, int64_t T, int64_t sequences = 1) {
+  const auto base = moe_router_forward(cfg, x.data(), T, sequences);
+  std::vector<double> dx(x.size());
+  moe_router_backward(cfg, base, x.data(), g.data(), T, dx.data());
+  const double h = 1e-6;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const auto plus = moe_router_forward(cfg, x.data(), T, sequences);
+    x[i] = x0 - h;
+    const auto minus = moe_router_forward(cfg, x.data(), T, sequences);
+    x[i] = x0;
+    // The difference quotient is only the derivative while the routing stays put.
+    ASSERT_EQ(plus.experts, base.experts);
+    ASSERT_EQ(minus.experts, base.experts);
+    ASSERT_EQ(plus.tokens_per_expert, base.tokens_per_expert);
+    ASSERT_EQ(minus.tokens_per_expert, base.tokens_per_expert);
+    const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
+    EXPECT_NEAR(dx[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
+  }
+}
+
 TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
   for (const Case& cs : all_cases()) {
     SCOPED_TRACE(name(cs));
     const MoeRouterConfig cfg = config(cs);
-    std::vector<double> x = to<double>(testing::random_vec(kT * kE, 11, -2.f, 2.f));
+    const std::vector<double> x = to<double>(testing::random_vec(kT * kE, 11, -2.f, 2.f));
     const std::vector<double> g = to<double>(testing::random_vec(kT * cs.k, 12));
     if (refused(cs)) {
       EXPECT_THROW(moe_router_forward(cfg, x.data(), kT), UsageError);
       continue;
     }
-    const auto base = moe_router_forward(cfg, x.data(), kT);
-    std::vector<double> dx(x.size());
-    moe_router_backward(cfg, base, x.data(), g.data(), kT, dx.data());
-    const double h = 1e-6;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double x0 = x[i];
-      x[i] = x0 + h;
-      const auto plus = moe_router_forward(cfg, x.data(), kT);
-      x[i] = x0 - h;
-      const auto minus = moe_router_forward(cfg, x.data(), kT);
-      x[i] = x0;
-      // The difference quotient is only the derivative while the routing stays put.
-      ASSERT_EQ(plus.experts, base.experts);
-      ASSERT_EQ(minus.experts, base.experts);
-      ASSERT_EQ(plus.tokens_per_expert, base.tokens_per_expert);
-      ASSERT_EQ(minus.tokens_per_expert, base.tokens_per_expert);
-      const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
-      EXPECT_NEAR(dx[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
-    }
+    expect_backward_matches_fd(cfg, x, g, kT);
   }
 }
 
@@ -196,7 +203,7 @@ TEST(MoeRouter, SeqAuxLossIsTheMeanOverSequences) {
     SCOPED_TRACE(name(cs));
     MoeRouterConfig plain = config(cs), seq = config(cs);
     seq.per_sequence = true;
-    std::vector<double> x = to<double>(testing::random_vec(T * kE, 41, -2.f, 2.f));
+    const std::vector<double> x = to<double>(testing::random_vec(T * kE, 41, -2.f, 2.f));
     const auto c = moe_router_forward(seq, x.data(), T, B);
     const auto whole = moe_router_forward(plain, x.data(), T, B);
     EXPECT_EQ(c.experts, whole.experts);
@@ -214,22 +221,7 @@ TEST(MoeRouter, SeqAuxLossIsTheMeanOverSequences) {
     // One sequence: the micro-batch's loss.
     EXPECT_NEAR(moe_router_forward(seq, x.data(), T, 1).aux_loss, whole.aux_loss, 1e-15);
 
-    const std::vector<double> g = to<double>(testing::random_vec(T * cs.k, 42));
-    std::vector<double> dx(x.size());
-    moe_router_backward(seq, c, x.data(), g.data(), T, dx.data());
-    const double h = 1e-6;
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double x0 = x[i];
-      x[i] = x0 + h;
-      const auto plus = moe_router_forward(seq, x.data(), T, B);
-      x[i] = x0 - h;
-      const auto minus = moe_router_forward(seq, x.data(), T, B);
-      x[i] = x0;
-      ASSERT_EQ(plus.tokens_per_expert, c.tokens_per_expert);
-      ASSERT_EQ(minus.tokens_per_expert, c.tokens_per_expert);
-      const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
-      EXPECT_NEAR(dx[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
-    }
+    expect_backward_matches_fd(seq, x, to<double>(testing::random_vec(T * cs.k, 42)), T, B);
   }
 }
 
@@ -258,23 +250,8 @@ TEST(MoeRouter, GroupLimitedRouting) {
       c.aux_loss_coeff = 0.3;
       c.z_loss_coeff = 0.05;
       constexpr int64_t T = 5;
-      std::vector<double> v = to<double>(testing::random_vec(T * 8, 51, -2.f, 2.f));
-      const std::vector<double> g = to<double>(testing::random_vec(T * 4, 52));
-      const auto base = moe_router_forward(c, v.data(), T);
-      std::vector<double> dv(v.size());
-      moe_router_backward(c, base, v.data(), g.data(), T, dv.data());
-      for (size_t i = 0; i < v.size(); ++i) {
-        const double v0 = v[i], h = 1e-6;
-        v[i] = v0 + h;
-        const auto plus = moe_router_forward(c, v.data(), T);
-        v[i] = v0 - h;
-        const auto minus = moe_router_forward(c, v.data(), T);
-        v[i] = v0;
-        ASSERT_EQ(plus.experts, base.experts);
-        ASSERT_EQ(minus.experts, base.experts);
-        const double fd = (objective(plus, g) - objective(minus, g)) / (2 * h);
-        EXPECT_NEAR(dv[i], fd, 1e-8 + 1e-7 * std::abs(fd)) << "logit " << i;
-      }
+      expect_backward_matches_fd(c, to<double>(testing::random_vec(T * 8, 51, -2.f, 2.f)),
+                                 to<double>(testing::random_vec(T * 4, 52)), T);
     }
 
   for (auto [groups, gk, k] : {std::tuple{3, 1, 2}, std::tuple{4, 5, 4}, std::tuple{4, 3, 2},
