@@ -150,7 +150,7 @@ std::vector<std::string> moe_differences(const GPTConfig& m) {
     bad.push_back("--moe-router-score-function " + m.moe_router_score_function);
   if (m.moe_router_topk_scaling_factor > 0.f && m.moe_router_topk_scaling_factor != 1.f)
     bad.push_back(str_cat("--moe-router-topk-scaling-factor ", m.moe_router_topk_scaling_factor));
-  if (m.moe_router_num_groups > 0)
+  if (m.moe_router_group_topk > 0)
     bad.push_back(str_cat("--moe-router-num-groups ", m.moe_router_num_groups,
                           " (group-limited routing)"));
   if (m.add_bias_linear || m.add_qkv_bias) bad.push_back(kBiases);

@@ -25,12 +25,14 @@ void MoeRouterConfig::validate() const {
                 topk_scaling_factor, ")");
   MG_USER_CHECK(aux_loss_coeff >= 0 && z_loss_coeff >= 0,
                 "--moe-aux-loss-coeff and --moe-z-loss-coeff must be >= 0");
-  if (group_topk == 0 && num_groups == 0) return;
+  MG_USER_CHECK(group_topk >= 0 && num_groups >= 0,
+                "--moe-router-group-topk and --moe-router-num-groups must be >= 0 (got ",
+                group_topk, " and ", num_groups, ")");
+  if (group_topk == 0) return;  // as upstream, --moe-router-num-groups alone routes plainly
   // Upstream's rules (TransformerConfig), and what makes the group scores and the choice
   // well defined: each chosen group contributes its best topk / group_topk scores.
-  MG_USER_CHECK(group_topk >= 1 && num_groups >= 1,
-                "--moe-router-group-topk and --moe-router-num-groups go together (got ",
-                group_topk, " and ", num_groups, ")");
+  MG_USER_CHECK(num_groups >= 1, "--moe-router-group-topk ", group_topk,
+                " needs --moe-router-num-groups (the number of expert groups)");
   MG_USER_CHECK(num_experts % num_groups == 0, "--num-experts ", num_experts,
                 " must be divisible by --moe-router-num-groups ", num_groups);
   MG_USER_CHECK(group_topk <= num_groups, "--moe-router-group-topk ", group_topk,
@@ -63,7 +65,7 @@ void topk_indices(const T* row, int64_t n, int64_t k, int32_t* out) {
 template <typename T>
 void choose_experts(const MoeRouterConfig& cfg, const T* scores, int32_t* out) {
   const int64_t E = cfg.num_experts, k = cfg.topk;
-  if (cfg.num_groups <= 1) return topk_indices(scores, E, k, out);
+  if (cfg.group_topk == 0 || cfg.num_groups <= 1) return topk_indices(scores, E, k, out);
   const int64_t G = cfg.num_groups, per = E / G, best = k / cfg.group_topk;
   std::vector<T> group_score(static_cast<size_t>(G), T(0));
   std::vector<int32_t> top(static_cast<size_t>(best));

@@ -254,8 +254,14 @@ TEST(MoeRouter, GroupLimitedRouting) {
                                  to<double>(testing::random_vec(T * 4, 52)), T);
     }
 
+  // --moe-router-num-groups alone is ignored, as upstream.
+  MoeRouterConfig groups_only = plain;
+  groups_only.num_groups = 4;
+  EXPECT_EQ(moe_router_forward(groups_only, x.data(), 1).experts,
+            (std::vector<int32_t>{0, 4, 2, 3}));
   for (auto [groups, gk, k] : {std::tuple{3, 1, 2}, std::tuple{4, 5, 4}, std::tuple{4, 3, 2},
-                               std::tuple{4, 1, 4}, std::tuple{0, 2, 4}}) {
+                               std::tuple{4, 1, 4}, std::tuple{0, 2, 4}, std::tuple{-1, 1, 4},
+                               std::tuple{4, -1, 4}}) {
     MoeRouterConfig bad = cfg;
     bad.num_groups = groups;
     bad.group_topk = gk;
