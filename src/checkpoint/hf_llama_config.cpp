@@ -27,8 +27,11 @@ bool is_qwen3(const std::string& arch) {
   return arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
 }
 
-// Qwen3ForCausalLM's head_dim when config.json has none (Qwen3-MoE's is hidden / heads).
-constexpr int64_t kQwen3HeadDim = 128;
+// config.json's head_dim when absent: Qwen3ForCausalLM's 128, else hidden / heads (Qwen3-MoE's
+// too).
+int64_t default_head_dim(const std::string& arch, const GPTConfig& c) {
+  return arch == "Qwen3ForCausalLM" ? 128 : c.hidden_size / c.num_attention_heads;
+}
 
 // Llama 3.1's fixed RoPE-scaling constants (Megatron's --use-rope-scaling takes only the factor).
 constexpr double kLowFreqFactor = 1, kHighFreqFactor = 4, kOriginalContext = 8192;
@@ -225,9 +228,8 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
                              : f.integer("num_key_value_heads", 1, c.num_attention_heads);
   c.group_query_attention = groups != c.num_attention_heads;
   c.num_query_groups = c.group_query_attention ? groups : 1;
-  const int64_t head_dim =
-      arch == "Qwen3ForCausalLM" ? kQwen3HeadDim : c.hidden_size / c.num_attention_heads;
-  c.kv_channels = absent_or_null(f, "head_dim") ? head_dim : f.integer("head_dim", 1, INT_MAX);
+  c.kv_channels = absent_or_null(f, "head_dim") ? default_head_dim(arch, c)
+                                                : f.integer("head_dim", 1, INT_MAX);
   c.normalization = "RMSNorm";
   c.norm_epsilon = float(f.number("rms_norm_eps", 1e-30, 1));
   c.swiglu = true;
@@ -323,8 +325,7 @@ json hf_llama_config_json(const GPTConfig& m, const std::string& arch,
   j["intermediate_size"] = mixtral || (qwen3_moe && c.ffn() == 0) ? c.moe_ffn() : c.ffn();
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
-  put("head_dim", c.head_dim(),
-      arch == "Qwen3ForCausalLM" ? kQwen3HeadDim : c.hidden_size / c.num_attention_heads);
+  put("head_dim", c.head_dim(), default_head_dim(arch, c));
   put_float("rms_norm_eps", c.norm_epsilon, json());
   put_float("rope_theta", c.rotary_base, json());
   if (c.use_rope_scaling) {

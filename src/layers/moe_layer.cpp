@@ -1,7 +1,6 @@
 #include "layers/moe_layer.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <type_traits>
 
@@ -103,7 +102,8 @@ void experts_forward(const tp::TPGroup& g, const LayerWeights& w, const LayerDim
   const DType t = d.dtype;
   const bool fc2_bias = g.rank() == 0;
   if (d.spec.moe.grouped_gemm) {
-    const int64_t G = int64_t(counts.size()), rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    const int64_t G = int64_t(counts.size());
+    const int64_t rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
     ops::grouped_linear_forward({fc1, t}, {xe, t}, w.moe.fc1_w.data(), w.moe.fc1_b.data(),
                                 counts.data(), G, H, F1);
     activation_forward({act, t}, {fc1, t}, rows, F, d);
@@ -130,7 +130,8 @@ void experts_backward(const LayerWeights& w, const LayerWeights& gw, const Layer
   const int64_t H = d.H, F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
   if (d.spec.moe.grouped_gemm) {
-    const int64_t G = int64_t(counts.size()), rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    const int64_t G = int64_t(counts.size());
+    const int64_t rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
     auto f32 = [](const std::vector<void*>& v) {
       std::vector<float*> out(v.size());
       for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float*>(v[i]);
@@ -400,11 +401,16 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
   scaled.z_loss_coeff *= in.loss_scale;
   {
     timers::Scope timer(timers::kMoeRouter);
-    std::vector<float> dw_host, dlogits(size_t(N * E));
-    moe_router_backward(scaled, r.router, host_logits(c, r), on_host(dweights, N * k, dw_host), N,
-                        dlogits.data());
+    // On the GPU the router's gradient is computed on the host and uploaded.
+    std::vector<float> dw_host, dlog_host;
     float* dlog = s.moe_dlogits.data<float>();
-    ops::copy(dlog, ops::device(), dlogits.data(), Device::CPU, dlogits.size() * sizeof(float));
+    const bool on_cpu = ops::device() == Device::CPU;
+    if (!on_cpu) dlog_host.resize(size_t(N * E));
+    moe_router_backward(scaled, r.router, host_logits(c, r), on_host(dweights, N * k, dw_host), N,
+                        on_cpu ? dlog : dlog_host.data());
+    if (!on_cpu)
+      ops::copy(dlog, ops::device(), dlog_host.data(), Device::CPU,
+                dlog_host.size() * sizeof(float));
     // Every TP rank holds the same router gradient; the input gradient is added once (rank 0).
     // --moe-router-dtype fp32: a 16-bit model's router backward runs in fp32 on the widened
     // input and weight (the logits' gradient is not rounded to 16 bits), as Megatron's.

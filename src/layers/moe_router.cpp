@@ -129,6 +129,7 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
   c.weights.resize(size_t(tokens * k));
   c.aux_scores.resize(size_t(tokens * E));
   c.tokens_per_expert.assign(size_t(G * E), 0);
+  c.score_sums.assign(size_t(G * E), T(0));
   std::vector<T> scores(static_cast<size_t>(E));  // (E) the scores top-k selects on
   std::vector<int32_t> aux_top(static_cast<size_t>(k));
   for (int64_t t = 0; t < tokens; ++t) {
@@ -164,11 +165,9 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
     // scores, up to ties rounding creates).
     topk_indices(q, E, k, aux_top.data());
     for (int32_t e : aux_top) ++c.tokens_per_expert[size_t((t % G) * E + e)];
+    T* sums = c.score_sums.data() + (t % G) * E;
+    for (int64_t e = 0; e < E; ++e) sums[e] += q[e];
   }
-  c.score_sums.assign(size_t(G * E), T(0));
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t e = 0; e < E; ++e)
-      c.score_sums[size_t((t % G) * E + e)] += c.aux_scores[size_t(t * E + e)];
   moe_router_global_losses(cfg, c, tokens);
   return c;
 }
@@ -181,7 +180,8 @@ void moe_router_global_losses(const MoeRouterConfig& cfg, MoeRouterCache<T>& c,
   const int64_t E = cfg.num_experts, k = cfg.topk, G = c.groups;
   c.total_tokens = total_tokens;
   T aux = 0;
-  for (int64_t i = 0; i < G * E; ++i) aux += c.score_sums[size_t(i)] * T(c.tokens_per_expert[size_t(i)]);
+  for (int64_t i = 0; i < G * E; ++i)
+    aux += c.score_sums[size_t(i)] * T(c.tokens_per_expert[size_t(i)]);
   const T n = T(total_tokens / G);
   c.aux_loss = aux * T(cfg.aux_loss_coeff) * T(E) / (T(k) * n * n * T(G));
   c.z_loss = T(cfg.z_loss_coeff) * c.lse_sq_sum / T(total_tokens);

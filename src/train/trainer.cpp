@@ -122,8 +122,8 @@ void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& 
   // each counts the same layers and micro-batches (counted once, on CP rank 0).
   const bool reporter = g.coord.tp == 0;
   auto total = [&](double v) { return all_reduce_sum(*g.world, reporter ? v : 0.0); };
-  const double n =
-      std::max(all_reduce_sum(*g.world, reporter && g.coord.cp == 0 ? sum.layer_microbatches : 0.0), 1.0);
+  const double counted = reporter && g.coord.cp == 0 ? sum.layer_microbatches : 0.0;
+  const double n = std::max(all_reduce_sum(*g.world, counted), 1.0);
   const bool aux = m.moe_router_load_balancing_type != "none" && m.moe_aux_loss_coeff > 0;
   load_balancing = aux ? total(sum.load_balancing) / n : -1;
   z = m.moe_z_loss_coeff > 0 ? total(sum.z) / n : -1;
@@ -342,13 +342,12 @@ void Trainer::log_setup() const {
                    " excluded, + 12 x layers x heads x head dim x seq length; the throughput "
                    "field's numerator)"));
   if (cfg_.model.num_experts > 0) {
-    const GPTConfig::LayerKinds kinds = cfg_.model.layer_kinds(0, cfg_.model.num_layers);
-    log_line(str_cat(" > MoE: ", kinds.moe, " of ", cfg_.model.num_layers, " layers, ",
-                     cfg_.model.num_experts, " experts (", cfg_.model.num_experts / cfg_.parallel.ep(),
-                     " per EP rank), top-", cfg_.model.moe_router_topk, ", ",
-                     cfg_.model.moe_router_load_balancing_type, ", experts' GEMMs ",
-                     cfg_.model.moe_grouped_gemm ? "grouped (--moe-grouped-gemm)"
-                                                 : "one call per expert"));
+    const GPTConfig& m = cfg_.model;
+    log_line(str_cat(" > MoE: ", m.layer_kinds(0, m.num_layers).moe, " of ", m.num_layers,
+                     " layers, ", m.num_experts, " experts (", m.num_experts / cfg_.parallel.ep(),
+                     " per EP rank), top-", m.moe_router_topk, ", ",
+                     m.moe_router_load_balancing_type, ", experts' GEMMs ",
+                     m.moe_grouped_gemm ? "grouped (--moe-grouped-gemm)" : "one call per expert"));
   }
   log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
                    model.dtype() == DType::F32 ? ""

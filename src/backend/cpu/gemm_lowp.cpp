@@ -87,11 +87,8 @@ void* scratch(Tensor& t, int64_t bytes) {
 // back. A 16-bit model's biases are 16-bit values already, so for them this changes nothing.
 const float* rounded_bias(const float* bias, DType t, int64_t n) {
   thread_local std::vector<float> b;
-  thread_local std::vector<uint16_t> b16;
   b.resize(size_t(n));
-  b16.resize(size_t(n));
-  cast_from_f32(b16.data(), t, bias, n);
-  cast_to_f32(b.data(), b16.data(), t, n);
+  round_through(b.data(), bias, t, n);
   return b.data();
 }
 

@@ -130,11 +130,7 @@ void grouped_linear_forward(MatOut out16, Mat inp, const void* const* weights,
   if (biases && out16.dtype != DType::F32) {
     rounded_bias.assign(size_t(G * OUT), 0.f);
     for (int64_t g = 0; g < G; ++g)
-      if (biases[g]) {
-        std::vector<uint16_t> b16(static_cast<size_t>(OUT));
-        cast_from_f32(b16.data(), out16.dtype, biases[g], OUT);
-        cast_to_f32(rounded_bias.data() + g * OUT, b16.data(), out16.dtype, OUT);
-      }
+      if (biases[g]) round_through(rounded_bias.data() + g * OUT, biases[g], out16.dtype, OUT);
   }
   const std::vector<Tile> tiles = row_tiles(first, OUT, inp.dtype);
 #pragma omp parallel for schedule(dynamic, 1)

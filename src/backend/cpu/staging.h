@@ -33,4 +33,13 @@ inline const float* f32_operand(Mat x, int64_t n) {
   return buf.data();
 }
 
+// dst (n) = src rounded to the 16-bit dtype t and widened back: a bias as a 16-bit output's
+// epilogue adds it (a 16-bit model's biases are 16-bit values already: unchanged).
+inline void round_through(float* dst, const float* src, DType t, int64_t n) {
+  thread_local std::vector<uint16_t> b16;
+  if (b16.size() < size_t(n)) b16.resize(size_t(n));
+  cast_from_f32(b16.data(), t, src, n);
+  cast_to_f32(dst, b16.data(), t, n);
+}
+
 }  // namespace mg::cpu
