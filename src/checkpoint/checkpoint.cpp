@@ -68,10 +68,9 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   const int64_t esize = int64_t(dtype_size(t));
   char* base = static_cast<char*>(m.param_data());
   // CP ranks hold DP-like copies: the distributed optimizer shards over DP x CP.
-  const int tp_rank = io.groups.coord.tp;
   const bool adam = io.cfg.optimizer == "adam";
   for (const ParamSpec& p : m.layout().params()) {
-    const bool owner = counted_once(p, tp_rank);
+    const bool owner = counted_once(p);
     // Experts differ across EP ranks: their copies are the expert-DP ranks'.
     const int dp_rank =
         p.sharding.expert >= 0 ? io.groups.expert_dp().rank() : io.groups.dp_cp->rank();
@@ -111,12 +110,12 @@ uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
   index.rank = g.world_rank;
   index.bin = rank_name(g.world_rank) + ".bin";
   ckpt::SyncedWriter bin(tmp + "/" + index.bin);
-  const int64_t tp = g.grid.tp;
   std::vector<char> staging;
   for (const LocalPiece& pc : pieces) {
-    index.pieces.push_back({pc.key, pc.dtype, pc.p->global_shape, pc.p->shape,
-                            tp > 1 ? pc.p->sharding.split_dim : -1, pc.p->sharding.stride, tp,
-                            g.coord.tp, pc.begin, pc.n, bin.bytes()});
+    const ParamSpec& p = *pc.p;  // split over its TP (an expert's: its expert TP)
+    index.pieces.push_back({pc.key, pc.dtype, p.global_shape, p.shape,
+                            p.tp_size > 1 ? p.sharding.split_dim : -1, p.sharding.stride,
+                            p.tp_size, p.tp_rank, pc.begin, pc.n, bin.bytes()});
     bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
   }
   bin.close();
@@ -272,7 +271,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
                     shape_str(p.global_shape));
       values.assign(size_t(pc->n), 0.f);
       for (int64_t j = 0; j < pc->n; ++j) {
-        const int64_t gi = global_index(p, pc->begin + j, io.groups.grid.tp, io.groups.coord.tp);
+        const int64_t gi = global_index(p, pc->begin + j);
         const int64_t row = gi / p.global_shape.back(), col = gi % p.global_shape.back();
         if (row >= shape[0]) continue;
         const int64_t si = shape.size() == 2 ? row * shape[1] + col : gi;

@@ -49,25 +49,25 @@ void CheckpointWriter::add(const std::string& name, const char* global) {
   for (Rank& r : ranks_) {
     if (!r.layout.has(name)) continue;
     const ParamSpec& p = r.layout.get(name);
-    if (!counted_once(p, r.shard.tp_rank)) continue;  // TP-replicated copies, the tied copy
+    if (!counted_once(p)) continue;  // TP-replicated copies, the tied copy
     // Runs contiguous in both the shard and the global tensor (as init_params walks them).
     int64_t run = p.numel();
-    if (tp_ > 1 && p.sharding.split_dim == 1) run = p.shape[1];
-    if (tp_ > 1 && p.sharding.split_dim == 0) run = p.numel() / p.sharding.stride;
+    if (p.tp_size > 1 && p.sharding.split_dim == 1) run = p.shape[1];
+    if (p.tp_size > 1 && p.sharding.split_dim == 0) run = p.numel() / p.sharding.stride;
     const char* src = global;
     if (run < p.numel()) {
       local.resize(size_t(p.numel()) * esize);
       for (int64_t b = 0; b < p.numel(); b += run)
         std::memcpy(local.data() + size_t(b) * esize,
-                    global + size_t(global_index(p, b, tp_, r.shard.tp_rank)) * esize,
+                    global + size_t(global_index(p, b)) * esize,
                     size_t(run) * esize);
       src = local.data();
     } else {
-      src = global + size_t(global_index(p, 0, tp_, r.shard.tp_rank)) * esize;
+      src = global + size_t(global_index(p, 0)) * esize;
     }
     r.index.pieces.push_back({"model/" + name, dtype_, p.global_shape, p.shape,
-                              tp_ > 1 ? p.sharding.split_dim : -1, p.sharding.stride, tp_,
-                              r.shard.tp_rank, 0, p.numel(), r.bin->bytes()});
+                              p.tp_size > 1 ? p.sharding.split_dim : -1, p.sharding.stride,
+                              p.tp_size, p.tp_rank, 0, p.numel(), r.bin->bytes()});
     r.bin->write(src, size_t(p.numel()) * esize);
   }
 }

@@ -76,11 +76,13 @@ const std::vector<Option<TrainConfig>>& train_options() {
                 "chunks r and 2 CP - 1 - r (gradients reduced over DP x CP)",
                 MG_FIELD(parallel.context_parallel_size)),
       valued<C>("--expert-model-parallel-size", "EP",
-                "expert-parallel ranks: each MoE layer's experts split over EP of the DP x CP "
-                "ranks, tokens exchanged by all-to-all (docs/moe.md)",
+                "expert-parallel ranks: each MoE layer's experts split over EP ranks of the "
+                "experts' grid (TP x DP x CP / expert TP), tokens exchanged by all-to-all or "
+                "all-gather (docs/moe.md)",
                 MG_FIELD(parallel.expert_model_parallel_size)),
       valued<C>("--expert-tensor-parallel-size", "N",
-                "the experts' tensor parallelism: --tensor-model-parallel-size (0: the same)",
+                "ETP: each expert's MLP split over ETP ranks, independent of "
+                "--tensor-model-parallel-size (Megatron's parallel folding; 0: the same as TP)",
                 MG_FIELD(parallel.expert_tensor_parallel_size)),
       valued<C>("--moe-token-dispatcher-type", "NAME",
                 "how tokens reach their experts' EP ranks: alltoall | allgather",

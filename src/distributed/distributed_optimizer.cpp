@@ -25,7 +25,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
       if (a >= b) continue;
       owned_runs_.push_back({a, b - a, p.weight_decay, is_embedding_or_output(p)});
       owned_ += b - a;
-      if (counted_once(p, g.coord.tp))
+      if (counted_once(p))
         counted_.push_back({a, b - a});
     }
   }

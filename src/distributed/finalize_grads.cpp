@@ -58,16 +58,18 @@ void sync_tied_embedding_params(ParamStore& store, ProcessGroups& g) {
 
 double global_grad_norm(ParamStore& store, ProcessGroups& g) {
   // One download each for the dense and the expert params on a GPU. The experts differ
-  // across EP ranks: their part is summed over EP, then everything over TP x PP.
+  // across EP ranks and expert-TP shards: their part is summed over their own model-parallel
+  // ranks (ProcessGroups::model_sum).
   std::vector<ops::Range> dense, experts;
   for (const ParamSpec& p : store.layout().params())
-    if (counted_once(p, g.coord.tp))
+    if (counted_once(p))
       (p.sharding.expert >= 0 ? experts : dense).push_back({p.offset, p.numel()});
-  double local = ops::sum_squares_ranges(store.grads(), dense.data(), int64_t(dense.size()));
-  if (!experts.empty() || g.ep)
-    local += g.ep_sum(
-        ops::sum_squares_ranges(store.grads(), experts.data(), int64_t(experts.size())));
-  return std::sqrt(all_reduce_sum(*g.model_parallel, local));
+  const double d = ops::sum_squares_ranges(store.grads(), dense.data(), int64_t(dense.size()));
+  const double e =
+      experts.empty()
+          ? 0.0
+          : ops::sum_squares_ranges(store.grads(), experts.data(), int64_t(experts.size()));
+  return std::sqrt(g.model_sum(d, e));
 }
 
 std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g) {
@@ -78,13 +80,13 @@ std::vector<float> gather_full_params(ParamStore& store, ProcessGroups& g) {
   if (dense_owner || expert_owner) {
     std::vector<float> local;
     for (const ParamSpec& p : store.layout().params()) {
-      if (!counted_once(p, g.coord.tp)) continue;
+      if (!counted_once(p)) continue;
       if (!(p.sharding.expert >= 0 ? expert_owner : dense_owner)) continue;
       const int64_t base = full.get(p.name).offset;
       local.resize(size_t(p.numel()));
       store.read_param(p, local.data());
       for (int64_t i = 0; i < p.numel(); ++i)
-        out[size_t(base + global_index(p, i, g.grid.tp, g.coord.tp))] = local[size_t(i)];
+        out[size_t(base + global_index(p, i))] = local[size_t(i)];
     }
   }
   g.world->all_reduce(out.data(), int64_t(out.size()));  // disjoint pieces: a sum is a gather

@@ -6,19 +6,19 @@
 
 namespace mg {
 
-// Experts differ across EP ranks: their part of a sum is summed over EP first, then (with the
-// dense part) over TP x PP.
+// Experts differ across EP ranks (and expert-TP shards): their part of a sum is summed over
+// their own model-parallel ranks (ProcessGroups::model_sum).
 double params_l2_norm(ParamStore& store, ProcessGroups& g) {
   double dense = 0, experts = 0;
   std::vector<float> v;
   for (const ParamSpec& p : store.layout().params()) {
-    if (!counted_once(p, g.coord.tp)) continue;
+    if (!counted_once(p)) continue;
     v.resize(size_t(p.numel()));
     store.read_param(p, v.data());
     double& sum = p.sharding.expert >= 0 ? experts : dense;
     for (float x : v) sum += double(x) * double(x);
   }
-  return std::sqrt(all_reduce_sum(*g.model_parallel, dense + g.ep_sum(experts)));
+  return std::sqrt(g.model_sum(dense, experts));
 }
 
 int64_t count_zero_grads(ParamStore& store, ProcessGroups& g,
@@ -28,7 +28,7 @@ int64_t count_zero_grads(ParamStore& store, ProcessGroups& g,
     ranges = *shard;
   } else {
     for (const ParamSpec& p : store.layout().params())
-      if (counted_once(p, g.coord.tp))
+      if (counted_once(p))
         (p.sharding.expert >= 0 ? expert_ranges : ranges).push_back({p.offset, p.numel()});
   }
   auto zeros_in = [&](const std::vector<ops::Range>& rs) {
@@ -45,8 +45,7 @@ int64_t count_zero_grads(ParamStore& store, ProcessGroups& g,
   // A double holds counts up to 2^53 exactly. A shard of the distributed optimizer counts
   // each element once over the world.
   if (shard) return int64_t(all_reduce_sum(*g.world, zeros_in(ranges)));
-  return int64_t(
-      all_reduce_sum(*g.model_parallel, zeros_in(ranges) + g.ep_sum(zeros_in(expert_ranges))));
+  return int64_t(g.model_sum(zeros_in(ranges), zeros_in(expert_ranges)));
 }
 
 }  // namespace mg

@@ -92,15 +92,14 @@ std::vector<int32_t> slot_rows(const std::vector<int32_t>& row_slot, int64_t slo
 }
 
 // This rank's experts on their rows: xe (rows, H) grouped by local expert (counts), fc1 and act
-// saved, ye (rows, H) f32 TP-partial outputs (the fc2 bias on TP rank 0). With
+// saved, ye (rows, H) f32 expert-TP-partial outputs (with the fc2 bias where fc2_bias). With
 // --moe-grouped-gemm each GEMM is one grouped op over all local experts; else one call each.
-void experts_forward(const tp::TPGroup& g, const LayerWeights& w, const LayerDims& d,
+void experts_forward(bool fc2_bias, const LayerWeights& w, const LayerDims& d,
                      const std::vector<int64_t>& counts, const void* xe, void* fc1, void* act,
                      float* ye) {
   timers::Scope timer(timers::kMoeExperts);
   const int64_t H = d.H, F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
-  const bool fc2_bias = g.rank() == 0;
   if (d.spec.moe.grouped_gemm) {
     const int64_t G = int64_t(counts.size());
     const int64_t rows = std::accumulate(counts.begin(), counts.end(), int64_t(0));
@@ -160,24 +159,84 @@ void experts_backward(const LayerWeights& w, const LayerWeights& gw, const Layer
   }
 }
 
-// Fills the permutation: the kept (token, slot) assignments grouped by expert, each expert's in
-// token order (Megatron's permute order).
-void permute(MoeRouting& r, int64_t N, int64_t k, int64_t E) {
+// Fills the permutation: the kept (token, slot) assignments of tokens [t0, t1) grouped by
+// expert, each expert's in token order (Megatron's permute order); other slots get no row.
+void permute(MoeRouting& r, int64_t N, int64_t k, int64_t E, int64_t t0, int64_t t1) {
   const std::vector<int32_t>& ex = r.router.experts;
   r.expert_begin.assign(size_t(E + 1), 0);
-  for (int64_t i = 0; i < N * k; ++i)
+  for (int64_t i = t0 * k; i < t1 * k; ++i)
     if (r.keep[size_t(i)]) ++r.expert_begin[size_t(ex[size_t(i)]) + 1];
   for (int64_t e = 0; e < E; ++e) r.expert_begin[size_t(e + 1)] += r.expert_begin[size_t(e)];
   r.row_token.resize(size_t(r.rows()));
   r.row_slot.resize(size_t(r.rows()));
   std::vector<int64_t> next(r.expert_begin.begin(), r.expert_begin.end() - 1);
-  for (int64_t i = 0; i < N * k; ++i) {
+  for (int64_t i = t0 * k; i < t1 * k; ++i) {
     if (!r.keep[size_t(i)]) continue;
     const int64_t row = next[size_t(ex[size_t(i)])]++;
     r.row_token[size_t(row)] = int32_t(i / k);
     r.row_slot[size_t(row)] = int32_t(i);
   }
   r.slot_row = slot_rows(r.row_slot, N * k);
+}
+
+// Who computes this rank's tokens' experts. Without folding: the EP group (or this rank
+// alone), every TP rank dispatching all the rows (its expert TP shards are its TP's). Folded:
+// the experts' ETP x EP group, each TP rank dispatching its share [t0, t1) of the rows, each
+// expert's rows going to all `copies` (= ETP) ranks holding its shards.
+struct ExpertSide {
+  Communicator* group = nullptr;  // null: this rank alone
+  int64_t copies = 1;             // ranks each expert's rows go to
+  int64_t t0 = 0, t1 = 0;         // this rank's tokens of the full rows
+  int64_t local = 0, first = 0;   // local experts, the first one's global index
+  bool fc2_bias = false;          // this rank adds the experts' fc2 biases
+  int64_t size() const { return group ? group->size() : 1; }
+  int64_t tokens() const { return t1 - t0; }
+};
+ExpertSide expert_side(const tp::TPGroup& g, const LayerDims& d, const LayerInputs& in) {
+  const int64_t N = d.rows(), E = d.num_experts();
+  ExpertSide s;
+  s.t1 = N;
+  s.local = E;
+  s.fc2_bias = g.rank() == 0;
+  if (d.folded()) {
+    const int64_t x = in.etp_ep ? in.etp_ep->rank() : 0;
+    s.group = in.etp_ep && in.etp_ep->size() > 1 ? in.etp_ep : nullptr;
+    s.copies = d.expert_tp();
+    s.t0 = N * g.rank() / g.size();
+    s.t1 = N * (g.rank() + 1) / g.size();
+    s.local = E / d.ep;
+    s.first = x / s.copies * s.local;
+    s.fc2_bias = x % s.copies == 0;
+  } else if (in.ep && in.ep->size() > 1) {
+    s.group = in.ep;
+    s.local = E / in.ep->size();
+    s.first = in.ep->rank() * s.local;
+  }
+  MG_CHECK(s.size() * s.local == E * s.copies, "MoE: ", s.size(), " ranks holding ", s.local,
+           " of ", E, " experts in ", s.copies, " shards each");
+  return s;
+}
+
+// Folding (copies > 1): the rows sent, one per (rank x of the group, its local expert, the
+// expert's permuted row), x's experts being global (x / copies) x local ..; v_row maps each to
+// its permuted row, v_map each permuted row's copies to theirs (row-major (rows, copies)); the
+// counts per (x, local expert) are the route's.
+std::vector<int64_t> copy_rows(MoeRouting& r, const ExpertSide& side) {
+  const int64_t X = side.size(), LE = side.local, U = r.rows();
+  std::vector<int64_t> counts(size_t(X * LE));
+  r.v_row.clear();
+  r.v_map.assign(size_t(U * side.copies), 0);
+  for (int64_t x = 0; x < X; ++x)
+    for (int64_t le = 0; le < LE; ++le) {
+      const int64_t e = x / side.copies * LE + le;
+      const int64_t b = r.expert_begin[size_t(e)], n = r.expert_begin[size_t(e + 1)] - b;
+      counts[size_t(x * LE + le)] = n;
+      for (int64_t u = b; u < b + n; ++u) {
+        r.v_map[size_t(u * side.copies + x % side.copies)] = int32_t(r.v_row.size());
+        r.v_row.push_back(int32_t(u));
+      }
+    }
+  return counts;
 }
 }  // namespace
 
@@ -188,10 +247,6 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
   const int64_t N = d.rows(), H = d.H, E = m.num_experts, k = m.router.topk;
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
-  Communicator* ep = in.ep && in.ep->size() > 1 ? in.ep : nullptr;
-  const int64_t EP = ep ? ep->size() : 1, LE = E / EP, first = ep ? ep->rank() * LE : 0;
-  MG_CHECK(EP * N * k < (int64_t(1) << 31), "MoE routing indexes ", EP * N * k,
-           " slots in 32 bits; lower --micro-batch-size or --seq-length");
   // Every TP rank routes the full rows.
   const void* x = c.ln2.raw();
   if (d.sp) {
@@ -216,78 +271,101 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
       r.dropped = 0;
     }
   }
+  const ExpertSide side = expert_side(g, d, in);
+  Communicator* ep = side.group;
+  const int64_t X = side.size(), n = side.tokens(), t0 = side.t0;
+  MG_CHECK(X * N * k * side.copies < (int64_t(1) << 31), "MoE routing indexes ",
+           X * N * k * side.copies, " slots in 32 bits; lower --micro-batch-size or --seq-length");
   float* full = s.full.data<float>();
+  if (n < N) ops::memset_zero(full, size_t(N * H) * sizeof(float), ops::device());
   if (ep && in.ep_allgather) {
-    // allgather: every EP rank's rows and routing gathered; this rank's experts take their
-    // rows (by local expert, then source rank, then the source's order); their weighted
-    // outputs, placed at their tokens, come home by a reduce-scatter over EP.
-    void* xg = room(s.moe_xg, EP * N, H, t);
-    std::vector<int32_t> mine(size_t(N * k)), all(size_t(EP * N * k));
-    for (int64_t i = 0; i < N * k; ++i)
-      mine[size_t(i)] = r.keep[size_t(i)] ? r.router.experts[size_t(i)] : -1;
-    r.g_weights.resize(size_t(EP * N * k));
+    // allgather: every group rank's tokens and routing gathered; this rank's experts take
+    // their rows (by local expert, then source rank, then the source's order); their weighted
+    // outputs, placed at their tokens, come home by a reduce-scatter over the group (which
+    // also sums the expert-TP shards' partial outputs under folding).
+    void* xg = room(s.moe_xg, X * n, H, t);
+    std::vector<int32_t> mine(size_t(n * k)), all(size_t(X * n * k));
+    for (int64_t i = 0; i < n * k; ++i)
+      mine[size_t(i)] = r.keep[size_t(t0 * k + i)] ? r.router.experts[size_t(t0 * k + i)] : -1;
+    r.g_weights.resize(size_t(X * n * k));
     {
       timers::Scope timer(timers::kMoePermute);
-      ep->all_gather(x, xg, N * H, t);
-      ep->all_gather(mine.data(), all.data(), N * k, DType::I32);
-      ep->all_gather(r.router.weights.data(), r.g_weights.data(), N * k, DType::F32);
-      r.local_rows.assign(size_t(LE), 0);
+      ep->all_gather(at(x, t0 * H, t), xg, n * H, t);
+      ep->all_gather(mine.data(), all.data(), n * k, DType::I32);
+      ep->all_gather(r.router.weights.data() + t0 * k, r.g_weights.data(), n * k, DType::F32);
+      r.local_rows.assign(size_t(side.local), 0);
       r.g_token.clear();
       r.g_slot.clear();
-      for (int64_t le = 0; le < LE; ++le)
-        for (int64_t i = 0; i < EP * N * k; ++i)
-          if (all[size_t(i)] == first + le) {
+      for (int64_t le = 0; le < side.local; ++le)
+        for (int64_t i = 0; i < X * n * k; ++i)
+          if (all[size_t(i)] == side.first + le) {
             ++r.local_rows[size_t(le)];
             r.g_token.push_back(int32_t(i / k));
             r.g_slot.push_back(int32_t(i));
           }
-      r.g_slot_row = slot_rows(r.g_slot, EP * N * k);
+      r.g_slot_row = slot_rows(r.g_slot, X * n * k);
     }
     const int64_t Re = int64_t(r.g_token.size());
     void* xe = room(c.moe_xe, Re, H, t);
     ops::gather_rows(xe, xg, to_device(r.dev_row_token, r.g_token), Re, H, t);
     to_device(r.dev_row_slot, r.g_slot);
     float* ye = room_f32(c.moe_ye, Re, H);
-    experts_forward(g, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
+    experts_forward(side.fc2_bias, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
                     room(c.moe_act, Re, F, t), ye);
     timers::Scope timer(timers::kMoeCombine);
-    float* out = room_f32(s.moe_g, EP * N, H);
+    float* out = room_f32(s.moe_g, X * n, H);
     ops::combine_rows(out, ye, to_device(r.dev_slot_row, r.g_slot_row),
-                      to_device(r.dev_weights, r.g_weights), EP * N, k, H, false);
-    ep->reduce_scatter(out, full, N * H);
+                      to_device(r.dev_weights, r.g_weights), X * n, k, H, false);
+    ep->reduce_scatter(out, full + t0 * H, n * H);
   } else {
+    // alltoall (or one rank): the permuted rows go to their experts' ranks and come back.
+    const bool copies = side.copies > 1;
+    std::vector<int64_t> counts;
     {
       timers::Scope timer(timers::kMoePermute);
-      permute(r, N, k, E);
-      ops::gather_rows(c.moe_x.raw(), x, to_device(r.dev_row_token, r.row_token), r.rows(), H,
-                       t);
+      permute(r, N, k, E, t0, side.t1);
+      const int32_t* row_token = to_device(r.dev_row_token, r.row_token);
       to_device(r.dev_row_slot, r.row_slot);
+      if (copies) {
+        counts = copy_rows(r, side);
+        std::vector<int32_t> v_token(r.v_row.size());
+        for (size_t i = 0; i < v_token.size(); ++i) v_token[i] = r.row_token[size_t(r.v_row[i])];
+        ops::gather_rows(room(c.moe_x, int64_t(v_token.size()), H, t), x,
+                         to_device(r.dev_v_token, v_token), int64_t(v_token.size()), H, t);
+        to_device(r.dev_v_row, r.v_row);
+        to_device(r.dev_v_map, r.v_map);
+      } else {
+        ops::gather_rows(c.moe_x.raw(), x, row_token, r.rows(), H, t);
+        counts.resize(size_t(E));
+        for (int64_t e = 0; e < E; ++e)
+          counts[size_t(e)] = r.expert_begin[size_t(e + 1)] - r.expert_begin[size_t(e)];
+      }
     }
-    // alltoall (or EP 1): the permuted rows go to their experts' ranks and come back.
+    const int64_t V = copies ? int64_t(r.v_row.size()) : r.rows();  // rows sent
     const void* xe = c.moe_x.raw();
-    float* ye = c.moe_y.data<float>();
+    float* yv = copies ? room_f32(s.moe_g, V, H) : c.moe_y.data<float>();  // rows come back
+    float* ye = yv;
     if (ep) {
       timers::Scope timer(timers::kMoePermute);
-      std::vector<int64_t> per_expert(static_cast<size_t>(E));
-      for (int64_t e = 0; e < E; ++e)
-        per_expert[size_t(e)] = r.expert_begin[size_t(e + 1)] - r.expert_begin[size_t(e)];
-      r.route = moe::ep_route(*ep, per_expert);
+      r.route = moe::ep_route(*ep, counts);
       r.local_rows = r.route.rows_per_local_expert();
       xe = room(c.moe_xe, r.route.rows_out(), H, t);
       moe::ep_dispatch(*ep, r.route, c.moe_x.raw(), const_cast<void*>(xe), H, t);
       ye = room_f32(c.moe_ye, r.route.rows_out(), H);
     } else {
-      r.local_rows.assign(r.expert_begin.begin() + 1, r.expert_begin.end());
-      for (int64_t e = E - 1; e > 0; --e) r.local_rows[size_t(e)] -= r.local_rows[size_t(e - 1)];
+      r.local_rows = counts;
     }
-    const int64_t Re = ep ? r.route.rows_out() : r.rows();
-    experts_forward(g, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
+    const int64_t Re = ep ? r.route.rows_out() : V;
+    experts_forward(side.fc2_bias, w, d, r.local_rows, xe, room(c.moe_fc1, Re, F1, t),
                     room(c.moe_act, Re, F, t), ye);
     if (ep) {
       timers::Scope timer(timers::kMoePermute);
-      moe::ep_combine(*ep, r.route, ye, c.moe_y.raw(), H, DType::F32);
+      moe::ep_combine(*ep, r.route, ye, yv, H, DType::F32);
     }
     timers::Scope timer(timers::kMoeCombine);
+    if (copies)  // each row's expert-TP shards' partial outputs summed
+      ops::combine_rows(c.moe_y.data<float>(), yv, r.dev_v_map.data<int32_t>(), nullptr,
+                        r.rows(), side.copies, H, false);
     ops::combine_rows(full, c.moe_y.data<float>(), to_device(r.dev_slot_row, r.slot_row),
                       to_device(r.dev_weights, r.router.weights), N, k, H, false);
   }
@@ -309,8 +387,6 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
   const int64_t N = d.rows(), R = d.local_rows(), H = d.H, E = m.num_experts, k = m.router.topk;
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
-  Communicator* ep = in.ep && in.ep->size() > 1 ? in.ep : nullptr;
-  const int64_t EP = ep ? ep->size() : 1;
   const MoeRouting& r = c.routing;
   const float* dy_full = dy;
   if (d.sp) {
@@ -330,20 +406,24 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     ops::memset_zero(dx_full, size_t(N * H) * sizeof(float), ops::device());
   }
   // Each routed row's output gradient is its weight x the token's; each weight's gradient is
-  // the row's output . the token's gradient (TP-partial: summed over TP below). Slots without
-  // a row (dropped) keep a zero gradient.
+  // the row's output . the token's gradient (TP-partial, or this TP rank's tokens' only under
+  // folding: summed over TP below). Slots without a row (dropped) keep a zero gradient.
+  const ExpertSide side = expert_side(g, d, in);
+  Communicator* ep = side.group;
+  const int64_t X = side.size(), n = side.tokens(), t0 = side.t0;
   const int32_t* row_token = r.dev_row_token.data<int32_t>();
   const int32_t* row_slot = r.dev_row_slot.data<int32_t>();
   const int32_t* slot_row = r.dev_slot_row.data<int32_t>();
   const float* weights = r.dev_weights.data<float>();
   const bool allgather = ep && in.ep_allgather;
-  float* dweights = room_f32(s.moe_dw, (allgather ? 2 : 1) * EP * N * k, 1);
+  float* dweights = room_f32(s.moe_dw, N * k + (allgather ? X * n * k : 0), 1);
+  ops::memset_zero(dweights, size_t(N * k) * sizeof(float), ops::device());
   if (allgather) {
     const int64_t Re = int64_t(r.g_token.size());
-    float* dyg = room_f32(s.moe_g, EP * N, H);
-    ep->all_gather(dy_full, dyg, N * H, DType::F32);
-    float* dw_all = dweights + EP * N * k;  // every EP rank's slots, reduce-scattered below
-    ops::memset_zero(dw_all, size_t(EP * N * k) * sizeof(float), ops::device());
+    float* dyg = room_f32(s.moe_g, X * n, H);
+    ep->all_gather(dy_full + t0 * H, dyg, n * H, DType::F32);
+    float* dw_all = dweights + N * k;  // every group rank's slots, reduce-scattered below
+    ops::memset_zero(dw_all, size_t(X * n * k) * sizeof(float), ops::device());
     float* dye = room_f32(s.moe_dye, Re, H);
     {
       timers::Scope timer(timers::kMoeCombine);
@@ -354,28 +434,37 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     experts_backward(w, gw, d, r.local_rows, c.moe_xe.raw(), c.moe_fc1.raw(), c.moe_act.raw(),
                      dye, room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
     timers::Scope timer(timers::kMoePermute);
-    float* dxg = room_f32(s.moe_g2, EP * N, H);
-    ops::combine_rows(dxg, dxe, slot_row, nullptr, EP * N, k, H, false);
-    float* mine = room_f32(s.moe_dx, N, H);
-    ep->reduce_scatter(dxg, mine, N * H);
-    ops::residual_forward(dx_full, dx_full, mine, N * H);
-    ep->reduce_scatter(dw_all, dweights, N * k);
+    float* dxg = room_f32(s.moe_g2, X * n, H);
+    ops::combine_rows(dxg, dxe, slot_row, nullptr, X * n, k, H, false);
+    float* mine = room_f32(s.moe_dx, n, H);
+    ep->reduce_scatter(dxg, mine, n * H);
+    ops::residual_forward(dx_full + t0 * H, dx_full + t0 * H, mine, n * H);
+    ep->reduce_scatter(dw_all, dweights + t0 * k, n * k);
   } else {
+    const bool copies = side.copies > 1;
     float* drow = room_f32(s.moe_dy, r.rows(), H);
-    ops::memset_zero(dweights, size_t(N * k) * sizeof(float), ops::device());
     {
       timers::Scope timer(timers::kMoeCombine);
       ops::combine_rows_backward(drow, dweights, c.moe_y.data<float>(), dy_full, row_token,
                                  row_slot, weights, r.rows(), H);
     }
-    const int64_t Re = ep ? r.route.rows_out() : r.rows();
+    // The rows sent (folding: each permuted row's copies) and their gradients.
+    const int64_t V = copies ? int64_t(r.v_row.size()) : r.rows();
+    const float* dv = drow;
+    if (copies) {
+      float* dcopies = room_f32(s.moe_g, V, H);
+      ops::gather_rows(dcopies, drow, r.dev_v_row.data<int32_t>(), V, H, DType::F32);
+      dv = dcopies;
+    }
+    const int64_t Re = ep ? r.route.rows_out() : V;
     const void* xe = c.moe_x.raw();
-    const float* dye = drow;
-    float* dxe = room_f32(s.moe_dx, r.rows(), H);
+    const float* dye = dv;
+    float* dxv = copies ? room_f32(s.moe_g2, V, H) : room_f32(s.moe_dx, V, H);
+    float* dxe = dxv;
     if (ep) {
       timers::Scope timer(timers::kMoePermute);
       float* dispatched = room_f32(s.moe_dye, Re, H);
-      moe::ep_dispatch(*ep, r.route, drow, dispatched, H, DType::F32);
+      moe::ep_dispatch(*ep, r.route, dv, dispatched, H, DType::F32);
       dye = dispatched;
       xe = c.moe_xe.raw();
       dxe = room_f32(s.moe_dxe, Re, H);
@@ -383,11 +472,13 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     experts_backward(w, gw, d, r.local_rows, xe, c.moe_fc1.raw(), c.moe_act.raw(), dye,
                      room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
     timers::Scope timer(timers::kMoePermute);
-    const float* dx_rows = dxe;
-    if (ep) {
-      float* home = room_f32(s.moe_dx, r.rows(), H);
-      moe::ep_combine(*ep, r.route, dxe, home, H, DType::F32);
-      dx_rows = home;
+    if (ep) moe::ep_combine(*ep, r.route, dxe, dxv, H, DType::F32);
+    const float* dx_rows = dxv;
+    if (copies) {  // each permuted row's input gradient: the sum of its copies' (ETP-partial)
+      float* dxu = room_f32(s.moe_dx, r.rows(), H);
+      ops::combine_rows(dxu, dxv, r.dev_v_map.data<int32_t>(), nullptr, r.rows(), side.copies,
+                        H, false);
+      dx_rows = dxu;
     }
     ops::combine_rows(dx_full, dx_rows, slot_row, nullptr, N, k, H, true);
   }

@@ -63,9 +63,14 @@ struct MoeRouting {
   std::vector<int32_t> g_slot;
   std::vector<float> g_weights;
   std::vector<int32_t> g_slot_row;         // (EP x S*B x k) their expert-side rows, or -1
+  // Parallel folding with expert TP > 1 (alltoall): each permuted row is sent to its expert's
+  // ETP ranks; the sent rows' permuted rows, and each permuted row's copies (rows x ETP).
+  std::vector<int32_t> v_row, v_map;
   // On the compute device: the token of each expert-side row, its slot, the row of each slot,
-  // and the weights by slot (allgather: the gathered ones).
-  Tensor dev_row_token, dev_row_slot, dev_slot_row, dev_weights;
+  // and the weights by slot (allgather: the gathered ones); folding: v_row, v_map and the
+  // sent rows' tokens.
+  Tensor dev_row_token, dev_row_slot, dev_slot_row, dev_weights, dev_v_row, dev_v_map,
+      dev_v_token;
 };
 
 // Expert parallelism (LayerInputs::ep with more than one rank): this rank holds experts
@@ -74,6 +79,15 @@ struct MoeRouting {
 // every EP rank's rows and routing are gathered, this rank's experts run on theirs and
 // combine them by weight, and a reduce-scatter over EP brings each rank its tokens' sums. Both
 // give the single rank's result (up to the summation order of the allgather's combine).
+// Parallel folding (LayerDims::folded: --expert-tensor-parallel-size ETP other than TP): the
+// experts are split over ETP ranks of their own grid (parallel/rank_grid.h), not over TP.
+// Every TP rank still routes the full rows alike, but dispatches only its share of the tokens
+// (its sequence-parallel chunk) over the experts' ETP x EP group: each row goes to all ETP
+// ranks holding its expert's shards, whose partial outputs come back and are summed (alltoall;
+// allgather sums them in its reduce-scatter). Its tokens' outputs fill their rows of the full
+// (S*B, H) sum, zeros elsewhere, so the TP reduction that follows completes every row; in
+// backward the routing weights' gradients of its tokens, zeros elsewhere, are completed by
+// the same TP all-reduce.
 // y (R, H) = x_mid + dropout(MoE(norm output)): the MLP half of transformer_layer_forward,
 // from the pre-MLP norm's output in c.ln2 (R rows).
 void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const LayerWeights& w,

@@ -74,10 +74,15 @@ struct LayerDims {
   bool low_precision() const { return dtype != DType::F32; }
   // A MoE layer's routed rows (one per token and chosen expert) and expert widths per rank.
   int64_t moe_rows() const { return spec.is_moe() ? rows() * spec.moe.router.topk : 0; }
-  int64_t expert_F_local() const { return spec.moe.ffn / tp; }
-  int64_t expert_fc1_local() const { return spec.is_moe() ? spec.expert_fc1_rows() / tp : 0; }
+  int64_t expert_F_local() const { return spec.moe.ffn / expert_tp(); }
+  int64_t expert_fc1_local() const {
+    return spec.is_moe() ? spec.expert_fc1_rows() / expert_tp() : 0;
+  }
   int64_t num_experts() const { return spec.moe.num_experts; }
-  int64_t ep = 1;  // expert-parallel ranks (MoE layers; the experts' side buffers)
+  int64_t ep = 1;   // expert-parallel ranks (MoE layers; the experts' side buffers)
+  int64_t etp = 0;  // the experts' TP (--expert-tensor-parallel-size); 0: TP
+  int64_t expert_tp() const { return etp > 0 ? etp : tp; }
+  bool folded() const { return expert_tp() != tp; }  // parallel folding (moe_layer.h)
 };
 
 // Dropout of one training micro-batch (Megatron's places: the attention probabilities, and the
@@ -110,6 +115,9 @@ struct LayerInputs {
   // and the token dispatcher (--moe-token-dispatcher-type allgather, else alltoall).
   Communicator* ep = nullptr;
   bool ep_allgather = false;
+  // Parallel folding (LayerDims::folded): the experts' ETP x EP group, over which this TP
+  // rank's share of the tokens is dispatched (moe_layer.h).
+  Communicator* etp_ep = nullptr;
   float loss_scale = 1.f;               // backward: what the LM loss's gradient is scaled by
                                         // (loss scale / micro-batches); a MoE layer's aux and
                                         // z losses enter backward with the same scale

@@ -30,6 +30,7 @@ LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   d.H = c.hidden_size;
   d.spec = stage_union_spec(c, s.shard);
   d.ep = s.shard.ep_size;
+  d.etp = s.shard.etp_size;
   d.tp = s.shard.tp_size;
   d.sp = s.sequence_parallel && d.tp > 1;
   d.eps = c.norm_epsilon;
@@ -223,6 +224,7 @@ LayerInputs GPTModel::layer_inputs(const Slot& s) const {
   if (cp_.size > 1) in.cp = &cp_attention_;
   in.ep = ep_comm_;
   in.ep_allgather = ep_allgather_;
+  in.etp_ep = etp_ep_comm_;
   return in;
 }
 

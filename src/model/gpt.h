@@ -103,12 +103,21 @@ class GPTModel {
   }
   void dropout_off() { dropout_enabled_ = false; }
   // Expert parallelism: the EP group over which MoE layers exchange tokens (its size and rank
-  // must be the shard's ep_size and ep_rank), and the dispatcher (allgather, else alltoall).
-  void set_expert_parallel(Communicator* ep, bool allgather) {
-    MG_CHECK(ep->size() == spec_.shard.ep_size && ep->rank() == spec_.shard.ep_rank,
-             "EP group (", ep->size(), " ranks) does not match the shard's EP ",
-             spec_.shard.ep_size, " rank ", spec_.shard.ep_rank);
+  // must be the shard's ep_size and ep_rank; null when EP = 1), the experts' ETP x EP group
+  // under parallel folding (else null), and the dispatcher (allgather, else alltoall).
+  void set_expert_parallel(Communicator* ep, Communicator* etp_ep, bool allgather) {
+    if (ep)
+      MG_CHECK(ep->size() == spec_.shard.ep_size && ep->rank() == spec_.shard.ep_rank,
+               "EP group (", ep->size(), " ranks) does not match the shard's EP ",
+               spec_.shard.ep_size, " rank ", spec_.shard.ep_rank);
+    if (etp_ep)
+      MG_CHECK(etp_ep->size() == spec_.shard.etp_size * spec_.shard.ep_size &&
+                   etp_ep->rank() == spec_.shard.etp_rank + spec_.shard.etp_size * spec_.shard.ep_rank,
+               "ETP x EP group (rank ", etp_ep->rank(), " of ", etp_ep->size(),
+               ") does not match the shard's expert TP ", spec_.shard.etp_size, " and EP ",
+               spec_.shard.ep_size);
     ep_comm_ = ep;
+    etp_ep_comm_ = etp_ep;
     ep_allgather_ = allgather;
   }
   // Runs this stage on the micro-batch in `slot` (tokens/positions used by the first stage,
@@ -243,6 +252,7 @@ class GPTModel {
   MoeLosses moe_losses_;             // take_moe_losses()'s sums
   Communicator* ep_comm_ = nullptr;  // set_expert_parallel
   bool ep_allgather_ = false;
+  Communicator* etp_ep_comm_ = nullptr;
   double tokens_ = 0;                // take_tokens()'s count
   Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
   Tensor rope_positions_;            // (S*B) RoPE position of each row

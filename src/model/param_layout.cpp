@@ -14,11 +14,13 @@ size_t ParamLayout::add(const ParamDecl& d, const ShardSpec& shard) {
   p.name = d.name;
   p.global_shape = d.global_shape;
   p.sharding = d.sharding;
+  p.tp_size = shard.split_size(d.sharding);
+  p.tp_rank = shard.split_rank(d.sharding);
   if (d.sharding.split())
-    MG_CHECK(d.global_shape[size_t(d.sharding.split_dim)] % (shard.tp_size * d.sharding.stride) == 0,
-             p.name, " dim ", d.sharding.split_dim, " not divisible by TP ", shard.tp_size,
+    MG_CHECK(d.global_shape[size_t(d.sharding.split_dim)] % (p.tp_size * d.sharding.stride) == 0,
+             p.name, " dim ", d.sharding.split_dim, " not divisible by TP ", p.tp_size,
              " x stride ", d.sharding.stride);
-  p.shape = local_shape(d.global_shape, d.sharding, shard.tp_size);
+  p.shape = local_shape(d.global_shape, d.sharding, p.tp_size);
   p.offset = total_;
   p.init = d.init;
   p.init_std = d.init_std;
@@ -129,11 +131,11 @@ const char* size_flags(const std::string& name) {
   return "--hidden-size";
 }
 
-void add_count(ParamCount& c, const std::vector<ParamDecl>& decls, int64_t tp_size) {
+void add_count(ParamCount& c, const std::vector<ParamDecl>& decls, const ShardSpec& shard) {
   for (const ParamDecl& d : decls) {
     const std::string what = "elements of " + d.name + " (" + size_flags(d.name) + ")";
     int64_t n = 1;
-    for (int64_t x : local_shape(d.global_shape, d.sharding, tp_size)) {
+    for (int64_t x : local_shape(d.global_shape, d.sharding, shard.split_size(d.sharding))) {
       MG_USER_CHECK(x >= 0, what, ": a dimension is negative (", x, ")");
       n = checked_mul(n, x, what);
     }
@@ -149,7 +151,7 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
   ShardSpec outer = shard;  // the embedding and the head: no layers
   outer.layer_begin = outer.layer_end = 0;
   ParamCount c;
-  add_count(c, model_param_decls(cfg, outer), shard.tp_size);
+  add_count(c, model_param_decls(cfg, outer), shard);
   const int64_t end = shard.layer_end < 0 ? cfg.num_layers : shard.layer_end;
   const int64_t layers = end - shard.layer_begin;
   if (layers <= 0) return c;
@@ -166,7 +168,7 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
                              {unused_std, unused_std});
     std::erase_if(one, [&](const ParamDecl& p) { return !shard.holds(p.sharding, cfg.num_experts); });
     ParamCount layer;
-    add_count(layer, one, shard.tp_size);
+    add_count(layer, one, shard);
     c.elements = checked_add(c.elements, checked_mul(n, layer.elements, what), what);
     c.vector_elements =
         checked_add(c.vector_elements, checked_mul(n, layer.vector_elements, what), what);
@@ -177,7 +179,7 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
   return c;
 }
 
-void init_params(const ParamLayout& layout, float* params, uint64_t seed, const ShardSpec& shard) {
+void init_params(const ParamLayout& layout, float* params, uint64_t seed) {
   for (const ParamSpec& p : layout.params()) {
     float* dst = params + p.offset;
     switch (p.init) {
@@ -190,7 +192,7 @@ void init_params(const ParamLayout& layout, float* params, uint64_t seed, const 
         if (p.sharding.split_dim == 0) run = p.numel() / p.sharding.stride;
         for (int64_t b = 0; b < p.numel(); b += run)
           fill_normal(dst + b, run, p.init_std, seed, stream,
-                      global_index(p, b, shard.tp_size, shard.tp_rank));
+                      global_index(p, b));
         break;
       }
       case InitKind::Zeros: std::fill(dst, dst + p.numel(), 0.f); break;

@@ -18,6 +18,8 @@ struct ParamSpec {
   Shape shape;           // local shape; [out, in] for linear weights, as Megatron stores them
   Shape global_shape;    // shape in the single-rank model
   Sharding sharding;
+  int64_t tp_size = 1, tp_rank = 0;  // the ranks a split param is split over and this one's
+                                     // place: the shard's TP, or its expert TP for experts
   int64_t offset = 0;    // elements from the start of the flat buffer
   InitKind init = InitKind::Zeros;
   float init_std = 0.f;  // for InitKind::Normal
@@ -39,16 +41,24 @@ struct ShardSpec {
   // Expert parallelism: the E experts of each MoE layer split over ep_size ranks, rank r
   // holding experts [r E/EP, (r+1) E/EP) (Megatron's; checkpoints name them by global index).
   int64_t ep_size = 1, ep_rank = 0;
+  // Parallel folding: each expert split over etp_size ranks (--expert-tensor-parallel-size)
+  // instead of TP; 0 means TP (etp_rank then unused).
+  int64_t etp_size = 0, etp_rank = 0;
   // Whether this shard holds a parameter so sharded (every non-expert one, its own experts).
   bool holds(const Sharding& s, int64_t num_experts) const {
     return s.expert < 0 || s.expert / (num_experts / ep_size) == ep_rank;
   }
+  // The ranks a parameter so sharded is split over, and this shard's place among them.
+  bool expert_split(const Sharding& s) const { return s.expert >= 0 && etp_size > 0; }
+  int64_t split_size(const Sharding& s) const { return expert_split(s) ? etp_size : tp_size; }
+  int64_t split_rank(const Sharding& s) const { return expert_split(s) ? etp_rank : tp_rank; }
 };
 
 // Whether this rank's copy of p counts toward whole-model sums (grad norm, gathers): each
-// parameter exactly once, so TP-replicated params only on TP rank 0 and never the tied copy.
-inline bool counted_once(const ParamSpec& p, int64_t tp_rank) {
-  return !p.sharding.tied_copy && (p.sharding.split() || tp_rank == 0);
+// parameter exactly once, so TP-replicated params only on TP rank 0 (expert TP rank 0 for an
+// expert's) and never the tied copy.
+inline bool counted_once(const ParamSpec& p) {
+  return !p.sharding.tied_copy && (p.sharding.split() || p.tp_rank == 0);
 }
 
 class ParamLayout {
@@ -102,15 +112,14 @@ struct ParamCount {
 };
 ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard = {});
 
-// Global flat offset of element `local_index` of p's TP shard tp_rank of tp_size.
-inline int64_t global_index(const ParamSpec& p, int64_t local_index, int64_t tp_size,
-                            int64_t tp_rank) {
-  return global_index(p.global_shape, p.shape, p.sharding, local_index, tp_size, tp_rank);
+// Global flat offset of element `local_index` of p's shard.
+inline int64_t global_index(const ParamSpec& p, int64_t local_index) {
+  return global_index(p.global_shape, p.shape, p.sharding, local_index, p.tp_size, p.tp_rank);
 }
 
 // Fills params per each spec's init rule. Each parameter draws from its own Philox stream keyed
 // by (seed, name), indexed by the element's position in the global tensor, so values do not
 // depend on the layout. Tied copies start at zero (the embedding all-reduce fills them).
-void init_params(const ParamLayout& layout, float* params, uint64_t seed, const ShardSpec& shard);
+void init_params(const ParamLayout& layout, float* params, uint64_t seed);
 
 }  // namespace mg

@@ -33,7 +33,7 @@ struct ParallelConfig {
   std::string cp_comm_type = "p2p";      // --cp-comm-type: p2p (K/V ring) | a2a (all-to-all)
   bool sequence_parallel = false;        // --sequence-parallel (needs TP > 1)
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size: EP (MoE experts split)
-  int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size (0: TP; only TP here)
+  int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size: ETP (0: TP)
   std::string moe_token_dispatcher_type = "allgather";  // --moe-token-dispatcher-type (Megatron's default)
   int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
@@ -53,6 +53,7 @@ struct ParallelConfig {
   int pp() const { return pipeline_model_parallel_size; }
   int cp() const { return context_parallel_size; }
   int ep() const { return expert_model_parallel_size; }
+  int etp() const { return expert_tensor_parallel_size > 0 ? expert_tensor_parallel_size : tp(); }
   // "TP a x CP b x PP c x DP d": the layout as logs and messages name it.
   std::string layout_string(int world_size) const;
   // [first, last) global layer indices held by pipeline stage `stage`.

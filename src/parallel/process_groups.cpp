@@ -22,9 +22,11 @@ void make_groups(ProcessGroups& g, const RankGrid& grid, Make make) {
   g.dp_cp = make(grid.groups("dp-cp"), "data-context-parallel");
   g.model_parallel = make(grid.groups("tp-pp"), "model-parallel");
   g.embedding = make(grid.embedding_groups(), "embedding");
-  if (grid.ep > 1) {
-    g.ep = make(grid.expert_groups("ep"), "expert-parallel");
-    g.edp = make(grid.expert_groups("edp"), "expert-data-parallel");
+  if (grid.ep > 1) g.ep = make(grid.expert_groups("ep"), "expert-parallel");
+  if (grid.ep > 1 || grid.folded()) g.edp = make(grid.expert_groups("edp"), "expert-data-parallel");
+  if (grid.folded()) {
+    g.etp_ep = make(grid.expert_groups("etp-ep"), "expert-tensor-and-expert-parallel");
+    g.expert_mp = make(grid.expert_groups("etp-ep-pp"), "expert-model-parallel");
   }
 }
 }  // namespace

@@ -12,12 +12,16 @@ namespace mg {
 struct RankGrid {
   int tp = 1, pp = 1, dp = 1;  // sizes (dp: the pure data-parallel replicas)
   int cp = 1;                  // context-parallel size (last, so {tp, pp, dp} still reads)
-  // Expert parallelism (MoE layers only; Megatron's "parallel folding"): the experts' own grid
-  // is "tp-ep-edp-pp" over the same ranks, with expert TP = TP and the dense layout's
-  // CP x DP ranks split into EP x EDP (EP fastest): a rank's expert coordinates are
-  // ep = (cp + CP dp) % EP, edp = (cp + CP dp) / EP.
+  // Expert parallelism (MoE layers only): the experts' own grid is "etp-ep-edp-pp" over the
+  // same ranks (Megatron's parallel folding): within a pipeline stage, a rank's dense index
+  // j = tp + TP (cp + CP dp) is read as etp + ETP (ep + EP edp), ETP the experts' TP
+  // (--expert-tensor-parallel-size; 0 here means TP). With ETP = TP this is the dense layout's
+  // CP x DP ranks split into EP x EDP (EP fastest).
   int ep = 1;
-  int edp() const { return cp * dp / ep; }
+  int etp = 0;
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  bool folded() const { return expert_tp() != tp; }  // experts split otherwise than the MLP
+  int edp() const { return tp * cp * dp / (expert_tp() * ep); }
   int world() const { return tp * cp * pp * dp; }
 
   struct Coord {
@@ -29,14 +33,17 @@ struct RankGrid {
   }
   int rank_of(const Coord& c) const { return c.tp + tp * (c.cp + cp * (c.dp + dp * c.pp)); }
   // A rank's place in the experts' grid.
-  int ep_rank(const Coord& c) const { return (c.cp + cp * c.dp) % ep; }
-  int edp_rank(const Coord& c) const { return (c.cp + cp * c.dp) / ep; }
+  int ep_rank(const Coord& c) const { return stage_index(c) / expert_tp() % ep; }
+  int edp_rank(const Coord& c) const { return stage_index(c) / (expert_tp() * ep); }
+  int etp_rank(const Coord& c) const { return stage_index(c) % expert_tp(); }
+  int stage_index(const Coord& c) const { return c.tp + tp * (c.cp + cp * c.dp); }
 
   // All groups spanning the '-'-joined dimensions, e.g. "tp", "cp", "dp", "pp", "tp-pp"
   // (model parallel), "dp-cp" (gradient reduction), "tp-cp".
   std::vector<std::vector<int>> groups(const std::string& dims) const;
   // The experts' groups over "ep" (token exchange), "edp" (expert gradients, the distributed
-  // optimizer's expert shards) or "tp-ep-pp"; as groups() orders them.
+  // optimizer's expert shards), "etp-ep" (folding's token exchange) or "etp-ep-pp" (experts'
+  // norms when folded); as groups() orders them.
   std::vector<std::vector<int>> expert_groups(const std::string& dims) const;
   // Megatron's embedding groups: {first, last} stage of each pipeline ({first} when PP = 1).
   std::vector<std::vector<int>> embedding_groups() const;

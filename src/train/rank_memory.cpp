@@ -32,7 +32,8 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
         cfg.parallel.chunk_layers(cfg.model.num_layers, c.pp, chunk);
     StageSpec spec;
     spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0 && chunk == 0,
-                  c.pp == grid.pp - 1 && chunk == v - 1, grid.ep, grid.ep_rank(c)};
+                  c.pp == grid.pp - 1 && chunk == v - 1, grid.ep, grid.ep_rank(c),
+                  grid.folded() ? grid.expert_tp() : 0, grid.etp_rank(c)};
     spec.sequence_parallel = cfg.parallel.sequence_parallel;
     spec.cp_size = grid.cp;
     spec.cp_rank = c.cp;
@@ -55,12 +56,14 @@ StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank) {
     store.chunks.push_back(chunk.shard);
   store.dtype = cfg.model_dtype();
   store.sequence_parallel = cfg.parallel.sequence_parallel && cfg.parallel.tp() > 1;
-  // DP x CP > 1 reduces bucket by bucket in Megatron's buffer layout (padded for the shards of
-  // the distributed optimizer, which shards over DP x CP).
+  // DP x CP > 1 (or expert DP > 1) reduces bucket by bucket in Megatron's buffer layout
+  // (padded for the shards of the distributed optimizer, which shards over DP x CP, and the
+  // experts' over expert DP).
   const int64_t dp_cp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
-  if (dp_cp > 1 || cfg.use_distributed_optimizer) {
+  const int64_t edp = cfg.model.num_experts > 0 ? cfg.rank_grid().edp() : 1;
+  if (dp_cp > 1 || edp > 1 || cfg.use_distributed_optimizer) {
     store.bucket_dp = cfg.use_distributed_optimizer ? dp_cp : 0;
-    store.bucket_expert_dp = cfg.use_distributed_optimizer ? dp_cp / cfg.parallel.ep() : 0;
+    store.bucket_expert_dp = cfg.use_distributed_optimizer ? edp : 0;
     store.bucket_size = cfg.parallel.ddp_bucket_size;
   }
   return store;
@@ -90,8 +93,9 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   const int64_t per_element = (cfg.optimizer == "adam" ? 8 : 4) + (low_precision ? 4 : 0);
   m.optimizer = checked_mul(n, per_element, kWhat);
   if (cfg.use_distributed_optimizer) {
-    // Dense parameters sharded over DP x CP, the experts over expert DP (DP x CP / EP).
-    const int64_t experts = count.expert_elements, edp = dp / cfg.parallel.ep();
+    // Dense parameters sharded over DP x CP, the experts over expert DP
+    // (TP x DP x CP / (expert TP x EP)).
+    const int64_t experts = count.expert_elements, edp = cfg.rank_grid().edp();
     const int64_t shard = checked_add(ceil_div(n - experts, dp), ceil_div(experts, edp), kWhat);
     m.optimizer = experts == 0 ? ceil_div(m.optimizer, dp) : checked_mul(shard, per_element, kWhat);
     m.grads = checked_add(m.grads, checked_bytes(shard, DType::F32, kWhat), kWhat);

@@ -159,34 +159,41 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   " splits the experts of MoE layers; give --num-experts");
     MG_USER_CHECK(model.num_experts % ep == 0, "--num-experts ", model.num_experts,
                   " must be divisible by --expert-model-parallel-size ", ep);
-    const int64_t dp_cp = int64_t(data_parallel_size) * parallel.cp();
-    MG_USER_CHECK(dp_cp % ep == 0, "--expert-model-parallel-size ", ep,
-                  " must divide the data-parallel x context-parallel ranks (", dp_cp,
-                  " = world / (TP x PP)): the experts are split over ranks that hold different "
-                  "tokens");
     // Megatron's rule (TransformerConfig): with TP, EP needs sequence parallelism.
     MG_USER_CHECK(parallel.tp() == 1 || parallel.sequence_parallel,
                   "--expert-model-parallel-size ", ep, " with --tensor-model-parallel-size ",
                   parallel.tp(), " needs --sequence-parallel (as Megatron-LM requires)");
   }
-  MG_USER_CHECK(parallel.expert_tensor_parallel_size == 0 ||
-                    parallel.expert_tensor_parallel_size == parallel.tp(),
-                "--expert-tensor-parallel-size ", parallel.expert_tensor_parallel_size,
-                " other than --tensor-model-parallel-size ", parallel.tp(),
-                " is not supported by megatron-cpp yet (experts are split as the dense MLP is)");
+  const int etp = parallel.expert_tensor_parallel_size;
+  MG_USER_CHECK(etp >= 0, "--expert-tensor-parallel-size must be positive (got ", etp,
+                "; 0 means the same as --tensor-model-parallel-size)");
+  MG_USER_CHECK(parallel.etp() == parallel.tp() || model.num_experts > 0,
+                "--expert-tensor-parallel-size ", etp, " splits the experts of MoE layers; give "
+                "--num-experts (or leave it out)");
+  if (model.num_experts > 0) {
+    // The experts' grid (ETP x EP x EDP) covers each pipeline stage's TP x CP x DP ranks.
+    const int64_t stage_ranks = int64_t(parallel.tp()) * parallel.cp() * data_parallel_size;
+    const int64_t expert_mp = int64_t(parallel.etp()) * ep;
+    MG_USER_CHECK(stage_ranks % expert_mp == 0, "--expert-tensor-parallel-size ", parallel.etp(),
+                  " x --expert-model-parallel-size ", ep, " = ", expert_mp,
+                  " must divide the ranks of a pipeline stage (TP x CP x DP = ", stage_ranks,
+                  "): the experts' grid is laid over them (docs/moe.md)");
+  }
   MG_USER_CHECK(parallel.moe_token_dispatcher_type == "alltoall" ||
                     parallel.moe_token_dispatcher_type == "allgather",
                 "--moe-token-dispatcher-type '", parallel.moe_token_dispatcher_type,
                 "' is not known; use alltoall or allgather");
   if (model.num_experts > 0) {
-    // The experts (and shared experts) are split over TP as the MLP is.
-    for (const auto& [flag, width] :
-         {std::pair{"--moe-ffn-hidden-size", model.moe_ffn()},
-          std::pair{"--moe-shared-expert-intermediate-size",
-                    model.moe_shared_expert_intermediate_size}})
-      MG_USER_CHECK(width % parallel.tp() == 0, flag, " ", width,
-                    " must be divisible by --tensor-model-parallel-size ", parallel.tp(),
-                    " (each expert's MLP is split over TP)");
+    // The experts are split over expert TP, the shared experts over TP as the MLP is.
+    MG_USER_CHECK(model.moe_ffn() % parallel.etp() == 0, "--moe-ffn-hidden-size ",
+                  model.moe_ffn(), " must be divisible by the experts' tensor parallelism ",
+                  parallel.etp(), " (--expert-tensor-parallel-size, default "
+                  "--tensor-model-parallel-size): each expert's MLP is split over it");
+    MG_USER_CHECK(model.moe_shared_expert_intermediate_size % parallel.tp() == 0,
+                  "--moe-shared-expert-intermediate-size ",
+                  model.moe_shared_expert_intermediate_size,
+                  " must be divisible by --tensor-model-parallel-size ", parallel.tp(),
+                  " (the shared experts' MLP is split over TP)");
     // Routing is per token and the aux and z losses are summed over CP ranks, but capacity
     // ranks each expert's assignments over the micro-batch's tokens, which CP splits.
     MG_USER_CHECK(parallel.cp() == 1 || model.moe_expert_capacity_factor == 0.f,

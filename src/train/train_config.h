@@ -136,7 +136,8 @@ struct TrainConfig {
   DType model_dtype() const { return bf16 ? DType::BF16 : fp16 ? DType::F16 : DType::F32; }
   // The rank grid of the validated layout (finalize_and_validate derives its DP).
   RankGrid rank_grid() const {
-    return {parallel.tp(), parallel.pp(), data_parallel_size, parallel.cp(), parallel.ep()};
+    return {parallel.tp(), parallel.pp(), data_parallel_size, parallel.cp(), parallel.ep(),
+            parallel.etp()};
   }
   // What checkpoint saving and loading read of this config.
   CheckpointConfig checkpoint_config() const;

@@ -281,9 +281,9 @@ void Trainer::build_model_and_optimizer() {
                                                  specs[size_t(c)], g_.tp.get(), g_.cp.get(),
                                                  store_.get(), c));
     chunks_.back()->set_per_token_loss(cfg.calculate_per_token_loss);
-    if (g_.grid.ep > 1)
+    if (g_.grid.ep > 1 || g_.grid.folded())
       chunks_.back()->set_expert_parallel(
-          g_.ep.get(), cfg.parallel.moe_token_dispatcher_type == "allgather");
+          g_.ep.get(), g_.etp_ep.get(), cfg.parallel.moe_token_dispatcher_type == "allgather");
     chunk_ptrs_.push_back(chunks_.back().get());
   }
   store_->init(cfg.seed);
@@ -299,7 +299,8 @@ void Trainer::build_model_and_optimizer() {
                                          store_->param_data());
   if (cfg.fp16) scaler_ = std::make_unique<LossScaler>(cfg.loss_scaler);
   state_bytes_ = optim_ ? optim_->state_bytes() : dist_optim_->state_bytes();
-  if (g_.dp_cp->size() > 1 && !cfg.use_distributed_optimizer)
+  // Expert grads may be reduced over ranks of their own even when DP x CP is 1 (folding).
+  if ((g_.dp_cp->size() > 1 || g_.expert_dp().size() > 1) && !cfg.use_distributed_optimizer)
     reducer_ = std::make_unique<GradReducer>(*store_, g_, cfg.parallel.overlap_grad_reduce,
                                              grad_reduce_dtype);
 }
