@@ -165,8 +165,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   parallel.tp(), " needs --sequence-parallel (as Megatron-LM requires)");
   }
   const int etp = parallel.expert_tensor_parallel_size;
-  MG_USER_CHECK(etp >= 0, "--expert-tensor-parallel-size must be positive (got ", etp,
-                "; 0 means the same as --tensor-model-parallel-size)");
+  MG_USER_CHECK(etp >= 0, "--expert-tensor-parallel-size must be a positive number of ranks "
+                "(got ", etp, "; 0, or leaving it out, means --tensor-model-parallel-size)");
   MG_USER_CHECK(parallel.etp() == parallel.tp() || model.num_experts > 0,
                 "--expert-tensor-parallel-size ", etp, " splits the experts of MoE layers; give "
                 "--num-experts (or leave it out)");

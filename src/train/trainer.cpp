@@ -225,8 +225,9 @@ class Trainer {
   TrainProgress progress_;  // as loaded, then as last saved
   std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
   // The TP, PP, DP (x CP), embedding and CP groups, whose bytes each log line reports.
-  // tp, pp, dp x cp, embedding, cp, ep, expert dp (the last two: MoE under EP).
-  static constexpr int kCommGroups = 7;
+  // tp, pp, dp x cp, embedding, cp, ep, expert dp (MoE under EP or folding), and folding's
+  // ETP x EP (token exchange) and expert model parallel (norms).
+  static constexpr int kCommGroups = 9;
   Communicator* comm_groups_[kCommGroups] = {};
 
   // Counters of the run.
@@ -253,7 +254,7 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
       ckpt_cfg_(cfg.checkpoint_config()),
       sched_(cfg.lr_schedule()),
       comm_groups_{g.tp.get(), g.pp.get(), g.dp_cp.get(), g.embedding.get(), g.cp.get(),
-                   g.ep.get(), g.edp.get()} {
+                   g.ep.get(), g.edp.get(), g.etp_ep.get(), g.expert_mp.get()} {
   const bool cuda = cfg.device == "cuda";
   ops::set_device(cuda ? Device::CUDA : Device::CPU, cuda ? local_rank() : 0);
   int32_t eod = 0;
@@ -346,7 +347,10 @@ void Trainer::log_setup() const {
     const GPTConfig& m = cfg_.model;
     log_line(str_cat(" > MoE: ", m.layer_kinds(0, m.num_layers).moe, " of ", m.num_layers,
                      " layers, ", m.num_experts, " experts (", m.num_experts / cfg_.parallel.ep(),
-                     " per EP rank), top-", m.moe_router_topk, ", ",
+                     " per EP rank, each split over ", cfg_.parallel.etp(), " expert-TP rank",
+                     cfg_.parallel.etp() > 1 ? "s" : "",
+                     g_.grid.folded() ? " (parallel folding)" : "", "), top-", m.moe_router_topk,
+                     ", ",
                      m.moe_router_load_balancing_type, ", experts' GEMMs ",
                      m.moe_grouped_gemm ? "grouped (--moe-grouped-gemm)" : "one call per expert"));
   }
@@ -546,7 +550,9 @@ void Trainer::log_interval(int64_t iter, const StepResult& step) {
   l.dp_bytes = (interval_comm_[2].p2p_bytes + interval_comm_[6].p2p_bytes) / interval_iters_;
   l.embedding_bytes = interval_comm_[3].p2p_bytes / interval_iters_;
   l.cp_bytes = interval_comm_[4].p2p_bytes / interval_iters_;
-  if (g_.grid.ep > 1) l.ep_bytes = interval_comm_[5].p2p_bytes / interval_iters_;
+  if (g_.grid.ep > 1 || g_.grid.folded())  // the experts' token exchange (and their norms' sums)
+    l.ep_bytes = (interval_comm_[5].p2p_bytes + interval_comm_[7].p2p_bytes +
+                  interval_comm_[8].p2p_bytes) / interval_iters_;
   log_line(format_iteration(l));
   std::vector<std::pair<std::string, double>> timer_max_ms;
   if (timers::enabled_level() > 0) {

@@ -174,6 +174,26 @@ TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
                                 "--moe-token-dispatcher-type alltoall"});
 }
 
+// Parallel folding: experts split over their own TP (--expert-tensor-parallel-size), so their
+// shards are recorded by expert TP. Saved under EP 2 x ETP 2 with TP 1 (distributed optimizer
+// over expert DP 1): continued on one rank, under TP 2 x EP 2 (experts split by TP), and under
+// TP 2 with whole experts (ETP 1).
+TEST(Checkpoint, FoldedExpertsReshard) {
+  const std::string moe =
+      kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
+               " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
+               " --position-embedding-type rope --disable-bias-linear"
+               " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
+               " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
+  expect_reshard({Target{1, ""},
+                  Target{4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                            "--sequence-parallel --moe-token-dispatcher-type alltoall"},
+                  Target{2, "--tensor-model-parallel-size 2 --sequence-parallel "
+                            "--expert-tensor-parallel-size 1 --use-distributed-optimizer"}},
+                 moe, Target{4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                                "--use-distributed-optimizer --moe-token-dispatcher-type alltoall"});
+}
+
 // An untied output layer is padded like the word embedding: vocab 1100 pads to 1152 rows at
 // TP 1 and to 1280 at TP 2. A TP-1 checkpoint loads at TP 2 (shared rows copied, new rows zero),
 // and `generate --load` of a TP-2 checkpoint rebuilds the single-rank model.

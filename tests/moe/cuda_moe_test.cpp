@@ -214,5 +214,22 @@ TEST(CudaMoe, ExpertParallelOnOneGpuAndOverNccl) {
                         "", 1e-4);
 }
 
+// Parallel folding (an expert TP other than TP): each TP rank's share of the tokens over the
+// experts' ETP x EP group, on GPU buffers: whole experts over EP 2 under TP 2 + SP (alltoall),
+// and each expert split over ETP 2 under TP 1 (allgather), over MPI; the first over NCCL too.
+TEST(CudaMoe, ParallelFoldingOnOneGpuAndOverNccl) {
+  MG_REQUIRE_GPU();
+  if (!std::filesystem::exists(MG_MPIEXEC))
+    GTEST_SKIP() << "no " << MG_MPIEXEC << " on this machine: the two-rank runs need mpirun";
+  const std::string etp1 = " --tensor-model-parallel-size 2 --sequence-parallel"
+                           " --expert-tensor-parallel-size 1 --expert-model-parallel-size 2"
+                           " --moe-token-dispatcher-type alltoall";
+  const std::string etp2 = " --expert-tensor-parallel-size 2 --moe-token-dispatcher-type allgather";
+  expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend mpi" + etp1, "", 1e-4);
+  expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend mpi" + etp2, "", 1e-4);
+  if (cuda::device_count() < 2) GTEST_SKIP() << "NCCL needs a GPU per rank";
+  expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend nccl" + etp1, "", 1e-4);
+}
+
 }  // namespace
 }  // namespace mg

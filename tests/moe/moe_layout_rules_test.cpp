@@ -31,7 +31,16 @@ TEST(MoeLayoutRules, RefusedNamingTheFlag) {
                 "--moe-expert-capacity-factor does not yet rank"},
            Rule{1, "--moe-router-load-balancing-type global_aux_loss",
                 "--moe-router-load-balancing-type 'global_aux_loss' is not supported"},
-           Rule{2, "--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size"},
+           // Parallel folding: the experts' grid must fit a stage's ranks, widths split.
+           Rule{2, "--expert-tensor-parallel-size 4",
+                "--expert-tensor-parallel-size 4 x --expert-model-parallel-size 1 = 4 must divide"},
+           Rule{4, "--expert-tensor-parallel-size 2 --expert-model-parallel-size 4",
+                "--expert-tensor-parallel-size 2 x --expert-model-parallel-size 4 = 8"},
+           Rule{2, "--expert-tensor-parallel-size 2 --moe-ffn-hidden-size 33",
+                "--moe-ffn-hidden-size 33 must be divisible by the experts' tensor parallelism 2"},
+           Rule{1, "--expert-tensor-parallel-size -1", "--expert-tensor-parallel-size must be"},
+           Rule{2, "--expert-tensor-parallel-size 2 --num-experts 0 --moe-router-topk 0",
+                "--expert-tensor-parallel-size 2 splits the experts"},
        }) {
     SCOPED_TRACE(r.flags);
     const auto out = testing::run_command(

@@ -262,7 +262,40 @@ INSTANTIATE_TEST_SUITE_P(
                         "--sequence-parallel"}},
         ModelLayout{"seq_aux_cp2tp2_sp", kMoeSeqAux,
                     {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}}),
+                        "--sequence-parallel"}},
+        // Parallel folding (--expert-tensor-parallel-size other than TP): the experts' own
+        // grid over the same ranks. ETP 1 under TP 2: whole experts, each TP rank dispatching
+        // its sequence chunk (over EP 2 = the TP pair; with EP 1 the pair are expert-DP ranks).
+        ModelLayout{"etp1_tp2_sp", kMoe,
+                    {2, "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel"}},
+        ModelLayout{"ep2_etp1_tp2_sp", kMoe,
+                    {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                        "--tensor-model-parallel-size 2 --sequence-parallel "
+                        "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2_etp1_tp2_sp_allgather", kMoe,
+                    {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                        "--tensor-model-parallel-size 2 --sequence-parallel"}},
+        // ETP 2 under TP 1: each row to both shards of its expert, partial outputs summed.
+        ModelLayout{"ep2_etp2", kMoe,
+                    {4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                        "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2_etp2_allgather_distopt", kMoe,
+                    {4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                        "--use-distributed-optimizer"}},
+        ModelLayout{"etp4_tp2_sp", kMoe,
+                    {4, "--expert-tensor-parallel-size 4 --tensor-model-parallel-size 2 "
+                        "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"etp1_tp2pp2", kMoe,
+                    {4, "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
+                        "--pipeline-model-parallel-size 2"}},
+        // Biases (the fc2 bias on expert-TP rank 0), shared experts over TP, capacity.
+        ModelLayout{"gelu_shared_capacity_ep2_etp1_tp2_sp", kMoeGelu,
+                    {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                        "--tensor-model-parallel-size 2 --sequence-parallel "
+                        "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"gelu_shared_capacity_etp2_dp2", kMoeGelu,
+                    {2, "--expert-tensor-parallel-size 2 --moe-token-dispatcher-type alltoall"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
 // The two token dispatchers differ only in what crosses the EP group: the same losses.
