@@ -77,6 +77,39 @@ TEST(RankGrid, ContextParallelCP2PP2) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(g.rank_of(g.coord(r)), r);
 }
 
+// The experts' grid (parallel folding), written out by hand from upstream's expert rank
+// generator (order tp-ep-dp-pp with tp = expert TP, dp = expert DP = stage ranks / (ETP x EP)):
+// TP 2 x DP 2 x PP 2 with whole experts (ETP 1) over EP 2, and TP 1 x DP 4 with ETP 2 x EP 2.
+TEST(RankGrid, ExpertGridFoldsOverTheStageRanks) {
+  RankGrid g{2, 2, 2, 1, 2, 1};
+  ASSERT_TRUE(g.folded());
+  EXPECT_EQ(g.edp(), 2);
+  EXPECT_EQ(g.expert_groups("ep"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(g.expert_groups("edp"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(g.expert_groups("etp-ep"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(g.expert_groups("etp-ep-pp"), (Groups{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  for (int r = 0; r < 8; ++r) {  // within a stage, j = r % 4 = etp + ETP (ep + EP edp)
+    const auto c = g.coord(r);
+    EXPECT_EQ(g.etp_rank(c), 0);
+    EXPECT_EQ(g.ep_rank(c), r % 2);
+    EXPECT_EQ(g.edp_rank(c), r % 4 / 2);
+  }
+  RankGrid h{1, 1, 4, 1, 2, 2};
+  EXPECT_EQ(h.edp(), 1);
+  EXPECT_EQ(h.expert_groups("etp"), (Groups{{0, 1}, {2, 3}}));
+  EXPECT_EQ(h.expert_groups("ep"), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(h.expert_groups("etp-ep"), (Groups{{0, 1, 2, 3}}));
+  EXPECT_EQ(h.expert_groups("edp"), (Groups{{0}, {1}, {2}, {3}}));
+  const auto c3 = h.coord(3);
+  EXPECT_EQ(h.etp_rank(c3), 1);
+  EXPECT_EQ(h.ep_rank(c3), 1);
+  // Expert TP = TP (unfolded): the dense CP x DP ranks split into EP x EDP, as before.
+  RankGrid u{2, 1, 2, 1, 2};
+  EXPECT_FALSE(u.folded());
+  EXPECT_EQ(u.expert_groups("ep"), (Groups{{0, 2}, {1, 3}}));
+  EXPECT_EQ(u.expert_groups("edp"), (Groups{{0}, {1}, {2}, {3}}));
+}
+
 TEST(RankGrid, PipelineOfOneHasSingleEmbeddingRank) {
   RankGrid g{2, 1, 2};
   EXPECT_EQ(g.embedding_groups(), (Groups{{0}, {1}, {2}, {3}}));
