@@ -319,14 +319,14 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     ep->reduce_scatter(out, full + t0 * H, n * H);
   } else {
     // alltoall (or one rank): the permuted rows go to their experts' ranks and come back.
-    const bool copies = side.copies > 1;
+    const bool copied = side.copies > 1;  // folding with expert TP > 1
     std::vector<int64_t> counts;
     {
       timers::Scope timer(timers::kMoePermute);
       permute(r, N, k, E, t0, side.t1);
       const int32_t* row_token = to_device(r.dev_row_token, r.row_token);
       to_device(r.dev_row_slot, r.row_slot);
-      if (copies) {
+      if (copied) {
         counts = copy_rows(r, side);
         std::vector<int32_t> v_token(r.v_row.size());
         for (size_t i = 0; i < v_token.size(); ++i) v_token[i] = r.row_token[size_t(r.v_row[i])];
@@ -341,9 +341,9 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
           counts[size_t(e)] = r.expert_begin[size_t(e + 1)] - r.expert_begin[size_t(e)];
       }
     }
-    const int64_t V = copies ? int64_t(r.v_row.size()) : r.rows();  // rows sent
+    const int64_t V = copied ? int64_t(r.v_row.size()) : r.rows();  // rows sent
     const void* xe = c.moe_x.raw();
-    float* yv = copies ? room_f32(s.moe_g, V, H) : c.moe_y.data<float>();  // rows come back
+    float* yv = copied ? room_f32(s.moe_g, V, H) : c.moe_y.data<float>();  // rows come back
     float* ye = yv;
     if (ep) {
       timers::Scope timer(timers::kMoePermute);
@@ -363,7 +363,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
       moe::ep_combine(*ep, r.route, ye, yv, H, DType::F32);
     }
     timers::Scope timer(timers::kMoeCombine);
-    if (copies)  // each row's expert-TP shards' partial outputs summed
+    if (copied)  // each row's expert-TP shards' partial outputs summed
       ops::combine_rows(c.moe_y.data<float>(), yv, r.dev_v_map.data<int32_t>(), nullptr,
                         r.rows(), side.copies, H, false);
     ops::combine_rows(full, c.moe_y.data<float>(), to_device(r.dev_slot_row, r.slot_row),
@@ -441,7 +441,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     ops::residual_forward(dx_full + t0 * H, dx_full + t0 * H, mine, n * H);
     ep->reduce_scatter(dw_all, dweights + t0 * k, n * k);
   } else {
-    const bool copies = side.copies > 1;
+    const bool copied = side.copies > 1;  // folding with expert TP > 1
     float* drow = room_f32(s.moe_dy, r.rows(), H);
     {
       timers::Scope timer(timers::kMoeCombine);
@@ -449,9 +449,9 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
                                  row_slot, weights, r.rows(), H);
     }
     // The rows sent (folding: each permuted row's copies) and their gradients.
-    const int64_t V = copies ? int64_t(r.v_row.size()) : r.rows();
+    const int64_t V = copied ? int64_t(r.v_row.size()) : r.rows();
     const float* dv = drow;
-    if (copies) {
+    if (copied) {
       float* dcopies = room_f32(s.moe_g, V, H);
       ops::gather_rows(dcopies, drow, r.dev_v_row.data<int32_t>(), V, H, DType::F32);
       dv = dcopies;
@@ -459,7 +459,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     const int64_t Re = ep ? r.route.rows_out() : V;
     const void* xe = c.moe_x.raw();
     const float* dye = dv;
-    float* dxv = copies ? room_f32(s.moe_g2, V, H) : room_f32(s.moe_dx, V, H);
+    float* dxv = copied ? room_f32(s.moe_g2, V, H) : room_f32(s.moe_dx, V, H);
     float* dxe = dxv;
     if (ep) {
       timers::Scope timer(timers::kMoePermute);
@@ -474,7 +474,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     timers::Scope timer(timers::kMoePermute);
     if (ep) moe::ep_combine(*ep, r.route, dxe, dxv, H, DType::F32);
     const float* dx_rows = dxv;
-    if (copies) {  // each permuted row's input gradient: the sum of its copies' (ETP-partial)
+    if (copied) {  // each permuted row's input gradient: the sum of its copies' (ETP-partial)
       float* dxu = room_f32(s.moe_dx, r.rows(), H);
       ops::combine_rows(dxu, dxv, r.dev_v_map.data<int32_t>(), nullptr, r.rows(), side.copies,
                         H, false);

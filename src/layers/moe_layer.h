@@ -3,7 +3,8 @@
 //   tokens permuted by expert (expert order, then token order; assignments beyond an expert's
 //   capacity dropped), each expert an MLP (GELU or SwiGLU) on its tokens,
 //   out = Σ_k weight_k · expert_k(x) + shared_experts(x), reduced over TP, + residual.
-// Tensor parallelism splits every expert as the dense MLP is split (expert TP = TP): each rank
+// Tensor parallelism splits every expert as the dense MLP is split (expert TP = TP by default;
+// other expert TPs: parallel folding, below): each rank
 // routes the FULL rows (gathered under SP) alike, so routing and the aux losses equal the
 // 1-rank run's; its expert shards give partial outputs that are combined by weight, then
 // all-reduced (or reduce-scattered under SP) once. In backward the routing weights' gradients
