@@ -49,3 +49,23 @@ for ep in 1 2 4; do
         END { printf "ep=%d dispatcher=%s ep_comm_bytes_per_step=%.0f\n", ep, d, n ? s / n : 0 }'
   done
 done
+# 4. Parallel folding on 2 ranks with TP 2 + SP for attention (docs/moe.md): the experts split by
+#    TP (expert TP 2, the default), whole experts on both ranks (expert TP 1, expert DP 2), and
+#    whole experts split over EP 2 (expert TP 1, alltoall): tokens/s (mean of iterations 11-20)
+#    and this rank's TP and EP bytes per step.
+for fold in "" "--expert-tensor-parallel-size 1" \
+            "--expert-tensor-parallel-size 1 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall"; do
+  OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 "$BIN" train --mock-data \
+    --num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --vocab-size 1024 \
+    --normalization RMSNorm --swiglu --ffn-hidden-size 352 --position-embedding-type rope \
+    --group-query-attention --num-query-groups 2 --disable-bias-linear \
+    --untie-embeddings-and-output-weights --attention-dropout 0 --hidden-dropout 0 \
+    --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-aux-loss-coeff 0.01 \
+    --micro-batch-size 4 --global-batch-size 4 --lr 1e-4 --train-iters 20 --log-interval 1 \
+    --tensor-model-parallel-size 2 --sequence-parallel $fold 2>&1 |
+    awk -v f="${fold:-expert TP 2 (= TP)}" '/ iteration +[0-9]+\// { n++; if (n <= 10) next;
+        t = $0; sub(/.*elapsed time per iteration \(ms\): /, "", t); sub(/ .*/, "", t); ms += t;
+        if (match($0, /tp comm bytes: [0-9]+/)) tp = substr($0, RSTART + 15, RLENGTH - 15);
+        ep = 0; if (match($0, /ep comm bytes: [0-9]+/)) ep = substr($0, RSTART + 15, RLENGTH - 15) }
+      END { printf "folding: %s tokens/s=%.0f tp_comm_bytes=%s ep_comm_bytes=%s\n", f, 512 * 10 / (ms / 1000), tp, ep }'
+done

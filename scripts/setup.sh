@@ -22,6 +22,8 @@ PACKAGES=(
   fortunes
   # SentencePiece tokenizers (the library) and spm_train / spm_encode (their tests' reference).
   libsentencepiece-dev sentencepiece
+  # The inference server's HTTP library (megatron serve).
+  libcpp-httplib-dev
   # SIGKILL injected at each file-system call of a checkpoint save (tests/checkpoint/kill_test.cpp).
   strace
 )

@@ -32,15 +32,19 @@ void ConvertConfig::validate() const {
 }
 
 void load_checkpoint_weights(const std::string& dir, GPTModel& model) {
+  load_checkpoint_weights(dir, model.store());
+}
+
+void load_checkpoint_weights(const std::string& dir, ParamStore& store) {
   CheckpointConfig cc;
-  cc.model = model.config();
+  cc.model = store.config();
   cc.load = dir;
   cc.no_load_optim = true;
   cc.exit_on_missing_checkpoint = true;
-  Optimizer opt(model.layout(), OptimizerConfig{});
+  Optimizer opt(std::vector<ParamRun>{}, OptimizerConfig{}, DType::F32, nullptr);  // no state
   ProcessGroups g = make_single_process_groups();
   TrainProgress progress;
-  load_checkpoint({model.store(), opt, g, cc, false}, progress);
+  load_checkpoint({store, opt, g, cc, false}, progress);
 }
 
 namespace {

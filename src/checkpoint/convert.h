@@ -28,8 +28,10 @@ struct ConvertConfig {
 void convert(const ConvertConfig& cfg);
 
 class GPTModel;
-// Loads the weights of dir's latest checkpoint into a single-rank f32 model (any layout the
-// checkpoint was saved with).
+class ParamStore;
+// Loads the weights of dir's latest checkpoint into a single-rank model or parameter store (any
+// layout the checkpoint was saved with); no optimizer state is read or allocated.
 void load_checkpoint_weights(const std::string& dir, GPTModel& model);
+void load_checkpoint_weights(const std::string& dir, ParamStore& store);
 
 }  // namespace mg

@@ -7,6 +7,7 @@
 #include "cli/option_table.h"
 #include "data/preprocess.h"
 #include "inference/generate.h"
+#include "inference/server.h"
 #include "train/train_config.h"
 
 namespace mg {
@@ -15,6 +16,7 @@ const std::vector<Option<TrainConfig>>& train_options();
 const std::vector<Option<PreprocessConfig>>& preprocess_options();
 const std::vector<Option<MergeConfig>>& merge_options();
 const std::vector<Option<GenerateConfig>>& generate_options();
+const std::vector<Option<ServeConfig>>& serve_options();
 const std::vector<Option<ConvertConfig>>& convert_options();
 
 inline TrainConfig parse_train_args(const std::vector<std::string>& args,

@@ -32,6 +32,7 @@ const char* kUsage =
     "  preprocess       JSON lines -> Megatron .bin/.idx token datasets\n"
     "  merge-datasets   concatenate .bin/.idx datasets\n"
     "  generate         continue prompts with a trained model\n"
+    "  serve            serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI completions)\n"
     "  convert          Hugging Face GPT-2, Llama, Mistral, Qwen2 <-> megatron-cpp checkpoints\n\n"
     "Threads: train divides a node's cores among the ranks on it; OMP_NUM_THREADS overrides\n"
     "(other commands: all cores).\n"
@@ -174,6 +175,16 @@ int generate(const std::vector<std::string>& args) {
   return 0;
 }
 
+int serve(const std::vector<std::string>& args) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::serve_options(), "usage: megatron serve --load DIR [flags]").c_str(),
+               stdout);
+    return 0;
+  }
+  mg::serve(mg::parse_args(mg::serve_options(), args, "serve"));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,6 +204,7 @@ int main(int argc, char** argv) {
     if (command == "preprocess") return preprocess(args);
     if (command == "merge-datasets") return merge(args);
     if (command == "generate") return generate(args);
+    if (command == "serve") return serve(args);
     if (command == "convert") return convert(args);
   } catch (const mg::UsageError& e) {
     mg::log_error(std::string("megatron ") + command + ": error: " + e.what());

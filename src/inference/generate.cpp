@@ -10,6 +10,7 @@
 #include "checkpoint/params_file.h"
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "inference/engine.h"
 #include "model/gpt.h"
 #include "tensor/device_runtime.h"
 
@@ -28,12 +29,18 @@ void GenerateConfig::validate() const {
 
 namespace {
 
-// What generation allocates — params and grads in f32 and one sample's activations — checked
-// against the host's available memory before the model is built.
-void check_fits(const GPTConfig& mc) {
+// What generation allocates (f32 parameters, the KV cache, one step's buffers), checked against
+// the host's available memory before the model is built.
+void check_fits(const GPTConfig& mc, const EngineConfig& ec) {
   const char* what = "bytes of the model for generation";
-  const int64_t need = checked_add(checked_mul(shard_param_count(mc).elements, 8, what),
-                                   GPTModel::activation_bytes(mc, 1, StageSpec{}), what);
+  LayerDims d = stage_dims(mc, 1, StageSpec{});
+  d.S = ec.step_rows();
+  const int64_t kv = checked_product(
+      {mc.num_layers, ec.max_requests, ceil_div(ec.max_seq_length, ec.block_size) * ec.block_size,
+       2 * d.NG_local() * d.HD(), 4}, what);
+  const int64_t need = checked_add(
+      checked_add(checked_mul(shard_param_count(mc).elements, 4, what), kv, what),
+      checked_add(layer_cache_bytes(d), layer_scratch_bytes(d), what), what);
   runtime::check_host_fits(need, str_cat("generation with a model of ", mc.num_parameters(),
                                          " parameters (--num-layers ", mc.num_layers,
                                          ", --hidden-size ", mc.hidden_size, ", --seq-length ",
@@ -42,6 +49,8 @@ void check_fits(const GPTConfig& mc) {
 
 }  // namespace
 
+// A thin client of the inference engine (inference/engine.h): every prompt is a request of the
+// same sampling, served together; the context is the model's --seq-length.
 std::vector<std::string> generate(const GenerateConfig& cfg) {
   cfg.validate();
   auto tok = make_tokenizer(cfg.tokenizer);
@@ -51,51 +60,46 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
                                               : "--load '" + cfg.load + "'";
   MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), source, ": the tokenizer has ",
                 tok->vocab_size(), " tokens but the model only ", mc.padded_vocab_size());
-  check_fits(mc);
-  GPTModel model(mc, 1);
+  EngineConfig ec;
+  ec.max_seq_length = mc.seq_length;
+  ec.max_requests = int64_t(cfg.prompts.size());
+  check_fits(mc, ec);
+  InferenceModel model(mc, DType::F32, ec.step_rows());
   if (cfg.load.empty())
-    read_params_file(cfg.load_params, model.config(), model.params());
+    read_params_file(cfg.load_params, model.config(), model.store().params());
   else
-    load_checkpoint_weights(cfg.load, model);
-  const int64_t S = mc.seq_length, V = mc.padded_vocab_size();
-  std::mt19937_64 rng(cfg.seed);
-  std::vector<int32_t> tokens(S), positions(S), labels(S, 0);
-  std::iota(positions.begin(), positions.end(), 0);
-  std::vector<float> mask(S, 0.f);
+    load_checkpoint_weights(cfg.load, model.store());
+  model.prepare();
+  Engine engine(model, ec);
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < cfg.prompts.size(); ++i) {
+    const std::string& prompt = cfg.prompts[i];
+    prompts.push_back(tok->encode(prompt));
+    const int64_t n = int64_t(prompts.back().size());
+    MG_USER_CHECK(n > 0, "--prompt '", prompt, "' encodes to no tokens");
+    MG_USER_CHECK(n < mc.seq_length, "--prompt '", prompt, "' is ", n, " tokens, which leaves no "
+                  "room to generate in the model's context of ", mc.seq_length, " (--seq-length)");
+    Sampling s;
+    s.temperature = cfg.top_k == 1 ? 0.0 : cfg.temperature;
+    s.top_k = cfg.top_k;
+    s.seed = cfg.seed + i;
+    s.max_new_tokens = cfg.max_new_tokens;
+    s.stop_tokens = {tok->eod()};
+    engine.add({prompts.back(), s});
+  }
+  std::vector<Completion> done;
+  try {
+    done = engine.run_all();
+  } catch (const NonFiniteLogits& e) {
+    throw UsageError(str_cat("the model from ", source, " gives non-finite logits (", e.value,
+                             " for token ", e.token, ") on --prompt '",
+                             cfg.prompts[size_t(e.request)],
+                             "': its parameters are corrupt or diverged; refusing to sample"));
+  }
   std::vector<std::string> out;
-  for (const std::string& prompt : cfg.prompts) {
-    std::vector<int32_t> ids = tok->encode(prompt);
-    MG_USER_CHECK(!ids.empty(), "--prompt '", prompt, "' encodes to no tokens");
-    const size_t prompt_len = ids.size();  // decode(all) == prompt + continuation
-    for (int64_t n = 0; n < cfg.max_new_tokens; ++n) {
-      // The last S tokens (causal attention: positions past the context do not matter).
-      const size_t start = ids.size() > size_t(S) ? ids.size() - size_t(S) : 0;
-      const int64_t len = int64_t(ids.size() - start);
-      std::fill(tokens.begin(), tokens.end(), 0);
-      std::copy(ids.begin() + std::ptrdiff_t(start), ids.end(), tokens.begin());
-      model.forward(0, {tokens.data(), positions.data(), labels.data(), mask.data()});
-      const float* logits = model.logits(0) + (len - 1) * V;  // (S, B=1, V)
-      // NaN or inf logits (diverged or corrupt parameters) have no ranking to sample from.
-      for (int64_t v = 0; v < tok->vocab_size(); ++v)
-        MG_USER_CHECK(std::isfinite(logits[v]), "the model from ", source,
-                      " gives non-finite logits (", logits[v], " for token ", v, ") on --prompt '",
-                      prompt, "': its parameters are corrupt or diverged; refusing to sample");
-      std::vector<int32_t> order(size_t(tok->vocab_size()));
-      std::iota(order.begin(), order.end(), 0);
-      const size_t k = size_t(std::min<int64_t>(cfg.top_k, int64_t(order.size())));
-      std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(k), order.end(),
-                        [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-      int32_t next = order[0];
-      if (k > 1) {
-        std::vector<double> p(k);
-        for (size_t i = 0; i < k; ++i)
-          p[i] = std::exp((logits[order[i]] - logits[order[0]]) / cfg.temperature);
-        next = order[std::discrete_distribution<size_t>(p.begin(), p.end())(rng)];
-      }
-      if (next == tok->eod()) break;
-      ids.push_back(next);
-    }
-    (void)prompt_len;
+  for (const Completion& c : done) {
+    std::vector<int32_t> ids = c.prompt;  // decode(all) == prompt + continuation
+    ids.insert(ids.end(), c.tokens.begin(), c.tokens.end());
     out.push_back(tok->decode(ids));
   }
   return out;

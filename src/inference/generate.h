@@ -1,7 +1,7 @@
-// Text generation from a trained model on one process (the first inference piece; the KV-cache
-// engine and the REST server come later): each new token re-runs the model over the last
-// seq_length tokens and samples from the last position's logits (greedy with top_k = 1,
-// otherwise top-k with temperature). Parameters come from a checkpoint (--load, any layout) or
+// Text generation from a trained model on one process, through the KV-cache inference engine
+// (inference/engine.h): the prompts are served together, each continued until the end-of-text
+// token, --max-new-tokens or the model's context (--seq-length) ends it; greedy with top_k = 1,
+// otherwise top-k with temperature. Parameters come from a checkpoint (--load, any layout) or
 // a --dump-final-params file.
 #pragma once
 #include <string>

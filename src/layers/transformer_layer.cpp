@@ -184,7 +184,9 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
     ops::rope_forward(v.k, in.positions, in.inv_freq, N, d.NG_local(), d.HD(), d.rotary_dim,
                       d.rotary_interleaved);
   }
-  if (context_parallel(in))
+  if (in.kv)
+    in.kv->forward(in.layer, store(c.attn), v.q, v.k, v.v, d.NH_local(), d.NG_local(), d.HD());
+  else if (context_parallel(in))
     cp::cp_attention_forward(*in.cp, store(c.attn), c.lse.data<float>(), v.q, v.k, v.v,
                              attention_shape(g, v, d, in), in.seg_start);
   else

@@ -20,6 +20,7 @@
 
 #include "core/dropout_mask.h"
 #include "layers/layer_spec.h"
+#include "layers/kv_attention.h"
 #include "layers/moe_layer.h"
 #include "tensor/tensor.h"
 #include "tensor_parallel/mappings.h"
@@ -118,6 +119,9 @@ struct LayerInputs {
   // Parallel folding (LayerDims::folded): the experts' ETP x EP group, over which this TP
   // rank's share of the tokens is dispatched (moe_layer.h).
   Communicator* etp_ep = nullptr;
+  // Inference over a KV cache (layers/kv_attention.h): the step's rows are new tokens of one
+  // or more sequences; their attention runs over each sequence's cached keys. Null in training.
+  const KvAttention* kv = nullptr;
   float loss_scale = 1.f;               // backward: what the LM loss's gradient is scaled by
                                         // (loss scale / micro-batches); a MoE layer's aux and
                                         // z losses enter backward with the same scale

@@ -5,6 +5,7 @@
 
 #include "backend/dispatch.h"
 #include "core/checked_math.h"
+#include "model/layer_weights.h"
 #include "tensor_parallel/parallel_linear.h"
 #include "tensor_parallel/vocab_parallel.h"
 
@@ -23,7 +24,9 @@ LayerSpec stage_union_spec(const GPTConfig& c, const ShardSpec& sh) {
   u.ffn = ffn;
   return u;
 }
-LayerDims make_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
+}  // namespace
+
+LayerDims stage_dims(const GPTConfig& c, int64_t B, const StageSpec& s) {
   LayerDims d;
   d.B = B;
   d.S = c.seq_length / s.cp_size;  // this CP rank's tokens of each sequence
@@ -45,6 +48,7 @@ LayerDims layer_dims(const GPTConfig& c, const LayerDims& stage, int64_t layer) 
   d.spec = c.layer_spec(layer);
   return d;
 }
+namespace {
 // Layer caches a stage keeps per slot (layers not recomputed) and in the shared recompute pool
 // (uniform: one chunk's layers; block: the one recomputed layer being replayed).
 struct CacheCounts {
@@ -84,7 +88,7 @@ std::unique_ptr<ParamStore> own_store(const GPTConfig& cfg, const StageSpec& spe
 
 GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec,
                    Communicator* tp_comm, Communicator* cp_comm, ParamStore* store, int chunk)
-    : cfg_(cfg), spec_(spec), dims_(make_dims(cfg, micro_batch_size, spec)),
+    : cfg_(cfg), spec_(spec), dims_(stage_dims(cfg, micro_batch_size, spec)),
       self_comm_(tp_comm ? nullptr : make_self_communicator()),
       tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp}, cp_comm_(cp_comm),
       cp_{spec.cp_size, spec.cp_rank, cfg.seq_length},
@@ -269,47 +273,15 @@ void GPTModel::final_norm_backward(Slot& s) {
 }
 
 LayerWeights GPTModel::layer_view(bool for_grads, int64_t layer) {
-  const std::string p = "decoder.layers." + std::to_string(layer) + ".";
-  const LayerSpec spec = cfg_.layer_spec(layer);
-  // A parameter the spec says the layer has must be in the layout (and an absent one must not),
-  // so a misspelt name is an error here, not a null weight in a kernel.
-  auto vec = [&](const char* suffix, bool present) -> float* {
-    const std::string n = p + suffix;
-    MG_CHECK(layout_.has(n) == present, n, present ? " missing from" : " unexpected in",
-             " the parameter layout");
-    if (!present) return nullptr;
-    return for_grads ? grads() + layout_.get(n).offset : param(n.c_str());
-  };
-  auto mat = [&](const char* suffix) -> void* {
-    const std::string n = p + suffix;
-    return for_grads ? grads() + layout_.get(n).offset : const_cast<void*>(matrix(n.c_str()).data);
-  };
-  const bool ln = spec.norm == NormKind::LayerNorm, qk = spec.qk_layernorm, bias = spec.linear_bias;
-  // The dense MLP: a dense layer's, or a MoE layer's shared experts (absent: null).
-  const std::string mlp = spec.is_moe() ? "mlp.shared_experts." : "mlp.";
-  const bool dense = spec.has_dense_mlp();
-  auto mlp_mat = [&](const std::string& n) { return dense ? mat((mlp + n).c_str()) : nullptr; };
-  LayerWeights w{vec("input_layernorm.weight", true),          vec("input_layernorm.bias", ln),
-                 mat("self_attention.linear_qkv.weight"),      vec("self_attention.linear_qkv.bias", spec.qkv_bias),
-                 mat("self_attention.linear_proj.weight"),     vec("self_attention.linear_proj.bias", bias),
-                 vec("self_attention.q_layernorm.weight", qk), vec("self_attention.q_layernorm.bias", qk && ln),
-                 vec("self_attention.k_layernorm.weight", qk), vec("self_attention.k_layernorm.bias", qk && ln),
-                 vec("pre_mlp_layernorm.weight", true),        vec("pre_mlp_layernorm.bias", ln),
-                 mlp_mat("linear_fc1.weight"),  vec((mlp + "linear_fc1.bias").c_str(), dense && bias),
-                 mlp_mat("linear_fc2.weight"),  vec((mlp + "linear_fc2.bias").c_str(), dense && bias),
-                 {}};
-  if (spec.is_moe()) {
-    w.moe.router_w = mat("mlp.router.weight");
-    const int64_t local = spec.moe.num_experts / spec_.shard.ep_size;  // this EP rank's experts
-    for (int64_t e = spec_.shard.ep_rank * local; e < (spec_.shard.ep_rank + 1) * local; ++e) {
-      const std::string x = "mlp.experts.local_experts." + std::to_string(e) + ".";
-      w.moe.fc1_w.push_back(mat((x + "linear_fc1.weight").c_str()));
-      w.moe.fc1_b.push_back(vec((x + "linear_fc1.bias").c_str(), bias));
-      w.moe.fc2_w.push_back(mat((x + "linear_fc2.weight").c_str()));
-      w.moe.fc2_b.push_back(vec((x + "linear_fc2.bias").c_str(), bias));
-    }
+  ParamAccess at;
+  if (for_grads) {
+    at.matrix = [&](const ParamSpec& p) -> void* { return grads() + p.offset; };
+    at.vector = [&](const ParamSpec& p) { return grads() + p.offset; };
+  } else {
+    at.matrix = [&](const ParamSpec& p) -> void* { return param_bytes(p); };
+    at.vector = [&](const ParamSpec& p) { return param(p.name.c_str()); };
   }
-  return w;
+  return layer_weights(cfg_, spec_.shard, layout_, layer, at);
 }
 
 void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
@@ -533,7 +505,7 @@ std::vector<TensorDecl<GPTModel>> GPTModel::buffer_decls(const GPTConfig& cfg, c
 int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_size,
                                    const StageSpec& spec) {
   check_activation_sizes(cfg, micro_batch_size, spec.shard.tp_size, spec.cp_size);
-  const LayerDims d = make_dims(cfg, micro_batch_size, spec);
+  const LayerDims d = stage_dims(cfg, micro_batch_size, spec);
   const int64_t end = spec.shard.layer_end < 0 ? cfg.num_layers : spec.shard.layer_end;
   const int64_t layers = end - spec.shard.layer_begin;
   const CacheCounts caches = cache_counts(spec, layers);

@@ -61,6 +61,11 @@ struct StageSpec {
   int64_t recompute_num_layers = 1;
 };
 
+// The dims of a stage's layers for micro-batches of B sequences: the union of its layers' specs
+// (the buffers every layer fits in), and one layer's own.
+LayerDims stage_dims(const GPTConfig& cfg, int64_t B, const StageSpec& spec);
+LayerDims layer_dims(const GPTConfig& cfg, const LayerDims& stage, int64_t layer);
+
 class GPTModel {
  public:
   // tp_comm: the TP group (null: a single rank). cp_comm: the CP group (null: CP = 1), over

@@ -27,7 +27,7 @@ ParamLayout chunks_layout(const GPTConfig& cfg, const StoreSpec& spec,
 ParamStore::ParamStore(const GPTConfig& cfg, const StoreSpec& spec)
     : cfg_(cfg), spec_(spec), layout_(chunks_layout(cfg, spec, chunk_params_)),
       params_({layout_.total_numel()}, spec.dtype, ops::device()),
-      grads_({layout_.total_numel()}, DType::F32, ops::device()) {
+      grads_({spec.with_grads ? layout_.total_numel() : 0}, DType::F32, ops::device()) {
   MG_CHECK(spec.dtype == DType::F32 || spec.dtype == DType::BF16 || spec.dtype == DType::F16,
            "parameter dtype ", dtype_name(spec.dtype));
 }

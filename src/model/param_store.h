@@ -26,6 +26,7 @@ struct StoreSpec {
   int64_t bucket_size = 40000000; // elements per bucket in that layout
   int64_t bucket_expert_dp = 0;   // > 0: the expert buckets padded for the shards of that many
                                   // expert-data-parallel ranks (distributed optimizer)
+  bool with_grads = true;         // false (inference): no gradient buffer
 };
 
 class ParamStore {

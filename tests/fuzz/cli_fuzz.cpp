@@ -1,7 +1,7 @@
 // libFuzzer target: the `megatron` command line, parsed and validated as main() does before
 // any file is read or memory allocated (no training). Input: lines; the first is
-// "<subcommand> [world size]" (train, preprocess, merge-datasets, generate, convert; anything
-// else: train), each further line is one argv entry. Bad flags must end in a UsageError; an
+// "<subcommand> [world size]" (train, preprocess, merge-datasets, generate, convert, serve;
+// anything else: train), each further line is one argv entry. Bad flags must end in a UsageError; an
 // accepted train config must give finite learning rates and a parameter count.
 #include <cmath>
 
@@ -68,6 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cfg.validate();
     } else if (command == "convert") {
       parse_args(convert_options(), args, command).validate();
+    } else if (command == "serve") {
+      parse_args(serve_options(), args, command).validate();  // the flags only: no server
     } else {
       train(args, world_size);
     }

@@ -1,5 +1,5 @@
 // Mixture-of-experts token movement: the gather of tokens by expert, the weighted combine of
-// the experts' rows per token, and its backward. Parallel over output rows (each written by one
+// the experts' rows per token, and its backward; and the KV cache's row scatter. Parallel over output rows (each written by one
 // thread, its terms in a fixed order), so results do not depend on the thread count.
 #include <cstring>
 
@@ -14,6 +14,15 @@ void gather_rows(void* dst, const void* src, const int32_t* index, int64_t n, in
   for (int64_t i = 0; i < n; ++i)
     std::memcpy(static_cast<char*>(dst) + size_t(i) * row_bytes,
                 static_cast<const char*>(src) + size_t(index[i]) * row_bytes, row_bytes);
+}
+
+void scatter_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                  const int32_t* index, int64_t n, int64_t width, DType t) {
+  const size_t es = dtype_size(t);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(static_cast<char*>(dst) + size_t(index[i] * dst_stride) * es,
+                static_cast<const char*>(src) + size_t(i * src_stride) * es, size_t(width) * es);
 }
 
 void combine_rows(float* out, const float* rows, const int32_t* slot_row, const float* weights,

@@ -1,5 +1,5 @@
-// Mixture-of-experts token movement on the GPU: the gather of tokens by expert (one thread per
-// element), the weighted combine (one thread per output element, its k terms in order) and its
+// Mixture-of-experts token movement on the GPU (and the KV cache's row scatter): the gather of
+// tokens by expert (one thread per element), the weighted combine (one thread per output element, its k terms in order) and its
 // backward (one warp per row: the row's input gradient, and its weight's gradient as the
 // warp's sum of the dot product's lane partials). No atomics: results are deterministic, and
 // equal the CPU's up to the dot product's summation order.
@@ -18,6 +18,15 @@ __global__ void gather_rows_kernel(T* dst, const T* src, const int32_t* index, i
   MG_GRID_STRIDE(i, n * H) {
     const int64_t r = i / H, h = i % H;
     dst[i] = src[int64_t(index[r]) * H + h];
+  }
+}
+
+template <typename T>
+__global__ void scatter_rows_kernel(T* dst, int64_t dst_stride, const T* src, int64_t src_stride,
+                                    const int32_t* index, int64_t n, int64_t width) {
+  MG_GRID_STRIDE(i, n * width) {
+    const int64_t r = i / width, j = i % width;
+    dst[int64_t(index[r]) * dst_stride + j] = src[r * src_stride + j];
   }
 }
 
@@ -67,6 +76,17 @@ void gather_rows(void* dst, const void* src, const int32_t* index, int64_t n, in
   with_storage(t, [&]<typename T>() {
     gather_rows_kernel<T><<<blocks_for(n * H), kThreads, 0, compute_stream()>>>(
         static_cast<T*>(dst), static_cast<const T*>(src), index, n, H);
+  });
+  MG_CUDA_CHECK(cudaGetLastError());
+}
+
+void scatter_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
+                  const int32_t* index, int64_t n, int64_t width, DType t) {
+  if (n * width == 0) return;
+  with_storage(t, [&]<typename T>() {
+    scatter_rows_kernel<T><<<blocks_for(n * width), kThreads, 0, compute_stream()>>>(
+        static_cast<T*>(dst), dst_stride, static_cast<const T*>(src), src_stride, index, n,
+        width);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,0 +1,212 @@
+// `megatron serve` over real HTTP on 127.0.0.1 (curl as the client): Megatron's PUT /api and
+// POST /completions, the OpenAI-compatible /v1/completions, /v1/models and /health; greedy
+// answers equal `megatron generate` on the same checkpoint; every bad input of the list is a 4xx
+// naming the field and the next request is served; 16 concurrent clients all get valid answers;
+// SIGTERM stops the server cleanly.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "testing/subprocess.h"
+#include "testing/temp_dir.h"
+
+namespace mg {
+namespace {
+
+using nlohmann::json;
+
+const std::string kModel =
+    " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32"
+    " --vocab-size 500 --tokenizer-type NullTokenizer";
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+class Server {
+ public:
+  explicit Server(const std::string& ckpt, const std::string& flags) : log_(dir_.str("serve.log")) {
+    const auto r = testing::run_command(std::string(MG_BINARY) + " serve --load " + ckpt +
+                                        " --tokenizer-type NullTokenizer --vocab-size 500 --port 0 " +
+                                        flags + " > " + log_ + " 2>&1 & echo $!");
+    pid_ = std::stoi(r.output);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::smatch m;
+    while (std::chrono::steady_clock::now() < until) {
+      const std::string log = read_file(log_);
+      static const std::regex serving("on http://127\\.0\\.0\\.1:([0-9]+)");
+      if (std::regex_search(log, m, serving)) {
+        port_ = m[1].str();
+        return;
+      }
+      if (kill(pid_, 0) != 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "the server did not start:\n" << read_file(log_);
+  }
+  ~Server() {
+    if (kill(pid_, 0) == 0) kill(pid_, SIGKILL);
+  }
+  // curl: the HTTP status, then the body.
+  std::pair<int, std::string> call(const std::string& method, const std::string& path,
+                                   const std::string& body = "") const {
+    const std::string file = dir_.str("body.json");
+    std::ofstream(file) << body;
+    const auto r = testing::run_command(
+        "curl -s -o " + dir_.str("out") + " -w '%{http_code}' -X " + method +
+        " -H 'Content-Type: application/json' --data-binary @" + file +
+        " http://127.0.0.1:" + port_ + path);
+    return {std::atoi(r.output.c_str()), read_file(dir_.str("out"))};
+  }
+  json ok(const std::string& method, const std::string& path, const std::string& body = "") const {
+    const auto [status, text] = call(method, path, body);
+    EXPECT_EQ(status, 200) << method << " " << path << " " << body << "\n" << text;
+    return json::parse(text, nullptr, false);
+  }
+  // SIGTERM, then the log once the process is gone.
+  std::string stop() {
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 100 && kill(pid_, 0) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return read_file(log_);
+  }
+  const std::string& port() const { return port_; }
+  std::string dir(const std::string& name) const { return dir_.str(name); }
+
+ private:
+  testing::TempDir dir_;
+  std::string log_, port_;
+  int pid_ = -1;
+};
+
+TEST(Serve, MegatronAndOpenAiEndpoints) {
+  testing::TempDir d;
+  const auto t = testing::run_command(std::string(MG_BINARY) + " train --mock-data" + kModel +
+                                      " --micro-batch-size 2 --global-batch-size 4 --train-iters 3"
+                                      " --lr 1e-3 --save " + d.str("ck"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  const auto g = testing::run_command(std::string(MG_BINARY) + " generate --load " + d.str("ck") +
+                                      " --tokenizer-type NullTokenizer --vocab-size 500"
+                                      " --prompt '1 2 3' --max-new-tokens 5");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const size_t at = g.output.find("\n1 2 3") + 1;  // the text after the log lines
+  const std::string generated = g.output.substr(at, g.output.find('\n', at) - at);
+  Server s(d.str("ck"), "--inference-max-seq-length 24 --inference-max-requests 4"
+                        " --max-request-bytes 4096");
+  ASSERT_FALSE(s.port().empty());
+
+  // Megatron's client: PUT /api, greedy (top_k 1) equals generate; logprobs of prompt + output.
+  json a = s.ok("PUT", "/api", R"({"prompts": ["1 2 3"], "tokens_to_generate": 5, "top_k": 1,
+                                  "logprobs": true, "stop_token": 499})");
+  EXPECT_EQ(a["text"][0], generated);
+  EXPECT_EQ(a["tokens"][0].size(), 8u);
+  EXPECT_EQ(a["logprobs"][0].size(), 7u);
+  for (const json& lp : a["logprobs"][0]) EXPECT_LE(lp.get<double>(), 0.0);
+  // Two prompts, sampled with a seed: the same answer twice.
+  const std::string sampled = R"({"prompts": ["5 6", "7 8 9"], "tokens_to_generate": 4,
+                                  "temperature": 0.7, "top_p": 0.9, "random_seed": 3})";
+  EXPECT_EQ(s.ok("PUT", "/api", sampled), s.ok("PUT", "/api", sampled));
+  // POST /completions and the OpenAI completions (temperature 0: greedy).
+  json c = s.ok("POST", "/completions", R"({"prompt": "1 2 3", "max_tokens": 5, "temperature": 0})");
+  EXPECT_EQ("1 2 3 " + c["choices"][0]["text"].get<std::string>(), generated);
+  json o = s.ok("POST", "/v1/completions",
+                R"({"model": "ck", "prompt": ["1 2 3"], "max_tokens": 5, "temperature": 0,
+                    "logprobs": 1, "echo": true})");
+  EXPECT_EQ(o["object"], "text_completion");
+  EXPECT_EQ(o["choices"][0]["text"], generated);
+  EXPECT_EQ(o["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(o["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(o["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(o["choices"][0]["logprobs"]["token_logprobs"].size(), 7u);
+  // A stop string ends the text before it.
+  const std::string second = generated.substr(generated.find(' ', 6) + 1);
+  json st = s.ok("POST", "/v1/completions", R"({"prompt": "1 2 3", "max_tokens": 5,
+      "temperature": 0, "stop": [")" + second.substr(0, second.find(' ')) + R"("]})");
+  EXPECT_EQ(st["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(s.ok("GET", "/v1/models")["data"][0]["id"], "ck");
+  EXPECT_EQ(s.ok("GET", "/health")["status"], "ok");
+
+  // Bad input: a 4xx naming the field, and the server goes on.
+  struct Bad {
+    std::string method, path, body, message;
+    int status = 400;
+  };
+  std::string many = R"({"prompts": [)";
+  for (int i = 0; i < 129; ++i) many += std::string(i ? "," : "") + "\"1\"";
+  many += "]}";
+  for (const Bad& b : {
+           Bad{"PUT", "/api", "{\"prompts\": [\"1\"", "not valid JSON"},
+           Bad{"PUT", "/api", "[1, 2]", "must be a JSON object"},
+           Bad{"PUT", "/api", R"({"tokens_to_generate": 3})", "prompts argument required"},
+           Bad{"PUT", "/api", R"({"prompts": "1 2"})", "prompts is not a list"},
+           Bad{"PUT", "/api", R"({"prompts": [1]})", "prompts must be a string or a list of strings"},
+           Bad{"PUT", "/api", many, "Maximum number of prompts is 128"},
+           Bad{"PUT", "/api", R"({"prompts": ["1"], "tokens_to_generate": -1})", "tokens_to_generate"},
+           Bad{"PUT", "/api", R"({"prompts": ["1"], "tokens_to_generate": "4"})", "tokens_to_generate must be an integer"},
+           Bad{"PUT", "/api", R"({"prompts": ["1"], "temperature": 0})", "temperature must be a positive number"},
+           Bad{"PUT", "/api", R"({"prompts": ["1"], "top_k": 5, "top_p": 0.5})", "cannot set both top-k and top-p"},
+           Bad{"PUT", "/api", R"({"prompts": ["1"], "max_len": 5})", "max_len is not supported"},
+           Bad{"PUT", "/api", R"({"prompts": [""]})", "Empty prompts require add_BOS=true"},
+           Bad{"PUT", "/api", R"({"prompts": ["1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24"]})",
+               "--inference-max-seq-length"},
+           Bad{"PUT", "/api", R"({"prompts": ["1"], "stop_token": 9999})", "stop_token 9999"},
+           Bad{"POST", "/v1/completions", R"({"prompt": "1", "max_tokens": 2, "n": 2})", "n must be 1"},
+           Bad{"POST", "/v1/completions", R"({"prompt": "1", "top_p": 0})", "top_p must be in (0, 1]"},
+           Bad{"POST", "/v1/completions", R"({"max_tokens": 2})", "prompt is required"},
+           Bad{"PUT", "/api", "{\"prompts\": [\"" + std::string(5000, '1') + "\"]}",
+               "larger than --max-request-bytes", 413},
+           Bad{"GET", "/nothing", "", "no such endpoint", 404},
+       }) {
+    const auto [status, body] = s.call(b.method, b.path, b.body);
+    EXPECT_EQ(status, b.status) << b.body.substr(0, 80) << "\n" << body;
+    const json j = json::parse(body, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("message")) << body;
+    EXPECT_NE(j["message"].get<std::string>().find(b.message), std::string::npos)
+        << b.body.substr(0, 80) << "\n" << body;
+    EXPECT_EQ(s.ok("PUT", "/api", R"({"prompts": ["1 2 3"], "tokens_to_generate": 5, "top_k": 1,
+                                      "stop_token": 499})")["text"][0],
+              generated);
+  }
+
+  // 16 concurrent clients (more than --inference-max-requests 4: they queue and join the
+  // running batch as others leave), each answer the one it gets alone.
+  std::string script;
+  for (int i = 0; i < 16; ++i)
+    script += "curl -s -X PUT -H 'Content-Type: application/json' -d '{\"prompts\": [\"" +
+              std::to_string(i) + " 1\"], \"tokens_to_generate\": 6, \"top_k\": 1}' "
+              "http://127.0.0.1:" + s.port() + "/api > " + s.dir("c" + std::to_string(i)) + " & ";
+  ASSERT_EQ(testing::run_command(script + "wait").exit_code, 0);
+  for (int i = 0; i < 16; ++i) {
+    const json got = json::parse(read_file(s.dir("c" + std::to_string(i))), nullptr, false);
+    ASSERT_TRUE(got.is_object()) << i;
+    EXPECT_EQ(got, s.ok("PUT", "/api", "{\"prompts\": [\"" + std::to_string(i) +
+                                       " 1\"], \"tokens_to_generate\": 6, \"top_k\": 1}"))
+        << "client " << i;
+  }
+  const std::string log = s.stop();
+  EXPECT_NE(log.find(" > server stopped"), std::string::npos) << log;
+}
+
+TEST(Serve, RefusesBadFlags) {
+  const auto r = testing::run_command(std::string(MG_BINARY) + " serve --tokenizer-type NullTokenizer");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--load DIR"), std::string::npos) << r.output;
+  const auto m = testing::run_command(std::string(MG_BINARY) +
+                                      " serve --load /nonexistent --tokenizer-type NullTokenizer"
+                                      " --vocab-size 10");
+  EXPECT_EQ(m.exit_code, 2) << m.output;
+  EXPECT_EQ(m.output.find("internal error"), std::string::npos) << m.output;
+}
+
+}  // namespace
+}  // namespace mg
