@@ -149,19 +149,20 @@ TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {
   expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"}}, llama);
 }
 
-// A Mixtral-like MoE (4 SwiGLU experts, top 2, aux and z losses; experts named by global index)
-// saved under TP 2 x SP x DP 2 with the distributed optimizer, continued on one rank and under
+// A Mixtral-like MoE: 4 SwiGLU experts, top 2, aux and z losses.
+const std::string kMoe =
+    kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
+             " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
+             " --position-embedding-type rope --disable-bias-linear"
+             " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
+             " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
+
+// The MoE (experts named by global index) saved under TP 2 x SP x DP 2 with the distributed optimizer, continued on one rank and under
 // PP 2 x TP 2; and saved under expert parallelism.
 TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
-  const std::string moe =
-      kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
-               " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
-               " --position-embedding-type rope --disable-bias-linear"
-               " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
-               " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
   expect_reshard({Target{1, ""}, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
                                            "--pipeline-model-parallel-size 2"}},
-                 moe, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
+                 kMoe, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
                                 "--use-distributed-optimizer"});
   // Saved under EP 4 with the distributed optimizer (each rank one expert, the expert
   // shards over expert-DP 1): continued on one rank (every expert local), under EP 2 x TP 2
@@ -170,7 +171,7 @@ TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
                   Target{4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
                             "--sequence-parallel --moe-token-dispatcher-type alltoall"},
                   Target{2, "--expert-model-parallel-size 2 --use-distributed-optimizer"}},
-                 moe, Target{4, "--expert-model-parallel-size 4 --use-distributed-optimizer "
+                 kMoe, Target{4, "--expert-model-parallel-size 4 --use-distributed-optimizer "
                                 "--moe-token-dispatcher-type alltoall"});
 }
 
@@ -179,18 +180,12 @@ TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
 // over expert DP 1): continued on one rank, under TP 2 x EP 2 (experts split by TP), and under
 // TP 2 with whole experts (ETP 1).
 TEST(Checkpoint, FoldedExpertsReshard) {
-  const std::string moe =
-      kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
-               " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
-               " --position-embedding-type rope --disable-bias-linear"
-               " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
-               " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
   expect_reshard({Target{1, ""},
                   Target{4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
                             "--sequence-parallel --moe-token-dispatcher-type alltoall"},
                   Target{2, "--tensor-model-parallel-size 2 --sequence-parallel "
                             "--expert-tensor-parallel-size 1 --use-distributed-optimizer"}},
-                 moe, Target{4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                 kMoe, Target{4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
                                 "--use-distributed-optimizer --moe-token-dispatcher-type alltoall"});
 }
 
