@@ -66,8 +66,9 @@ bool Engine::admit(std::deque<Sequence>& waiting, int64_t& rows) {
   Sequence& w = waiting.front();
   const int64_t need = int64_t(w.tokens.size());
   if (int64_t(running_.size()) >= cfg_.max_requests || rows + need > cfg_.step_rows()) return false;
-  const int64_t total =
-      std::min(need + w.req.sampling.max_new_tokens, cfg_.max_seq_length);
+  const int64_t total =  // (max_new_tokens may be huge: no overflow)
+      std::min(need + std::min(w.req.sampling.max_new_tokens, cfg_.max_seq_length),
+               cfg_.max_seq_length);
   if (!cache_->allocate(ceil_div(total, cfg_.block_size), w.blocks)) return false;
   rows += need;
   running_.push_back(std::move(w));

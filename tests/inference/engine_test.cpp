@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -313,6 +314,15 @@ TEST(Engine, BadRequestsNameTheLimit) {
   r.sampling.top_p = 1.5;
   EXPECT_NE(error(r).find("top_p must be in [0, 1]"), std::string::npos);
   EXPECT_TRUE(e.idle());
+  // No limit on the tokens to generate but the context: it ends there ("length").
+  r.sampling.top_p = 0;
+  r.sampling.max_new_tokens = std::numeric_limits<int64_t>::max();
+  m.store().init(5);
+  m.prepare();
+  e.add(r);
+  const Completion c = e.run_all().at(0);
+  EXPECT_EQ(c.tokens.size(), 6u);
+  EXPECT_EQ(c.finish_reason, "length");
 }
 
 }  // namespace
