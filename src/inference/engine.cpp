@@ -6,6 +6,8 @@
 
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "model/gpt.h"
+#include "tensor/device_runtime.h"
 
 namespace mg {
 
@@ -22,23 +24,48 @@ float log_prob(const float* logits, int64_t V, int32_t token) {
 }
 }  // namespace
 
+void EngineConfig::validate() const {
+  MG_USER_CHECK(max_seq_length > 1 && max_seq_length <= (int64_t(1) << 24),
+                "--inference-max-seq-length must be in [2, 2^24] (got ", max_seq_length, ")");
+  MG_USER_CHECK(max_requests > 0 && max_requests <= (int64_t(1) << 16),
+                "--inference-max-requests must be in [1, 65536] (got ", max_requests, ")");
+  MG_CHECK(block_size > 0 && block_size <= 4096, "KV-cache block size ", block_size);
+}
+
+int64_t EngineConfig::cache_blocks() const {
+  return max_requests * ceil_div(max_seq_length, block_size);
+}
+
+void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
+                       const std::string& what) {
+  ec.validate();
+  const char* bytes = "bytes of the inference engine";
+  LayerDims d = stage_dims(mc, 1, StageSpec{});
+  d.S = ec.step_rows();
+  d.dtype = dtype;
+  const int64_t es = int64_t(dtype_size(dtype));
+  const int64_t kv = checked_product(
+      {mc.num_layers, ec.cache_blocks(), ec.block_size, 2 * d.NG_local() * d.HD(), es}, bytes);
+  const int64_t params = checked_mul(shard_param_count(mc).elements, es, bytes);
+  const int64_t buffers = checked_add(layer_cache_bytes(d), layer_scratch_bytes(d), bytes);
+  runtime::check_host_fits(checked_add(checked_add(params, kv, bytes), buffers, bytes), what);
+}
+
 Engine::Engine(InferenceModel& model, const EngineConfig& cfg) : model_(model), cfg_(cfg) {
   const GPTConfig& mc = model.config();
-  MG_USER_CHECK(cfg.max_seq_length > 1, "--inference-max-seq-length must be at least 2 (got ",
-                cfg.max_seq_length, ")");
-  MG_USER_CHECK(cfg.max_requests > 0, "--inference-max-requests must be positive (got ",
-                cfg.max_requests, ")");
+  cfg.validate();
+  MG_CHECK(cfg.vocab_limit <= mc.vocab_size, "a vocabulary limit of ", cfg.vocab_limit,
+           " above the model's ", mc.vocab_size);
   MG_USER_CHECK(!mc.learned_positions() || cfg.max_seq_length <= mc.max_positions(),
                 "--inference-max-seq-length ", cfg.max_seq_length, " exceeds the model's ",
                 mc.max_positions(), " learned positions (--max-position-embeddings)");
   MG_CHECK(cfg.block_size > 0 && model.max_rows() >= cfg.step_rows(), "engine step of ",
            cfg.step_rows(), " rows on a model built for ", model.max_rows());
-  cache_ = model.make_cache(cfg.max_requests * ceil_div(cfg.max_seq_length, cfg.block_size),
-                            cfg.block_size);
+  cache_ = model.make_cache(cfg.cache_blocks(), cfg.block_size);
 }
 
 int64_t Engine::add(Request r) {
-  const int64_t V = model_.config().vocab_size, P = int64_t(r.prompt.size());
+  const int64_t V = vocab(), P = int64_t(r.prompt.size());
   const Sampling& s = r.sampling;
   MG_USER_CHECK(P > 0, "a prompt must hold at least one token");
   MG_USER_CHECK(P < cfg_.max_seq_length, "a prompt of ", P, " tokens leaves no room to generate "
@@ -77,7 +104,7 @@ bool Engine::admit(std::deque<Sequence>& waiting, int64_t& rows) {
 }
 
 int32_t Engine::sample(Sequence& s, const float* logits) {
-  const int64_t V = model_.config().vocab_size;
+  const int64_t V = vocab();
   for (int64_t v = 0; v < V; ++v)
     if (!std::isfinite(logits[v])) throw NonFiniteLogits(s.id, v, logits[v]);
   const Sampling& p = s.req.sampling;
@@ -94,7 +121,8 @@ int32_t Engine::sample(Sequence& s, const float* logits) {
     std::partial_sort(order.begin(), order.begin() + k, order.end(), higher);
   order.resize(size_t(k));
   std::vector<double> w(order.size());
-  const double top = logits[order[0]];
+  double top = logits[order[0]];  // the largest (order is unsorted without top-k and top-p)
+  for (int32_t v : order) top = std::max(top, double(logits[v]));
   double total = 0;
   for (size_t i = 0; i < order.size(); ++i)
     total += w[i] = std::exp((double(logits[order[i]]) - top) / p.temperature);
@@ -143,7 +171,7 @@ std::vector<Completion> Engine::step() {
               int64_t(tokens.size()), logit_rows, logits_.data());
   ++steps_;
   std::vector<Completion> done;
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = this->vocab();
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = running_[i];
     const int64_t n = int64_t(s.tokens.size()) - s.past;

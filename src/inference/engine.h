@@ -50,7 +50,12 @@ struct EngineConfig {
   bool continuous = true;         // false: a batch finishes before others join
   // Rows (tokens) one step may run; 0: max_seq_length + max_requests (any prompt fits).
   int64_t max_step_rows = 0;
+  // Tokens are sampled below this (the tokenizer's vocabulary, when the model's rows are more);
+  // 0: the model's vocabulary.
+  int64_t vocab_limit = 0;
   int64_t step_rows() const { return max_step_rows > 0 ? max_step_rows : max_seq_length + max_requests; }
+  int64_t cache_blocks() const;  // a full context for every request
+  void validate() const;         // UsageError naming the flag
 };
 
 // The model's logits were NaN or infinite for a request: its parameters are corrupt.
@@ -59,6 +64,12 @@ struct NonFiniteLogits : std::runtime_error {
   int64_t request, token;
   float value;
 };
+
+// What an engine of ec over a model of mc allocates in dtype (parameters, the KV cache, one
+// step's buffers), checked against the host's available memory before anything is built
+// (UsageError naming `what` when it does not fit).
+void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
+                       const std::string& what);
 
 class Engine {
  public:
@@ -90,6 +101,7 @@ class Engine {
     Completion out;
   };
   bool admit(std::deque<Sequence>& waiting, int64_t& rows);
+  int64_t vocab() const { return cfg_.vocab_limit > 0 ? cfg_.vocab_limit : model_.config().vocab_size; }
   int32_t sample(Sequence& s, const float* logits);
 
   InferenceModel& model_;

@@ -27,28 +27,6 @@ void GenerateConfig::validate() const {
   MG_USER_CHECK(temperature > 0, "--temperature must be positive");
 }
 
-namespace {
-
-// What generation allocates (f32 parameters, the KV cache, one step's buffers), checked against
-// the host's available memory before the model is built.
-void check_fits(const GPTConfig& mc, const EngineConfig& ec) {
-  const char* what = "bytes of the model for generation";
-  LayerDims d = stage_dims(mc, 1, StageSpec{});
-  d.S = ec.step_rows();
-  const int64_t kv = checked_product(
-      {mc.num_layers, ec.max_requests, ceil_div(ec.max_seq_length, ec.block_size) * ec.block_size,
-       2 * d.NG_local() * d.HD(), 4}, what);
-  const int64_t need = checked_add(
-      checked_add(checked_mul(shard_param_count(mc).elements, 4, what), kv, what),
-      checked_add(layer_cache_bytes(d), layer_scratch_bytes(d), what), what);
-  runtime::check_host_fits(need, str_cat("generation with a model of ", mc.num_parameters(),
-                                         " parameters (--num-layers ", mc.num_layers,
-                                         ", --hidden-size ", mc.hidden_size, ", --seq-length ",
-                                         mc.seq_length, ", --vocab-size ", mc.vocab_size, ")"));
-}
-
-}  // namespace
-
 // A thin client of the inference engine (inference/engine.h): every prompt is a request of the
 // same sampling, served together; the context is the model's --seq-length.
 std::vector<std::string> generate(const GenerateConfig& cfg) {
@@ -62,8 +40,13 @@ std::vector<std::string> generate(const GenerateConfig& cfg) {
                 tok->vocab_size(), " tokens but the model only ", mc.padded_vocab_size());
   EngineConfig ec;
   ec.max_seq_length = mc.seq_length;
-  ec.max_requests = int64_t(cfg.prompts.size());
-  check_fits(mc, ec);
+  ec.max_requests = std::min<int64_t>(int64_t(cfg.prompts.size()), 8);  // the rest queue
+  ec.vocab_limit = std::min(tok->vocab_size(), mc.vocab_size);
+  check_engine_fits(mc, ec, DType::F32,
+                    str_cat("generation with a model of ", mc.num_parameters(),
+                            " parameters (--num-layers ", mc.num_layers, ", --hidden-size ",
+                            mc.hidden_size, ", --seq-length ", mc.seq_length, ", --vocab-size ",
+                            mc.vocab_size, ")"));
   InferenceModel model(mc, DType::F32, ec.step_rows());
   if (cfg.load.empty())
     read_params_file(cfg.load_params, model.config(), model.store().params());

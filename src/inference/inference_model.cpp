@@ -14,11 +14,17 @@ namespace mg {
 
 namespace {
 ShardSpec shard_of(const Communicator& tp) { return {tp.size(), tp.rank()}; }
+// MoE token dropping (--moe-expert-capacity-factor) ranks a step's rows, so a request's tokens
+// would depend on what it is batched with: inference keeps every assignment.
+GPTConfig for_inference(GPTConfig c) {
+  c.moe_expert_capacity_factor = 0.f;
+  return c;
+}
 }  // namespace
 
-InferenceModel::InferenceModel(const GPTConfig& cfg, DType dtype, int64_t max_rows,
+InferenceModel::InferenceModel(const GPTConfig& config, DType dtype, int64_t max_rows,
                                Communicator* tp)
-    : cfg_(cfg), max_rows_(max_rows),
+    : cfg_(for_inference(config)), max_rows_(max_rows),
       self_comm_(tp ? nullptr : make_self_communicator()),
       tp_{tp ? tp : self_comm_.get(), false} {
   MG_CHECK(max_rows > 0, "inference rows per step must be positive");
@@ -27,11 +33,11 @@ InferenceModel::InferenceModel(const GPTConfig& cfg, DType dtype, int64_t max_ro
   ss.chunks = {shard};
   ss.dtype = dtype;
   ss.with_grads = false;
-  store_ = std::make_unique<ParamStore>(cfg, ss);
+  store_ = std::make_unique<ParamStore>(cfg_, ss);
   StageSpec stage;
   stage.shard = shard;
   stage.dtype = dtype;
-  dims_ = stage_dims(cfg, 1, stage);
+  dims_ = stage_dims(cfg_, 1, stage);
   dims_.S = max_rows;
   int64_t small = 0;
   for (const ParamSpec& p : store_->layout().params()) {
@@ -44,11 +50,11 @@ InferenceModel::InferenceModel(const GPTConfig& cfg, DType dtype, int64_t max_ro
   ParamAccess at;
   at.matrix = [&](const ParamSpec& p) -> void* { return store_->param_bytes(p); };
   at.vector = [&](const ParamSpec& p) { return vector(p); };
-  for (int64_t l = 0; l < cfg.num_layers; ++l)
-    layers_.push_back(layer_weights(cfg, shard, store_->layout(), l, at));
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    layers_.push_back(layer_weights(cfg_, shard, store_->layout(), l, at));
   cache_ = std::make_unique<LayerCache>(dims_);
   scratch_ = std::make_unique<LayerScratch>(dims_);
-  const int64_t H = cfg.hidden_size, V_local = cfg.padded_vocab_size() / tp_.size();
+  const int64_t H = cfg_.hidden_size, V_local = cfg_.padded_vocab_size() / tp_.size();
   x_ = Tensor({max_rows, H}, DType::F32, dev);
   y_ = Tensor({max_rows, H}, DType::F32, dev);
   tokens_ = Tensor({max_rows}, DType::I32, dev);
@@ -59,8 +65,8 @@ InferenceModel::InferenceModel(const GPTConfig& cfg, DType dtype, int64_t max_ro
   mean_ = Tensor({max_rows}, DType::F32, dev);
   rows_idx_ = Tensor({max_rows}, DType::I32, dev);
   logits_local_ = Tensor({max_rows, V_local}, DType::F32, dev);
-  if (cfg.rope()) {
-    const std::vector<float> inv_freq = cfg.rope_inv_freq();
+  if (cfg_.rope()) {
+    const std::vector<float> inv_freq = cfg_.rope_inv_freq();
     rope_inv_freq_ = Tensor({int64_t(inv_freq.size())}, DType::F32, dev);
     ops::copy(rope_inv_freq_.raw(), dev, inv_freq.data(), Device::CPU, rope_inv_freq_.nbytes());
   }

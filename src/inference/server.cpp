@@ -3,6 +3,9 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -101,15 +104,24 @@ class EngineLoop {
   bool stop_ = false;
 };
 
+// Invalid UTF-8 (a generation cut inside a character, a token decoded alone, a body's bytes
+// quoted in a parse error) is written as U+FFFD, as Megatron's decoding with errors='replace'.
 void reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 }  // namespace
 
 void serve(const ServeConfig& cfg) {
   cfg.validate();
+  // SIGINT / SIGTERM stop the server from a thread that waits for them: blocked here, before
+  // any other thread (OpenMP's, the engine's, the HTTP pool's) exists, so all inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const GPTConfig mc = checkpoint_model_config(cfg.load);
   TokenizerConfig tc = cfg.tokenizer;
   if (tc.tokenizer_type == "NullTokenizer" && tc.vocab_size <= 0) tc.vocab_size = mc.vocab_size;
@@ -121,17 +133,16 @@ void serve(const ServeConfig& cfg) {
   ec.max_seq_length = cfg.max_seq_length > 0 ? cfg.max_seq_length : mc.seq_length;
   ec.max_requests = cfg.max_requests;
   ec.continuous = !cfg.static_batching;
-  InferenceModel model(mc, cfg.bf16 ? DType::BF16 : DType::F32, ec.step_rows());
+  ec.vocab_limit = std::min(tok->vocab_size(), mc.vocab_size);
+  const DType dtype = cfg.bf16 ? DType::BF16 : DType::F32;
+  check_engine_fits(mc, ec, dtype,
+                    str_cat("serving --load '", cfg.load, "' (", mc.num_parameters(),
+                            " parameters) with --inference-max-requests ", ec.max_requests,
+                            " x --inference-max-seq-length ", ec.max_seq_length));
+  InferenceModel model(mc, dtype, ec.step_rows());
   load_checkpoint_weights(cfg.load, model.store());
   model.prepare();
   Engine engine(model, ec);
-  // SIGINT / SIGTERM stop the server from a thread that waits for them (blocked in every other
-  // thread, which inherit this mask).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   EngineLoop loop(engine);
   std::thread engine_thread([&] { loop.run(); });
 
@@ -186,14 +197,19 @@ void serve(const ServeConfig& cfg) {
                                            : "bad request";
     reply(res, res.status, {{"message", str_cat(what, " (", req.method, " ", req.path, ")")}});
   });
+  std::atomic<bool> finished{false};
   std::thread signal_thread([&] {
     int sig = 0;
     sigwait(&signals, &sig);
+    // A signal before the server runs would be lost by stop(): wait until it runs (or ended).
+    while (!finished && !http.is_running())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     http.stop();
   });
   const int port = cfg.port == 0 ? http.bind_to_any_port("0.0.0.0") : cfg.port;
   const bool bound = cfg.port == 0 ? port > 0 : http.bind_to_port("0.0.0.0", port);
   if (!bound) {
+    finished = true;
     pthread_kill(signal_thread.native_handle(), SIGTERM);
     signal_thread.join();
     loop.stop();
@@ -206,6 +222,7 @@ void serve(const ServeConfig& cfg) {
                    ec.continuous ? "continuous batching" : "static batching",
                    ") on http://127.0.0.1:", port));
   http.listen_after_bind();
+  finished = true;
   pthread_kill(signal_thread.native_handle(), SIGTERM);  // if it still waits
   signal_thread.join();
   loop.stop();

@@ -170,6 +170,11 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   MG_USER_CHECK(parallel.etp() == parallel.tp() || model.num_experts > 0,
                 "--expert-tensor-parallel-size ", etp, " splits the experts of MoE layers; give "
                 "--num-experts (or leave it out)");
+  // Folded, each TP rank dispatches its sequence-parallel chunk of the tokens (docs/moe.md).
+  MG_USER_CHECK(parallel.etp() == parallel.tp() || parallel.tp() == 1 || parallel.sequence_parallel,
+                "--expert-tensor-parallel-size ", parallel.etp(), " other than "
+                "--tensor-model-parallel-size ", parallel.tp(), " needs --sequence-parallel: each "
+                "TP rank dispatches its sequence chunk of the tokens to the experts");
   if (model.num_experts > 0) {
     // The experts' grid (ETP x EP x EDP) covers each pipeline stage's TP x CP x DP ranks.
     const int64_t stage_ranks = int64_t(parallel.tp()) * parallel.cp() * data_parallel_size;

@@ -291,6 +291,31 @@ TEST(Engine, TopKAndStopTokens) {
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(c.tokens.begin(), first));
 }
 
+// Sampling over the whole vocabulary (no top-k, no top-p) at a temperature near 0 is greedy: the
+// weights are scaled by the largest logit, so nothing overflows however cold.
+TEST(Engine, ColdSamplingIsGreedy) {
+  const GPTConfig cfg = llama();
+  EngineConfig ec;
+  ec.max_seq_length = cfg.seq_length;
+  ec.max_requests = 2;
+  InferenceModel m(cfg, DType::F32, ec.step_rows());
+  m.store().init(5);
+  m.prepare();
+  Request r;
+  r.prompt = sequence(5, cfg.vocab_size, 6);
+  r.sampling.max_new_tokens = 10;
+  r.sampling.temperature = 0;
+  Engine e(m, ec);
+  e.add(r);
+  r.sampling.temperature = 1e-4;
+  r.sampling.seed = 77;
+  e.add(r);
+  const std::vector<Completion> c = e.run_all();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[1].tokens, c[0].tokens);
+  EXPECT_EQ(c[0].tokens.size(), 10u);
+}
+
 TEST(Engine, BadRequestsNameTheLimit) {
   const GPTConfig cfg = gpt2();
   EngineConfig ec;

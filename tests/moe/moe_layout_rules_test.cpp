@@ -39,6 +39,8 @@ TEST(MoeLayoutRules, RefusedNamingTheFlag) {
            Rule{2, "--expert-tensor-parallel-size 2 --moe-ffn-hidden-size 33",
                 "--moe-ffn-hidden-size 33 must be divisible by the experts' tensor parallelism 2"},
            Rule{1, "--expert-tensor-parallel-size -1", "--expert-tensor-parallel-size must be"},
+           Rule{2, "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2",
+                "other than --tensor-model-parallel-size 2 needs --sequence-parallel"},
            Rule{2, "--expert-tensor-parallel-size 2 --num-experts 0 --moe-router-topk 0",
                 "--expert-tensor-parallel-size 2 splits the experts"},
        }) {

@@ -286,9 +286,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"etp4_tp2_sp", kMoe,
                     {4, "--expert-tensor-parallel-size 4 --tensor-model-parallel-size 2 "
                         "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"etp1_tp2pp2", kMoe,
+        ModelLayout{"etp1_tp2pp2_sp", kMoe,
                     {4, "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
-                        "--pipeline-model-parallel-size 2"}},
+                        "--sequence-parallel --pipeline-model-parallel-size 2"}},
         // Biases (the fc2 bias on expert-TP rank 0), shared experts over TP, capacity.
         ModelLayout{"gelu_shared_capacity_ep2_etp1_tp2_sp", kMoeGelu,
                     {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
