@@ -16,7 +16,7 @@ json parse_json(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number that overflows
     throw ApiError(str_cat("the request body is not valid JSON: ", e.what()));
   }
   if (!j.is_object()) throw ApiError("the request body must be a JSON object");
