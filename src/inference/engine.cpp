@@ -176,10 +176,11 @@ std::vector<Completion> Engine::step() {
     Sequence& s = running_[i];
     const int64_t n = int64_t(s.tokens.size()) - s.past;
     const float* row = logits_.data() + first_logit[i] * V;
-    if (s.req.sampling.logprobs && s.past == 0)  // the prompt's tokens after the first
+    if (s.req.sampling.logprobs && s.past == 0) {  // the prompt's tokens after the first
       for (int64_t j = 0; j + 1 < n; ++j)
         s.out.logprobs.push_back(log_prob(row + j * V, vocab, s.tokens[size_t(j + 1)]));
-    if (s.req.sampling.logprobs && s.past == 0) row += (n - 1) * V;
+      row += (n - 1) * V;  // its last row samples
+    }
     s.past += n;
     const Sampling& p = s.req.sampling;
     if (p.max_new_tokens == 0) {

@@ -1,18 +1,12 @@
 #include "inference/generate.h"
 
 #include <algorithm>
-#include <cmath>
-#include <numeric>
-#include <random>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/params_file.h"
-#include "core/checked_math.h"
 #include "core/error.h"
 #include "inference/engine.h"
-#include "model/gpt.h"
-#include "tensor/device_runtime.h"
 
 namespace mg {
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "core/error.h"
@@ -60,6 +61,15 @@ std::vector<int32_t> sequence(int64_t n, int64_t V, int32_t seed) {
   return t;
 }
 
+// An inference model of cfg for `rows` step rows with the training model's initial parameters
+// (seed 5: full_forward's).
+std::unique_ptr<InferenceModel> model(const GPTConfig& cfg, int64_t rows) {
+  auto m = std::make_unique<InferenceModel>(cfg, DType::F32, rows);
+  m->store().init(5);
+  m->prepare();
+  return m;
+}
+
 // The training model's logits (S, V padded) for one sequence of cfg.seq_length tokens.
 std::vector<float> full_forward(const GPTConfig& cfg, const std::vector<int32_t>& tokens) {
   GPTModel m(cfg, 1);
@@ -85,9 +95,8 @@ void expect_decode_matches_full_forward(const GPTConfig& cfg, int64_t prefill) {
   const int64_t S = cfg.seq_length, V = cfg.padded_vocab_size();
   const std::vector<int32_t> tokens = sequence(S, cfg.vocab_size, 3);
   const std::vector<float> want = full_forward(cfg, tokens);
-  InferenceModel m(cfg, DType::F32, S);
-  m.store().init(5);
-  m.prepare();
+  const auto owned = model(cfg, S);
+  InferenceModel& m = *owned;
   std::unique_ptr<KvCache> cache = m.make_cache(4, 8);  // 32 rows: S = 24 fits in 3 blocks
   std::vector<int32_t> blocks;
   ASSERT_TRUE(cache->allocate(3, blocks));
@@ -116,9 +125,8 @@ TEST(KvCache, DecodeMatchesTheFullForwardMoe) { expect_decode_matches_full_forwa
 TEST(KvCache, BatchedSequencesEqualEachAlone) {
   const GPTConfig cfg = llama();
   const int64_t V = cfg.padded_vocab_size();
-  InferenceModel m(cfg, DType::F32, 24);
-  m.store().init(5);
-  m.prepare();
+  const auto owned = model(cfg, 24);
+  InferenceModel& m = *owned;
   const std::vector<int32_t> a = sequence(11, cfg.vocab_size, 1), b = sequence(6, cfg.vocab_size, 2);
   std::vector<int32_t> pos(24);
   std::iota(pos.begin(), pos.end(), 0);
@@ -173,9 +181,8 @@ TEST(Engine, ContinuousBatchingGivesEachRequestItsTokensAlone) {
     ec.max_seq_length = 20;
     ec.max_requests = 4;
     ec.block_size = 4;
-    InferenceModel m(cfg, DType::F32, ec.step_rows());
-    m.store().init(5);
-    m.prepare();
+    const auto owned = model(cfg, ec.step_rows());
+    InferenceModel& m = *owned;
     const std::vector<Request> reqs = requests(cfg);
     std::vector<Completion> alone;
     for (const Request& r : reqs) {
@@ -222,9 +229,8 @@ TEST(Engine, GreedyTokensAndLogprobsFollowTheFullForward) {
   EngineConfig ec;
   ec.max_seq_length = S;
   ec.max_requests = 1;
-  InferenceModel m(cfg, DType::F32, ec.step_rows());
-  m.store().init(5);
-  m.prepare();
+  const auto owned = model(cfg, ec.step_rows());
+  InferenceModel& m = *owned;
   Engine e(m, ec);
   Request r;
   r.prompt = sequence(6, cfg.vocab_size, 4);
@@ -258,9 +264,8 @@ TEST(Engine, TopKAndStopTokens) {
   EngineConfig ec;
   ec.max_seq_length = cfg.seq_length;
   ec.max_requests = 1;
-  InferenceModel m(cfg, DType::F32, ec.step_rows());
-  m.store().init(5);
-  m.prepare();
+  const auto owned = model(cfg, ec.step_rows());
+  InferenceModel& m = *owned;
   Request r;
   r.prompt = sequence(4, cfg.vocab_size, 8);
   r.sampling.top_k = 3;
@@ -298,9 +303,8 @@ TEST(Engine, ColdSamplingIsGreedy) {
   EngineConfig ec;
   ec.max_seq_length = cfg.seq_length;
   ec.max_requests = 2;
-  InferenceModel m(cfg, DType::F32, ec.step_rows());
-  m.store().init(5);
-  m.prepare();
+  const auto owned = model(cfg, ec.step_rows());
+  InferenceModel& m = *owned;
   Request r;
   r.prompt = sequence(5, cfg.vocab_size, 6);
   r.sampling.max_new_tokens = 10;
