@@ -1,6 +1,7 @@
 // The `megatron` binary: one program, subcommands. User errors print one line naming the flag
 // or file and exit 2; a failure on one rank ends every rank of the job.
 #include <malloc.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -175,13 +176,20 @@ int generate(const std::vector<std::string>& args) {
   return 0;
 }
 
-int serve(const std::vector<std::string>& args) {
+int serve(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   if (wants_help(args)) {
-    std::fputs(mg::help_text(mg::serve_options(), "usage: megatron serve --load DIR [flags]").c_str(),
+    std::fputs(mg::help_text(mg::serve_options(),
+                             "usage: [mpirun -np TPxPP] megatron serve --load DIR [flags]\n\n"
+                             "Serves a checkpoint over HTTP (docs/serving.md). Every `train` flag "
+                             "is accepted, as upstream's server scripts pass them: model flags "
+                             "must agree with the checkpoint; the layout flags place it.")
+                   .c_str(),
                stdout);
     return 0;
   }
-  mg::serve(mg::parse_args(mg::serve_options(), args, "serve"));
+  std::set<std::string> given;
+  const mg::ServeConfig cfg = mg::parse_args(mg::serve_options(), args, "serve", &given);
+  mg::serve(cfg, given, mpi);
   return 0;
 }
 
@@ -204,7 +212,6 @@ int main(int argc, char** argv) {
     if (command == "preprocess") return preprocess(args);
     if (command == "merge-datasets") return merge(args);
     if (command == "generate") return generate(args);
-    if (command == "serve") return serve(args);
     if (command == "convert") return convert(args);
   } catch (const mg::UsageError& e) {
     mg::log_error(std::string("megatron ") + command + ": error: " + e.what());
@@ -213,14 +220,21 @@ int main(int argc, char** argv) {
     mg::log_error(std::string("megatron ") + command + ": internal error: " + e.what());
     return 1;
   }
-  if (command != "train") {
+  if (command != "train" && command != "serve") {
     mg::log_error("megatron: error: unknown command '" + command + "' (see `megatron --help`)");
     return 2;
+  }
+  if (command == "serve") {  // before MPI starts its threads: see mg::serve
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   }
   mg::MpiSession mpi(&argc, &argv);
   mg::set_log_rank(mpi.world_rank());
   try {
-    return train(args, mpi);
+    return command == "train" ? train(args, mpi) : serve(args, mpi);
   } catch (const mg::UsageError& e) {
     // Every rank validates the same flags, so every rank stops here; rank 0 says why.
     if (mpi.world_rank() == 0) mg::log_error(std::string("megatron: error: ") + e.what());

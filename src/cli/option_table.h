@@ -81,6 +81,22 @@ Option<Config> on_off(std::string flag, std::string help, Access access) {
           [=](const Config& c) { return cli_detail::show_value(access(const_cast<Config&>(c))); }};
 }
 
+// Another command's options applied to a member of this command's config (`serve` takes every
+// `train` flag): the same flags, help and parsing, on access(config).
+template <typename Config, typename Inner, typename Access>
+std::vector<Option<Config>> options_of(const std::vector<Option<Inner>>& inner, Access access) {
+  std::vector<Option<Config>> out;
+  for (const Option<Inner>& o : inner)
+    out.push_back({o.flag, o.metavar, o.help,
+                   [set = o.set, access](Config& c, const std::vector<std::string>& v) {
+                     set(access(c), v);
+                   },
+                   [show = o.show, access](const Config& c) {
+                     return show(access(const_cast<Config&>(c)));
+                   }});
+  return out;
+}
+
 // Parses argv-style arguments (without the subcommand). Throws UsageError naming the flag.
 // `given`, when not null, receives each flag that appeared.
 template <typename Config>

@@ -3,9 +3,11 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "comm/mpi_bf16.h"
 #include "comm/mpi_split.h"
@@ -394,6 +396,32 @@ int local_size() { return node_place().size; }
 
 std::unique_ptr<Communicator> mpi_world() {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, world_group_info());
+}
+
+void mpi_broadcast_idle(std::vector<uint8_t>& bytes, int root) {
+  static const MPI_Comm comm = [] {  // first used by every rank at the same point
+    MPI_Comm c;
+    check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup");
+    return c;
+  }();
+  auto wait = [](MPI_Request& r) {
+    for (int done = 0;;) {
+      check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  int64_t n = me == root ? int64_t(bytes.size()) : 0;
+  MPI_Request r;
+  check_mpi(MPI_Ibcast(&n, 1, MPI_INT64_T, root, comm, &r), "MPI_Ibcast");
+  wait(r);
+  MG_CHECK(n >= 0 && n < (int64_t(1) << 31), "a broadcast command of ", n, " bytes");
+  bytes.resize(size_t(n));
+  if (n == 0) return;
+  check_mpi(MPI_Ibcast(bytes.data(), int(n), MPI_BYTE, root, comm, &r), "MPI_Ibcast");
+  wait(r);
 }
 
 MPI_Comm split_world(const std::vector<std::vector<int>>& groups) {

@@ -2,6 +2,7 @@
 // Every blocking call is a non-blocking one waited for within --distributed-timeout-minutes
 // (comm/watchdog.h).
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ int local_size();
 
 // The whole job.
 std::unique_ptr<Communicator> mpi_world();
+// Root's bytes to every rank of the job (resized to fit), on a communicator of their own. The
+// others wait without a bound and without spinning (sleeping between tests): a server's
+// followers idle here until the next command, for as long as no request comes.
+void mpi_broadcast_idle(std::vector<uint8_t>& bytes, int root);
 // Splits MPI_COMM_WORLD into the given disjoint groups (world ranks, in group order; every
 // rank must pass the same list). Returns this rank's group, or nullptr if it is in none. The
 // name ("tensor-parallel", ...) is how timeout reports call the group (comm/watchdog.h).

@@ -37,16 +37,19 @@ int64_t EngineConfig::cache_blocks() const {
 }
 
 void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
-                       const std::string& what) {
+                       const std::string& what, int tp, int pp) {
   ec.validate();
   const char* bytes = "bytes of the inference engine";
-  LayerDims d = stage_dims(mc, 1, StageSpec{});
+  StageSpec stage;
+  stage.shard.tp_size = tp;
+  LayerDims d = stage_dims(mc, 1, stage);
   d.S = ec.step_rows();
   d.dtype = dtype;
   const int64_t es = int64_t(dtype_size(dtype));
-  const int64_t kv = checked_product(
-      {mc.num_layers, ec.cache_blocks(), ec.block_size, 2 * d.NG_local() * d.HD(), es}, bytes);
-  const int64_t params = checked_mul(shard_param_count(mc).elements, es, bytes);
+  const int64_t kv = checked_product({ceil_div(mc.num_layers, int64_t(pp)), ec.cache_blocks(),
+                                      ec.block_size, 2 * d.NG_local() * d.HD(), es}, bytes);
+  const int64_t params =
+      checked_mul(ceil_div(shard_param_count(mc).elements, int64_t(tp) * pp), es, bytes);
   const int64_t buffers = checked_add(layer_cache_bytes(d), layer_scratch_bytes(d), bytes);
   runtime::check_host_fits(checked_add(checked_add(params, kv, bytes), buffers, bytes), what);
 }

@@ -23,12 +23,21 @@ GPTConfig for_inference(GPTConfig c) {
 }  // namespace
 
 InferenceModel::InferenceModel(const GPTConfig& config, DType dtype, int64_t max_rows,
-                               Communicator* tp)
+                               const InferenceLayout& layout)
     : cfg_(for_inference(config)), max_rows_(max_rows),
-      self_comm_(tp ? nullptr : make_self_communicator()),
-      tp_{tp ? tp : self_comm_.get(), false} {
+      self_comm_(layout.tp ? nullptr : make_self_communicator()),
+      tp_{layout.tp ? layout.tp : self_comm_.get(), false}, pp_(layout.pp),
+      stage_(pp_ ? pp_->rank() : 0), stages_(pp_ ? pp_->size() : 1),
+      layer_begin_(layout.layer_begin),
+      layer_end_(layout.layer_end < 0 ? cfg_.num_layers : layout.layer_end) {
   MG_CHECK(max_rows > 0, "inference rows per step must be positive");
-  const ShardSpec shard = shard_of(*tp_.comm);
+  MG_CHECK(layer_begin_ >= 0 && layer_begin_ < layer_end_ && layer_end_ <= cfg_.num_layers,
+           "inference stage of layers [", layer_begin_, ", ", layer_end_, ")");
+  ShardSpec shard = shard_of(*tp_.comm);
+  shard.layer_begin = layer_begin_;
+  shard.layer_end = layer_end_;
+  shard.first_stage = first_stage();
+  shard.last_stage = last_stage();
   StoreSpec ss;
   ss.chunks = {shard};
   ss.dtype = dtype;
@@ -50,7 +59,7 @@ InferenceModel::InferenceModel(const GPTConfig& config, DType dtype, int64_t max
   ParamAccess at;
   at.matrix = [&](const ParamSpec& p) -> void* { return store_->param_bytes(p); };
   at.vector = [&](const ParamSpec& p) { return vector(p); };
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+  for (int64_t l = layer_begin_; l < layer_end_; ++l)
     layers_.push_back(layer_weights(cfg_, shard, store_->layout(), l, at));
   cache_ = std::make_unique<LayerCache>(dims_);
   scratch_ = std::make_unique<LayerScratch>(dims_);
@@ -92,7 +101,7 @@ void InferenceModel::prepare() {
 
 std::unique_ptr<KvCache> InferenceModel::make_cache(int64_t blocks, int64_t block_size) const {
   const int64_t kv_heads = dims_.NG_local();
-  return std::make_unique<KvCache>(cfg_.num_layers, 0, blocks, block_size,
+  return std::make_unique<KvCache>(layer_end_ - layer_begin_, layer_begin_, blocks, block_size,
                                    2 * kv_heads * dims_.HD(), store_->dtype(), ops::device());
 }
 
@@ -107,12 +116,16 @@ void InferenceModel::step(const KvStep& kv, const int32_t* tokens, const int32_t
   ops::copy(positions_.raw(), dev, positions, Device::CPU, size_t(rows) * 4);
   float* x = x_.data<float>();
   float* y = y_.data<float>();
-  tp::vocab_parallel_embedding_forward(
-      tp_, x, tokens_.data<int32_t>(), positions_.data<int32_t>(),
-      matrix("embedding.word_embeddings.weight"),
-      cfg_.learned_positions() ? matrix("embedding.position_embeddings.weight")
-                               : cpu::Mat{nullptr, t},
-      V_local, rows, H);
+  if (first_stage()) {
+    tp::vocab_parallel_embedding_forward(
+        tp_, x, tokens_.data<int32_t>(), positions_.data<int32_t>(),
+        matrix("embedding.word_embeddings.weight"),
+        cfg_.learned_positions() ? matrix("embedding.position_embeddings.weight")
+                                 : cpu::Mat{nullptr, t},
+        V_local, rows, H);
+  } else {  // the previous stage's hidden states (f32, as the residual stream)
+    pp_->batch_isend_irecv({{false, x, rows * H, stage_ - 1}});
+  }
   LayerDims d = dims_;
   d.S = rows;
   LayerInputs in;
@@ -121,12 +134,27 @@ void InferenceModel::step(const KvStep& kv, const int32_t* tokens, const int32_t
     in.inv_freq = rope_inv_freq_.data<float>();
   }
   in.kv = &kv;
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     in.layer = l;
-    transformer_layer_forward(tp_, y, x, layers_[size_t(l)], *cache_, *scratch_,
+    transformer_layer_forward(tp_, y, x, layers_[size_t(l - layer_begin_)], *cache_, *scratch_,
                               layer_dims(cfg_, d, l), in);
     std::swap(x, y);
   }
+  const int64_t n = int64_t(logit_rows.size());
+  MG_CHECK(n <= rows, "more logit rows than step rows");
+  if (!last_stage()) {
+    pp_->batch_isend_irecv({{true, x, rows * H, stage_ + 1}});
+  } else if (n > 0) {
+    head(x, rows, logit_rows, logits);
+  }
+  if (stages_ > 1 && n > 0) pp_->broadcast(logits, n * V, stages_ - 1);
+}
+
+void InferenceModel::head(const float* x, int64_t rows, const std::vector<int32_t>& logit_rows,
+                          float* logits) {
+  const Device dev = ops::device();
+  const int64_t H = cfg_.hidden_size, V = cfg_.padded_vocab_size(), V_local = V / tp_.size();
+  const DType t = store_->dtype();
   const float offset = cfg_.norm_weight_offset();
   const cpu::MatOut lnf{lnf_.raw(), t};
   if (cfg_.norm_bias())
@@ -138,11 +166,11 @@ void InferenceModel::step(const KvStep& kv, const int32_t* tokens, const int32_t
     ops::rmsnorm_forward(lnf, rstd_.data<float>(), x, vector("decoder.final_layernorm.weight"),
                          rows, H, cfg_.norm_epsilon, offset);
   const int64_t n = int64_t(logit_rows.size());
-  if (n == 0) return;
-  MG_CHECK(n <= rows, "more logit rows than step rows");
   ops::copy(rows_idx_.raw(), dev, logit_rows.data(), Device::CPU, size_t(n) * 4);
   ops::gather_rows(picked_.raw(), lnf_.raw(), rows_idx_.data<int32_t>(), n, H, t);
-  const char* out_w = cfg_.tied_output() ? "embedding.word_embeddings.weight" : "output_layer.weight";
+  // A tied output layer is the embedding on a single stage, its copy on the last of several.
+  const char* out_w = cfg_.tied_output() && first_stage() ? "embedding.word_embeddings.weight"
+                                                          : "output_layer.weight";
   tp::column_parallel_forward(tp_, logits_local_.data<float>(), picked_.raw(), nullptr,
                               matrix(out_w), nullptr, {n, H, V_local});
   const int64_t tp = tp_.size();

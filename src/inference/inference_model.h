@@ -18,10 +18,19 @@
 
 namespace mg {
 
+// Where a rank's shard of the model sits: its TP group (its size and rank pick the shard) and
+// its pipeline stage (the stages' group, in order; the stage holds layers [layer_begin,
+// layer_end)). Null groups: one rank.
+struct InferenceLayout {
+  Communicator* tp = nullptr;
+  Communicator* pp = nullptr;
+  int64_t layer_begin = 0, layer_end = -1;  // -1: every layer
+};
+
 class InferenceModel {
  public:
-  // tp: the TP group (null: one rank; its size and rank pick the shard).
-  InferenceModel(const GPTConfig& cfg, DType dtype, int64_t max_rows, Communicator* tp = nullptr);
+  InferenceModel(const GPTConfig& cfg, DType dtype, int64_t max_rows,
+                 const InferenceLayout& layout = {});
 
   const GPTConfig& config() const { return cfg_; }
   ParamStore& store() { return *store_; }
@@ -29,10 +38,15 @@ class InferenceModel {
   // Call after the parameters change (loaded or initialised): 16-bit models widen their 1-D
   // parameters (norms, biases) to f32 once, as the ops read them.
   void prepare();
+  bool first_stage() const { return stage_ == 0; }
+  bool last_stage() const { return stage_ == stages_ - 1; }
   // A KV cache for this shard's layers: `blocks` blocks of block_size tokens.
   std::unique_ptr<KvCache> make_cache(int64_t blocks, int64_t block_size) const;
   // Runs `rows` new tokens (host arrays; rows <= max_rows) at their positions through the model
   // over `kv`; logits (host, logit_rows.size() x padded vocabulary, f32) of the step rows listed.
+  // Every rank of the layout calls it with the same arguments: a pipeline stage receives the
+  // previous stage's hidden states and sends its own to the next; the last stage's logits
+  // (gathered over TP) reach every stage.
   void step(const KvStep& kv, const int32_t* tokens, const int32_t* positions, int64_t rows,
             const std::vector<int32_t>& logit_rows, float* logits);
   // Bytes of the parameters and of the working buffers.
@@ -40,6 +54,8 @@ class InferenceModel {
   int64_t buffer_bytes() const;
 
  private:
+  // The final norm and output layer of the last stage: the logits of logit_rows.
+  void head(const float* x, int64_t rows, const std::vector<int32_t>& logit_rows, float* logits);
   float* vector(const ParamSpec& p);
   cpu::Mat matrix(const char* name);
   float* vector(const char* name) { return vector(store_->layout().get(name)); }
@@ -48,6 +64,9 @@ class InferenceModel {
   int64_t max_rows_;
   std::unique_ptr<Communicator> self_comm_;
   tp::TPGroup tp_;
+  Communicator* pp_ = nullptr;
+  int stage_ = 0, stages_ = 1;
+  int64_t layer_begin_ = 0, layer_end_ = 0;
   std::unique_ptr<ParamStore> store_;
   LayerDims dims_;  // max_rows rows (B = 1)
   Tensor small_;    // 16-bit models: f32 copies of the 1-D parameters

@@ -5,26 +5,34 @@
 // with {"message": ...} while the server goes on serving.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 
-#include "data/tokenizer.h"
+#include "comm/mpi_communicator.h"
+#include "train/train_config.h"
 
 namespace mg {
 
 struct ServeConfig {
-  TokenizerConfig tokenizer;
-  std::string load;                // --load: the checkpoint (its model record gives the shape)
-  int port = 5000;                 // --port (0: any free port, logged)
+  // Every `train` flag, as upstream's server scripts pass them: --load (the checkpoint, whose
+  // model record gives the shape; model flags given must agree with it), the layout
+  // (--tensor-model-parallel-size, --pipeline-model-parallel-size; the job's ranks must be
+  // TP x PP), --bf16 / --fp16, --device, the tokenizer; the others are read and unused.
+  TrainConfig train;
+  int port = 5000;
+  bool use_checkpoint_args = false;  // --use-checkpoint-args: model flags given yield to the
+                                     // checkpoint's (upstream's meaning) instead of being checked                 // --port (0: any free port, logged)
   int64_t max_seq_length = 0;      // --inference-max-seq-length (0: the model's --seq-length)
   int64_t max_requests = 8;        // --inference-max-requests: requests decoded together
   bool static_batching = false;    // --inference-static-batching: a batch runs to its end
-  bool bf16 = false;               // --bf16: parameters, activations and the KV cache in bf16
   int64_t max_body_bytes = 1 << 20;  // --max-request-bytes: larger bodies get 413
   int64_t max_prompts = 128;       // prompts per request (Megatron's limit)
   void validate() const;
 };
 
-// Serves until SIGINT or SIGTERM.
-void serve(const ServeConfig& cfg);
+// Serves until SIGINT or SIGTERM: world rank 0 runs the HTTP server and the engine's schedule,
+// broadcasting each step's new requests to the other ranks, which run the same steps on their
+// shards. `given`: the flags that appeared.
+void serve(const ServeConfig& cfg, const std::set<std::string>& given, const MpiSession& mpi);
 
 }  // namespace mg

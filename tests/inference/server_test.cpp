@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "testing/mpirun.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 
@@ -35,8 +36,10 @@ std::string read_file(const std::string& path) {
 
 class Server {
  public:
-  explicit Server(const std::string& ckpt, const std::string& flags) : log_(dir_.str("serve.log")) {
-    const auto r = testing::run_command(std::string(MG_BINARY) + " serve --load " + ckpt +
+  // launcher: "" (one process) or an mpirun prefix.
+  Server(const std::string& ckpt, const std::string& flags, const std::string& launcher = "")
+      : log_(dir_.str("serve.log")) {
+    const auto r = testing::run_command(launcher + MG_BINARY + " serve --load " + ckpt +
                                         " --tokenizer-type NullTokenizer --vocab-size 500 --port 0 " +
                                         flags + " > " + log_ + " 2>&1 & echo $!");
     pid_ = std::stoi(r.output);
@@ -195,6 +198,110 @@ TEST(Serve, MegatronAndOpenAiEndpoints) {
   }
   const std::string log = s.stop();
   EXPECT_NE(log.find(" > server stopped"), std::string::npos) << log;
+}
+
+// Served under mpirun with TP 2, PP 2 and TP 2 x PP 2 (the checkpoint resharded as it loads;
+// rank 0 broadcasts each step's requests, the stages pass hidden states, the last one's logits
+// reach every rank), each answer is the one-process server's: the same tokens and text, every
+// log-probability within 1e-5. A GPT-2 model (learned positions, an output layer tied to the
+// embedding: its copy on the last stage) saved on one rank, and a Llama-style one (RoPE,
+// RMSNorm, SwiGLU, GQA, Q/K norms, untied) saved under TP 2; greedy and seeded sampling, two
+// requests in one batch and one joining it.
+TEST(Serve, TensorAndPipelineParallelAnswerAsOneRank) {
+  const std::string shape = " --num-layers 4 --hidden-size 32 --num-attention-heads 4"
+                            " --seq-length 32 --vocab-size 500 --tokenizer-type NullTokenizer";
+  const std::string llama = " --position-embedding-type rope --normalization RMSNorm --swiglu"
+                            " --ffn-hidden-size 48 --disable-bias-linear --group-query-attention"
+                            " --num-query-groups 2 --qk-layernorm"
+                            " --untie-embeddings-and-output-weights";
+  const std::string train = " train --mock-data --micro-batch-size 2 --global-batch-size 4"
+                            " --train-iters 3 --lr 1e-3 --init-method-std 0.2";
+  testing::TempDir d;
+  const auto g = testing::run_command(MG_BINARY + train + shape + " --save " + d.str("gpt"));
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const auto l = testing::run_command(testing::mpirun_prefix(2) + MG_BINARY + train + shape +
+                                      llama + " --tensor-model-parallel-size 2 --save " +
+                                      d.str("llama"));
+  ASSERT_EQ(l.exit_code, 0) << l.output;
+  const std::vector<std::string> requests = {
+      R"({"prompts": ["1 2 3", "4 5 6 7"], "tokens_to_generate": 6, "top_k": 1, "logprobs": true})",
+      R"({"prompts": ["9 8"], "tokens_to_generate": 6, "temperature": 0.8, "top_p": 0.9,
+          "random_seed": 5, "logprobs": true})"};
+  for (const std::string ck : {"gpt", "llama"}) {
+    // Answers: the two requests sent together (the second joins the first's batch), in order.
+    auto answers = [&](const std::string& launcher, const std::string& layout) {
+      Server s(d.str(ck), "--inference-max-seq-length 24" + layout, launcher);
+      std::string script;
+      for (size_t i = 0; i < requests.size(); ++i) {
+        std::ofstream(s.dir("r" + std::to_string(i))) << requests[i];
+        script += "curl -s -X PUT -H 'Content-Type: application/json' --data-binary @" +
+                  s.dir("r" + std::to_string(i)) + " http://127.0.0.1:" + s.port() + "/api > " +
+                  s.dir("a" + std::to_string(i)) + " & ";
+      }
+      EXPECT_EQ(testing::run_command(script + "wait").exit_code, 0);
+      std::vector<json> out;
+      for (size_t i = 0; i < requests.size(); ++i)
+        out.push_back(json::parse(read_file(s.dir("a" + std::to_string(i))), nullptr, false));
+      const std::string log = s.stop();
+      EXPECT_NE(log.find(" > server stopped"), std::string::npos) << log;
+      EXPECT_NE(log.find(layout.empty() ? "TP 1 x PP 1" : "TP "), std::string::npos) << log;
+      return out;
+    };
+    const std::vector<json> one = answers("", "");
+    ASSERT_TRUE(one[0].contains("tokens")) << one[0];
+    for (const auto& [np, layout] : std::vector<std::pair<int, std::string>>{
+             {2, " --tensor-model-parallel-size 2"},
+             {2, " --pipeline-model-parallel-size 2"},
+             {4, " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"}}) {
+      const std::vector<json> got = answers(testing::mpirun_prefix(np), layout);
+      for (size_t i = 0; i < one.size(); ++i) {
+        ASSERT_TRUE(got[i].contains("tokens")) << ck << layout << ": " << got[i];
+        EXPECT_EQ(got[i]["tokens"], one[i]["tokens"]) << ck << layout;
+        EXPECT_EQ(got[i]["text"], one[i]["text"]) << ck << layout;
+        for (size_t p = 0; p < one[i]["logprobs"].size(); ++p)
+          for (size_t t = 0; t < one[i]["logprobs"][p].size(); ++t)
+            EXPECT_NEAR(got[i]["logprobs"][p][t].get<double>(),
+                        one[i]["logprobs"][p][t].get<double>(), 1e-5)
+                << ck << layout << " request " << i << " prompt " << p << " token " << t;
+      }
+    }
+  }
+}
+
+// Upstream's server scripts pass the training flags that describe the model and the layout
+// (tools/run_text_generation_server.py's examples): accepted when they agree with the
+// checkpoint; a model flag that differs, or a layout that is not the job's ranks, is refused
+// naming the flag.
+TEST(Serve, TakesTheUpstreamScriptsFlags) {
+  testing::TempDir d;
+  const auto t = testing::run_command(std::string(MG_BINARY) + " train --mock-data" + kModel +
+                                      " --micro-batch-size 2 --train-iters 1 --lr 1e-3"
+                                      " --save " + d.str("ck"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  {
+    Server s(d.str("ck"), "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"
+                          " --num-layers 2 --hidden-size 32 --num-attention-heads 4"
+                          " --max-position-embeddings 32 --seq-length 32 --micro-batch-size 1"
+                          " --seed 42 --use-checkpoint-args --inference-dynamic-batching-max-requests 2");
+    ASSERT_FALSE(s.port().empty());
+    EXPECT_EQ(s.ok("PUT", "/api", R"({"prompts": ["1 2"], "tokens_to_generate": 2})")["tokens"][0].size(), 4u);
+    s.stop();
+  }
+  const std::string serve = std::string(MG_BINARY) + " serve --load " + d.str("ck") +
+                            " --tokenizer-type NullTokenizer --port 0";
+  const auto h = testing::run_command(serve + " --hidden-size 64");
+  EXPECT_EQ(h.exit_code, 2) << h.output;
+  EXPECT_NE(h.output.find("--hidden-size 64 differs from the checkpoint"), std::string::npos)
+      << h.output;
+  const auto w = testing::run_command(testing::mpirun_prefix(2) + serve);
+  EXPECT_NE(w.exit_code, 0) << w.output;
+  EXPECT_NE(w.output.find("must equal --tensor-model-parallel-size 1 x "
+                          "--pipeline-model-parallel-size 1"), std::string::npos) << w.output;
+  const auto c = testing::run_command(testing::mpirun_prefix(2) + serve +
+                                      " --context-parallel-size 2");
+  EXPECT_NE(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("--context-parallel-size 2 is not supported by serve"),
+            std::string::npos) << c.output;
 }
 
 TEST(Serve, RefusesBadFlags) {
