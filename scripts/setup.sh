@@ -12,6 +12,8 @@ PACKAGES=(
   # The tokenizers' pre-tokenizer regular expressions (HuggingFaceTokenizer, TikTokenizer).
   libpcre2-dev
   python3-torch python3-numpy
+  # The chat-template renderer's reference (tests/inference/jinja_reference.py).
+  python3-jinja2
   # The fuzz stage (tests/fuzz): clang with libFuzzer and the sanitizer runtimes, and
   # llvm-symbolizer for readable sanitizer stacks.
   clang libclang-rt-14-dev llvm

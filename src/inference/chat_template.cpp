@@ -1,0 +1,90 @@
+#include "inference/chat_template.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mg {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  MG_USER_CHECK(f.good(), "cannot read the chat template file '", p.string(), "'");
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A special token as tokenizer_config.json writes it: a string, or {"content": ...}.
+std::string token_text(const jinja::Value& cfg, const char* key) {
+  if (!cfg.contains(key)) return "";
+  const jinja::Value& t = cfg[key];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_object() && t.contains("content") && t["content"].is_string())
+    return t["content"].get<std::string>();
+  return "";
+}
+
+}  // namespace
+
+std::optional<ChatTemplate> ChatTemplate::find(const std::string& tokenizer_path,
+                                               const std::string& override_file) {
+  fs::path dir = tokenizer_path;
+  if (!tokenizer_path.empty() && !fs::is_directory(dir)) dir = dir.parent_path();
+  jinja::Value cfg = jinja::Value::object();
+  const fs::path cfg_file = dir / "tokenizer_config.json";
+  if (!tokenizer_path.empty() && fs::is_regular_file(cfg_file)) {
+    cfg = jinja::Value::parse(read_text(cfg_file), nullptr, false);
+    MG_USER_CHECK(cfg.is_object(), "'", cfg_file.string(), "' is not a JSON object");
+  }
+  std::string source, origin;
+  if (!override_file.empty()) {
+    source = read_text(override_file);
+    origin = override_file;
+  } else if (!tokenizer_path.empty() && fs::is_regular_file(dir / "chat_template.jinja")) {
+    origin = (dir / "chat_template.jinja").string();
+    source = read_text(origin);
+  } else if (cfg.contains("chat_template")) {
+    origin = cfg_file.string() + " (chat_template)";
+    const jinja::Value& t = cfg["chat_template"];
+    if (t.is_string()) source = t.get<std::string>();
+    if (t.is_array())  // named templates: the "default" one
+      for (const jinja::Value& named : t)
+        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+            named["template"].is_string())
+          source = named["template"].get<std::string>();
+    MG_USER_CHECK(!source.empty(), "'", cfg_file.string(), "': chat_template is neither a string "
+                  "nor a list holding a \"default\" template");
+  } else {
+    return std::nullopt;
+  }
+  return ChatTemplate(source, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"), origin);
+}
+
+ChatTemplate::ChatTemplate(const std::string& source, std::string bos, std::string eos,
+                           std::string origin)
+    : bos_(std::move(bos)), eos_(std::move(eos)), origin_(std::move(origin)) {
+  try {
+    program_ = std::make_shared<const std::vector<jinja::Node>>(jinja::parse(source));
+  } catch (const jinja::TemplateError& e) {
+    throw UsageError(str_cat("the chat template of ", origin_, " does not parse: ", e.what(),
+                             " (pass another with --chat-template FILE)"));
+  }
+}
+
+std::string ChatTemplate::apply(const jinja::Value& messages, bool add_generation_prompt,
+                                const jinja::Value& tools) const {
+  jinja::Value vars = {{"messages", messages},
+                       {"add_generation_prompt", add_generation_prompt},
+                       {"bos_token", bos_},
+                       {"eos_token", eos_}};
+  if (!tools.is_null()) vars["tools"] = tools;
+  return jinja::render(*program_, vars, size_t(64) << 20);
+}
+
+}  // namespace mg

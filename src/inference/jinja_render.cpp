@@ -1,0 +1,698 @@
+// Rendering a parsed chat template with Python's semantics where templates see them: str() of
+// values (True, None, ['a', 1]), truthiness, + on strings and lists, Python's // and %, slices,
+// the string and dict methods templates call, Jinja's filters and tests, and loop variables.
+// Loop bodies get a scope per iteration (a set inside does not leak out; namespace() objects
+// carry state across, as in Jinja). Output and loop work are bounded.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "inference/jinja.h"
+
+namespace mg::jinja {
+
+namespace {
+
+const Value kUndefined = Value(Value::value_t::discarded);
+
+bool undefined(const Value& v) { return v.is_discarded(); }
+
+[[noreturn]] void fail(int line, const std::string& what) {
+  throw TemplateError(str_cat("line ", line, ": ", what));
+}
+
+std::string type_name(const Value& v) {
+  if (undefined(v)) return "undefined";
+  if (v.is_null()) return "none";
+  if (v.is_boolean()) return "bool";
+  if (v.is_number_integer()) return "int";
+  if (v.is_number()) return "float";
+  if (v.is_string()) return "str";
+  if (v.is_array()) return "list";
+  return "dict";
+}
+
+bool truthy(const Value& v) {
+  if (undefined(v) || v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer()) return v.get<int64_t>() != 0;
+  if (v.is_number()) return v.get<double>() != 0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();
+  return !v.empty();  // a list or dict
+}
+
+// A string's characters as Python sees them: code points (each its UTF-8 bytes; a byte that
+// starts no valid sequence counts alone).
+std::vector<std::string> chars(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if (i + n > s.size()) n = 1;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 1;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// Python's repr of a float (shortest round trip, ".0" on integral values, "inf", "nan").
+std::string float_repr(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  std::string s = Value(d).dump();
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  const size_t e = s.find_first_of("eE");
+  if (e != std::string::npos) {  // Python: 1e+20, 1e-07
+    std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+    if (mant.ends_with(".0")) mant.resize(mant.size() - 2);
+    const bool neg = exp.starts_with("-");
+    if (exp.starts_with("+") || neg) exp.erase(0, 1);
+    if (exp.size() < 2) exp = "0" + exp;
+    s = mant + "e" + (neg ? "-" : "+") + exp;
+  }
+  return s;
+}
+
+std::string quote_repr(const std::string& s) {  // Python's repr of a str
+  const char q = s.find('\'') != std::string::npos && s.find('"') == std::string::npos ? '"' : '\'';
+  std::string out(1, q);
+  for (const char c : s) {
+    if (c == q || c == '\\') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else out += c;
+  }
+  return out + q;
+}
+
+std::string repr(const Value& v);
+std::string str(const Value& v) {
+  if (undefined(v)) return "";
+  if (v.is_string()) return v.get<std::string>();
+  return repr(v);
+}
+std::string repr(const Value& v) {
+  if (undefined(v)) return "Undefined";
+  if (v.is_null()) return "None";
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (v.is_number()) return float_repr(v.get<double>());
+  if (v.is_string()) return quote_repr(v.get<std::string>());
+  std::string out = v.is_array() ? "[" : "{";
+  bool first = true;
+  for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+    if (!first) out += ", ";
+    if (v.is_object()) out += quote_repr(it.key()) + ": ";
+    out += repr(*it);
+  }
+  return out + (v.is_array() ? "]" : "}");
+}
+
+// Python's json.dumps with its default separators (", ", ": "), keys in insertion order and
+// non-ASCII kept: Hugging Face's tojson filter. indent >= 0: one item per line.
+std::string dumps(const Value& v, int64_t indent, int64_t depth = 0) {
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
+  }
+  if (undefined(v)) return "null";
+  if (!v.is_array() && !v.is_object()) return v.dump(-1, ' ', false, Value::error_handler_t::replace);
+  if (v.empty()) return v.is_array() ? "[]" : "{}";
+  const std::string pad = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
+  std::string out = v.is_array() ? "[" : "{";
+  bool first = true;
+  for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+    out += first ? pad : (indent >= 0 ? "," + pad : ", ");
+    if (v.is_object()) out += Value(it.key()).dump() + ": ";
+    out += dumps(*it, indent, depth + 1);
+  }
+  if (indent >= 0) out += "\n" + std::string(size_t(indent * depth), ' ');
+  return out + (v.is_array() ? "]" : "}");
+}
+
+std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
+  size_t b = 0, e = s.size();
+  auto in = [&](char c) {
+    return chars.empty() ? std::isspace(static_cast<unsigned char>(c)) != 0
+                         : chars.find(c) != std::string::npos;
+  };
+  while (left && b < e && in(s[b])) ++b;
+  while (right && e > b && in(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+class Renderer {
+ public:
+  Renderer(const Value& vars, size_t max_output) : max_output_(max_output) {
+    scopes_.emplace_back();
+    for (auto it = vars.begin(); it != vars.end(); ++it) scopes_.back()[it.key()] = *it;
+  }
+  std::string run(const std::vector<Node>& nodes) {
+    block(nodes);
+    return std::move(out_);
+  }
+
+ private:
+  enum class Flow { Normal, Break, Continue };
+
+  void emit(const std::string& s, int line) {
+    if (out_.size() + s.size() > max_output_)
+      fail(line, str_cat("the rendered text exceeds ", max_output_, " bytes"));
+    out_ += s;
+  }
+  Value* find(const std::string& name) {
+    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
+      if (auto it = s->find(name); it != s->end()) return &it->second;
+    return nullptr;
+  }
+
+  Flow block(const std::vector<Node>& nodes) {
+    for (const Node& n : nodes) {
+      switch (n.kind) {
+        case Node::Text: emit(n.text, n.line); break;
+        case Node::Output: emit(str(eval(*n.expr)), n.line); break;
+        case Node::Break: return Flow::Break;
+        case Node::Continue: return Flow::Continue;
+        case Node::Set: set(n); break;
+        case Node::If: {
+          const std::vector<Node>* body = &n.else_body;
+          for (const auto& [cond, b] : n.branches)
+            if (truthy(eval(*cond))) {
+              body = &b;
+              break;
+            }
+          if (const Flow f = block(*body); f != Flow::Normal) return f;
+          break;
+        }
+        case Node::For: loop(n); break;
+      }
+    }
+    return Flow::Normal;
+  }
+
+  void set(const Node& n) {
+    Value v = eval(*n.expr);
+    if (n.targets.size() == 1) {
+      scopes_.back()[n.targets[0]] = std::move(v);
+      return;
+    }
+    Value* ns = find(n.targets[0]);
+    if (!ns || !ns->is_object() || !ns->contains("__namespace__"))
+      fail(n.line, str_cat("cannot assign attribute on '", n.targets[0], "': not a namespace()"));
+    (*ns)[n.targets[1]] = std::move(v);
+  }
+
+  void loop(const Node& n) {
+    Value seq = eval(*n.expr);
+    std::vector<Value> items;
+    if (seq.is_array()) {
+      items.assign(seq.begin(), seq.end());
+    } else if (seq.is_object()) {
+      for (auto it = seq.begin(); it != seq.end(); ++it) items.push_back(it.key());
+    } else if (seq.is_string()) {
+      for (const std::string& c : chars(seq.get<std::string>())) items.push_back(c);
+    } else if (!undefined(seq)) {
+      fail(n.line, str_cat("cannot loop over a ", type_name(seq)));
+    }
+    auto bind = [&](std::map<std::string, Value>& scope, const Value& item) {
+      if (n.targets.size() == 1) {
+        scope[n.targets[0]] = item;
+        return;
+      }
+      if (!item.is_array() || item.size() != 2)
+        fail(n.line, str_cat("cannot unpack ", repr(item), " into two loop variables"));
+      scope[n.targets[0]] = item[0];
+      scope[n.targets[1]] = item[1];
+    };
+    if (n.filter) {  // "for x in xs if cond": the loop runs over the kept items
+      std::vector<Value> kept;
+      for (const Value& item : items) {
+        scopes_.emplace_back();
+        bind(scopes_.back(), item);
+        const bool keep = truthy(eval(*n.filter));
+        scopes_.pop_back();
+        if (keep) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      block(n.else_body);
+      return;
+    }
+    const int64_t len = int64_t(items.size());
+    for (int64_t i = 0; i < len; ++i) {
+      if (++iterations_ > 10000000) fail(n.line, "more than 10^7 loop iterations");
+      scopes_.emplace_back();
+      bind(scopes_.back(), items[size_t(i)]);
+      scopes_.back()["loop"] = Value{{"index", i + 1}, {"index0", i}, {"revindex", len - i},
+                                     {"revindex0", len - i - 1}, {"first", i == 0},
+                                     {"last", i == len - 1}, {"length", len},
+                                     {"previtem", i > 0 ? items[size_t(i - 1)] : kUndefined},
+                                     {"nextitem", i + 1 < len ? items[size_t(i + 1)] : kUndefined}};
+      const Flow f = block(n.body);
+      scopes_.pop_back();
+      if (f == Flow::Break) break;
+    }
+  }
+
+  int64_t as_int(const Value& v, int line, const char* what) {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_boolean()) return v.get<bool>();
+    fail(line, str_cat(what, " must be an integer, not ", type_name(v)));
+  }
+
+  Value eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::Literal: return e.value;
+      case Expr::Name: {
+        const Value* v = find(e.name);
+        return v ? *v : kUndefined;
+      }
+      case Expr::List: {
+        Value v = Value::array();
+        for (const ExprPtr& a : e.args) v.push_back(eval(*a));
+        return v;
+      }
+      case Expr::Dict: {
+        Value v = Value::object();
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          const Value k = eval(*e.args[i]);
+          if (!k.is_string()) fail(e.line, "dict keys must be strings");
+          v[k.get<std::string>()] = eval(*e.args[i + 1]);
+        }
+        return v;
+      }
+      case Expr::Attr: return item(eval(*e.args[0]), Value(e.name), e.line, true);
+      case Expr::Item: return item(eval(*e.args[0]), eval(*e.args[1]), e.line, false);
+      case Expr::Slice: return slice(e);
+      case Expr::Call: return call(e);
+      case Expr::Filter: return filter(e);
+      case Expr::Test: return test(e) != e.negated;
+      case Expr::Cond:
+        return truthy(eval(*e.args[0])) ? eval(*e.args[1])
+                                        : e.args[2] ? eval(*e.args[2]) : kUndefined;
+      case Expr::Unary: {
+        const Value v = eval(*e.args[0]);
+        if (e.name == "not") return !truthy(v);
+        if (v.is_number_integer()) {
+          const int64_t x = v.get<int64_t>();
+          if (e.name == "-" && x == INT64_MIN) fail(e.line, "integer overflow");
+          return e.name == "-" ? -x : x;
+        }
+        if (v.is_number()) return e.name == "-" ? -v.get<double>() : v.get<double>();
+        fail(e.line, str_cat("bad operand type for unary ", e.name, ": ", type_name(v)));
+      }
+      case Expr::Binary: return binary(e);
+    }
+    return kUndefined;
+  }
+
+  Value item(const Value& obj, const Value& key, int line, bool attr) {
+    if (undefined(obj))
+      fail(line, str_cat("cannot read ", attr ? "attribute " : "item ", repr(key), " of an undefined value"));
+    if (obj.is_object() && key.is_string()) {
+      auto it = obj.find(key.get<std::string>());
+      return it != obj.end() ? *it : kUndefined;
+    }
+    if ((obj.is_array() || obj.is_string()) && (key.is_number_integer() || (attr && key.is_string()))) {
+      int64_t i = 0;
+      if (key.is_string()) {  // x.0 is x[0]
+        const std::string& k = key.get_ref<const std::string&>();
+        if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos || k.size() > 9) return kUndefined;
+        i = std::stoll(k);
+      } else {
+        i = key.get<int64_t>();
+      }
+      const std::vector<std::string> cs = obj.is_string() ? chars(obj.get<std::string>()) : std::vector<std::string>{};
+      const int64_t n = obj.is_array() ? int64_t(obj.size()) : int64_t(cs.size());
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return kUndefined;
+      return obj.is_array() ? obj[size_t(i)] : Value(cs[size_t(i)]);
+    }
+    return kUndefined;
+  }
+
+  Value slice(const Expr& e) {
+    const Value obj = eval(*e.args[0]);
+    if (!obj.is_array() && !obj.is_string()) fail(e.line, str_cat("cannot slice a ", type_name(obj)));
+    const std::vector<std::string> cs = obj.is_string() ? chars(obj.get<std::string>()) : std::vector<std::string>{};
+    const int64_t n = obj.is_array() ? int64_t(obj.size()) : int64_t(cs.size());
+    auto bound = [&](const ExprPtr& x, int64_t def) -> std::optional<int64_t> {
+      if (!x) return std::nullopt;
+      const Value v = eval(*x);
+      if (v.is_null()) return std::nullopt;
+      return as_int(v, e.line, "a slice index");
+      (void)def;
+    };
+    const int64_t step = bound(e.args[3], 1).value_or(1);
+    if (step == 0) fail(e.line, "slice step cannot be zero");
+    auto clamp = [&](std::optional<int64_t> v, int64_t def) {  // Python's slice.indices
+      if (!v) return def;
+      int64_t x = *v;
+      if (x < 0) x = std::max<int64_t>(x + n, step < 0 ? -1 : 0);
+      else x = std::min(x, step < 0 ? n - 1 : n);
+      return x;
+    };
+    const int64_t start = clamp(bound(e.args[1], 0), step < 0 ? n - 1 : 0);
+    const int64_t stop = clamp(bound(e.args[2], 0), step < 0 ? -1 : n);
+    Value out = obj.is_array() ? Value::array() : Value("");
+    std::string text;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      if (obj.is_array()) out.push_back(obj[size_t(i)]);
+      else text += cs[size_t(i)];
+    }
+    return obj.is_array() ? out : Value(text);
+  }
+
+  Value binary(const Expr& e) {
+    const std::string& op = e.name;
+    if (op == "and" || op == "or") {
+      Value a = eval(*e.args[0]);
+      if (truthy(a) == (op == "or")) return a;
+      return eval(*e.args[1]);
+    }
+    const Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+    if (op == "~") return str(a) + str(b);
+    if (op == "==") return equal(a, b);
+    if (op == "!=") return !equal(a, b);
+    if (op == "in" || op == "not in") return contains(b, a, e.line) == (op == "in");
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int c = 0;
+      if (a.is_string() && b.is_string()) c = a.get<std::string>().compare(b.get<std::string>());
+      else if (a.is_number() && b.is_number()) c = a < b ? -1 : b < a ? 1 : 0;
+      else fail(e.line, str_cat("'", op, "' not supported between ", type_name(a), " and ", type_name(b)));
+      return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
+    }
+    if (op == "+" && a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+    if (op == "+" && a.is_array() && b.is_array()) {
+      Value out = a;
+      for (const Value& x : b) out.push_back(x);
+      return out;
+    }
+    if (op == "*" && ((a.is_string() && b.is_number_integer()) || (b.is_string() && a.is_number_integer()))) {
+      const std::string s = a.is_string() ? a.get<std::string>() : b.get<std::string>();
+      const int64_t k = a.is_string() ? b.get<int64_t>() : a.get<int64_t>();
+      if (k > 0 && s.size() * uint64_t(k) > max_output_) fail(e.line, "string repetition too long");
+      std::string out;
+      for (int64_t i = 0; i < k; ++i) out += s;
+      return out;
+    }
+    const bool ints = (a.is_number_integer() || a.is_boolean()) && (b.is_number_integer() || b.is_boolean());
+    if (!(a.is_number() || a.is_boolean()) || !(b.is_number() || b.is_boolean()))
+      fail(e.line, str_cat("unsupported operand types for ", op, ": ", type_name(a), " and ", type_name(b)));
+    if (ints && op != "/") {
+      const int64_t x = as_int(a, e.line, "operand"), y = as_int(b, e.line, "operand");
+      int64_t r = 0;
+      bool overflow = false;
+      if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
+      else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
+      else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+      else if (op == "//" || op == "%") {
+        if (y == 0) fail(e.line, "integer division or modulo by zero");
+        if (x == INT64_MIN && y == -1) fail(e.line, "integer overflow");
+        int64_t q = x / y, m = x % y;
+        if (m != 0 && ((m < 0) != (y < 0))) --q, m += y;  // Python floors
+        r = op == "//" ? q : m;
+      } else if (op == "**") {
+        if (y < 0) return std::pow(double(x), double(y));
+        r = 1;
+        for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(r, x, &r);
+      }
+      if (overflow) fail(e.line, "integer overflow");
+      return r;
+    }
+    const double x = a.get<double>(), y = b.get<double>();
+    if ((op == "/" || op == "//" || op == "%") && y == 0) fail(e.line, "division by zero");
+    if (op == "+") return x + y;
+    if (op == "-") return x - y;
+    if (op == "*") return x * y;
+    if (op == "/") return x / y;
+    if (op == "//") return std::floor(x / y);
+    if (op == "%") return x - std::floor(x / y) * y;
+    return std::pow(x, y);
+  }
+
+  static bool equal(const Value& a, const Value& b) {
+    if (undefined(a) || undefined(b)) return undefined(a) && undefined(b);
+    return a == b;
+  }
+  static bool contains(const Value& hay, const Value& needle, int line) {
+    if (hay.is_string()) {
+      if (!needle.is_string()) fail(line, "'in <string>' requires a string on the left");
+      return hay.get_ref<const std::string&>().find(needle.get_ref<const std::string&>()) != std::string::npos;
+    }
+    if (hay.is_array()) return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return equal(x, needle); });
+    if (hay.is_object()) return needle.is_string() && hay.contains(needle.get<std::string>());
+    fail(line, str_cat("argument of type ", type_name(hay), " is not iterable"));
+  }
+
+  std::vector<Value> args(const Expr& e, size_t from) {
+    std::vector<Value> v;
+    for (size_t i = from; i < e.args.size(); ++i) v.push_back(eval(*e.args[i]));
+    return v;
+  }
+  Value kwarg(const Expr& e, const char* name, const std::vector<Value>& pos, size_t at, Value def) {
+    for (const auto& [k, x] : e.kwargs)
+      if (k == name) return eval(*x);
+    return at < pos.size() ? pos[at] : def;
+  }
+  static std::string text_of(const Value& v, int line, const char* what) {
+    if (!v.is_string()) fail(line, str_cat(what, " must be a string, not ", type_name(v)));
+    return v.get<std::string>();
+  }
+
+  Value call(const Expr& e) {
+    const Expr& f = *e.args[0];
+    const std::vector<Value> a = args(e, 1);
+    if (f.kind == Expr::Name) {
+      if (f.name == "raise_exception") throw TemplateError(a.empty() ? "raise_exception()" : str(a[0]));
+      if (f.name == "namespace") {
+        Value ns = Value::object();
+        ns["__namespace__"] = true;
+        for (const auto& [k, x] : e.kwargs) ns[k] = eval(*x);
+        return ns;
+      }
+      if (f.name == "range") {
+        int64_t start = 0, stop = 0, step = 1;
+        if (a.size() == 1) stop = as_int(a[0], e.line, "range()");
+        else if (a.size() >= 2) start = as_int(a[0], e.line, "range()"), stop = as_int(a[1], e.line, "range()");
+        if (a.size() == 3) step = as_int(a[2], e.line, "range()");
+        if (step == 0 || a.empty() || a.size() > 3) fail(e.line, "range() takes 1 to 3 arguments, step not 0");
+        Value out = Value::array();
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+          if (out.size() > 1000000) fail(e.line, "range() longer than 10^6");
+          out.push_back(i);
+        }
+        return out;
+      }
+      fail(e.line, str_cat("'", f.name, "' is not a function this renderer knows"));
+    }
+    if (f.kind != Expr::Attr) fail(e.line, "only functions and methods can be called");
+    const Value obj = eval(*f.args[0]);
+    const std::string& m = f.name;
+    if (obj.is_string()) {
+      const std::string s = obj.get<std::string>();
+      const std::string arg0 = a.empty() || a[0].is_null() ? "" : text_of(a[0], e.line, m.c_str());
+      if (m == "strip" || m == "lstrip" || m == "rstrip")
+        return strip(s, arg0, m != "rstrip", m != "lstrip");
+      if (m == "upper" || m == "lower") {
+        std::string out = s;
+        for (char& c : out) c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+        return out;
+      }
+      if (m == "startswith") return s.starts_with(arg0);
+      if (m == "endswith") return s.ends_with(arg0);
+      if (m == "replace" && a.size() == 2) return replace_all(s, arg0, text_of(a[1], e.line, "replace()"), e.line);
+      if (m == "split") return split(s, arg0, a.empty() || a[0].is_null());
+      if (m == "title" || m == "capitalize") return capitalize(s, m == "title");
+      if (m == "format") fail(e.line, "str.format is not supported");
+    }
+    if (obj.is_object()) {
+      if (m == "items" || m == "keys" || m == "values") {
+        Value out = Value::array();
+        for (auto it = obj.begin(); it != obj.end(); ++it)
+          out.push_back(m == "items" ? Value::array({it.key(), *it}) : m == "keys" ? Value(it.key()) : *it);
+        return out;
+      }
+      if (m == "get" && !a.empty()) {
+        const Value v = item(obj, a[0], e.line, false);
+        return undefined(v) ? (a.size() > 1 ? a[1] : Value(nullptr)) : v;
+      }
+    }
+    fail(e.line, str_cat(type_name(obj), " has no method '", m, "' (or not with these arguments)"));
+  }
+
+  std::string replace_all(std::string s, const std::string& from, const std::string& to, int line) {
+    if (from.empty()) fail(line, "replace() of an empty string is not supported");
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+      s.replace(at, from.size(), to);
+      if (s.size() > max_output_) fail(line, "replace() result too long");
+    }
+    return s;
+  }
+  static Value split(const std::string& s, const std::string& sep, bool whitespace) {
+    Value out = Value::array();
+    if (whitespace) {
+      std::istringstream in(s);
+      for (std::string w; in >> w;) out.push_back(w);
+      return out;
+    }
+    size_t from = 0;
+    for (size_t at = s.find(sep); at != std::string::npos; at = s.find(sep, from)) {
+      out.push_back(s.substr(from, at - from));
+      from = at + sep.size();
+    }
+    out.push_back(s.substr(from));
+    return out;
+  }
+  static std::string capitalize(const std::string& s, bool every_word) {
+    std::string out = s;
+    bool start = true;
+    for (char& c : out) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      c = char(start ? std::toupper(u) : std::tolower(u));
+      start = every_word ? !std::isalpha(u) : false;
+    }
+    return out;
+  }
+
+  Value filter(const Expr& e) {
+    const Value v = eval(*e.args[0]);
+    const std::vector<Value> a = args(e, 1);
+    const std::string& f = e.name;
+    if (f == "trim") return strip(text_of(v, e.line, "trim's input"), a.empty() ? "" : str(a[0]), true, true);
+    if (f == "length" || f == "count") {
+      if (v.is_string()) return int64_t(chars(v.get<std::string>()).size());
+      if (v.is_array() || v.is_object()) return int64_t(v.size());
+      fail(e.line, str_cat("object of type ", type_name(v), " has no length"));
+    }
+    if (f == "lower" || f == "upper") {
+      std::string s = str(v);
+      for (char& c : s) c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      return s;
+    }
+    if (f == "capitalize" || f == "title") return capitalize(str(v), f == "title");
+    if (f == "string") return str(v);
+    if (f == "tojson") {
+      const Value indent = kwarg(e, "indent", a, 0, nullptr);
+      return dumps(v, indent.is_number_integer() ? indent.get<int64_t>() : -1);
+    }
+    if (f == "default" || f == "d") {
+      const bool boolean = truthy(kwarg(e, "boolean", a, 1, false));
+      if (undefined(v) || (boolean && !truthy(v))) return a.empty() ? Value("") : a[0];
+      return v;
+    }
+    if (f == "first" || f == "last") {
+      if (v.is_array()) return v.empty() ? kUndefined : (f == "first" ? v.front() : v.back());
+      if (v.is_string()) {
+        const std::vector<std::string> cs = chars(v.get<std::string>());
+        return cs.empty() ? kUndefined : Value(f == "first" ? cs.front() : cs.back());
+      }
+      fail(e.line, str_cat(f, " of a ", type_name(v)));
+    }
+    if (f == "join") {
+      if (!v.is_array()) fail(e.line, str_cat("join of a ", type_name(v)));
+      const std::string sep = a.empty() ? "" : str(a[0]);
+      std::string out;
+      for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + str(v[i]);
+      return out;
+    }
+    if (f == "list") {
+      if (v.is_array()) return v;
+      Value out = Value::array();
+      if (v.is_string()) for (const std::string& c : chars(v.get<std::string>())) out.push_back(c);
+      else if (v.is_object()) for (auto it = v.begin(); it != v.end(); ++it) out.push_back(it.key());
+      else fail(e.line, str_cat("list of a ", type_name(v)));
+      return out;
+    }
+    if (f == "reverse") {
+      if (v.is_string()) {
+        const std::vector<std::string> cs = chars(v.get<std::string>());
+        std::string out;
+        for (auto it = cs.rbegin(); it != cs.rend(); ++it) out += *it;
+        return out;
+      }
+      if (!v.is_array()) fail(e.line, str_cat("reverse of a ", type_name(v)));
+      Value out = Value::array();
+      for (auto it = v.rbegin(); it != v.rend(); ++it) out.push_back(*it);
+      return out;
+    }
+    if (f == "items") {
+      if (!v.is_object()) fail(e.line, str_cat("items of a ", type_name(v)));
+      Value out = Value::array();
+      for (auto it = v.begin(); it != v.end(); ++it) out.push_back(Value::array({it.key(), *it}));
+      return out;
+    }
+    if (f == "int") {
+      if (v.is_number_integer()) return v;
+      if (v.is_number()) {
+        const double d = v.get<double>();
+        return std::isfinite(d) && std::fabs(d) < 9e18 ? Value(int64_t(d)) : Value(0);
+      }
+      if (v.is_string()) {
+        try {
+          size_t used = 0;
+          const std::string s = strip(v.get<std::string>(), "", true, true);
+          const int64_t x = std::stoll(s, &used);
+          return used == s.size() ? Value(x) : Value(0);
+        } catch (const std::exception&) {
+          return 0;
+        }
+      }
+      return 0;
+    }
+    if (f == "abs" && v.is_number()) {
+      if (v.is_number_integer()) {
+        if (v.get<int64_t>() == INT64_MIN) fail(e.line, "integer overflow");
+        return std::llabs(v.get<int64_t>());
+      }
+      return std::fabs(v.get<double>());
+    }
+    fail(e.line, str_cat("unknown filter '", f, "'"));
+  }
+
+  bool test(const Expr& e) {
+    const Value v = eval(*e.args[0]);
+    const std::vector<Value> a = args(e, 1);
+    const std::string& t = e.name;
+    if (t == "defined") return !undefined(v);
+    if (t == "undefined") return undefined(v);
+    if (t == "none") return v.is_null();
+    if (t == "string") return v.is_string();
+    if (t == "number") return v.is_number();
+    if (t == "integer") return v.is_number_integer();
+    if (t == "float") return v.is_number_float();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "true" || t == "false") return v.is_boolean() && v.get<bool>() == (t == "true");
+    if (t == "mapping") return v.is_object();
+    if (t == "sequence" || t == "iterable") return v.is_array() || v.is_string() || v.is_object();
+    if (t == "odd" || t == "even") return (as_int(v, e.line, t.c_str()) % 2 != 0) == (t == "odd");
+    if ((t == "eq" || t == "equalto" || t == "sameas") && a.size() == 1) return equal(v, a[0]);
+    if (t == "ne" && a.size() == 1) return !equal(v, a[0]);
+    if (t == "divisibleby" && a.size() == 1) {
+      const int64_t d = as_int(a[0], e.line, "divisibleby");
+      if (d == 0) fail(e.line, "divisibleby 0");
+      return as_int(v, e.line, "divisibleby") % d == 0;
+    }
+    if (t == "in" && a.size() == 1) return contains(a[0], v, e.line);
+    fail(e.line, str_cat("unknown test '", t, "'"));
+  }
+
+  std::vector<std::map<std::string, Value>> scopes_;
+  std::string out_;
+  size_t max_output_;
+  int64_t iterations_ = 0;
+};
+
+}  // namespace
+
+std::string render(const std::vector<Node>& program, const Value& vars, size_t max_output) {
+  return Renderer(vars, max_output).run(program);
+}
+
+}  // namespace mg::jinja
