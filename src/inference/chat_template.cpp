@@ -66,6 +66,21 @@ std::optional<ChatTemplate> ChatTemplate::find(const std::string& tokenizer_path
   return ChatTemplate(source, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"), origin);
 }
 
+std::vector<int64_t> generation_eos_ids(const std::string& tokenizer_path) {
+  if (tokenizer_path.empty()) return {};
+  fs::path dir = tokenizer_path;
+  if (!fs::is_directory(dir)) dir = dir.parent_path();
+  const fs::path file = dir / "generation_config.json";
+  if (!fs::is_regular_file(file)) return {};
+  const jinja::Value cfg = jinja::Value::parse(read_text(file), nullptr, false);
+  if (!cfg.is_object() || !cfg.contains("eos_token_id")) return {};
+  std::vector<int64_t> ids;
+  const jinja::Value& e = cfg["eos_token_id"];
+  for (const jinja::Value& id : e.is_array() ? e : jinja::Value::array({e}))
+    if (id.is_number_integer()) ids.push_back(id.get<int64_t>());
+  return ids;
+}
+
 ChatTemplate::ChatTemplate(const std::string& source, std::string bos, std::string eos,
                            std::string origin)
     : bos_(std::move(bos)), eos_(std::move(eos)), origin_(std::move(origin)) {

@@ -27,10 +27,15 @@ class ChatTemplate {
   std::string apply(const jinja::Value& messages, bool add_generation_prompt,
                     const jinja::Value& tools = nullptr) const;
   const std::string& origin() const { return origin_; }
+  const std::string& eos() const { return eos_; }
 
  private:
   std::shared_ptr<const std::vector<jinja::Node>> program_;
   std::string bos_, eos_, origin_;
 };
+
+// generation_config.json's eos_token_id (a number or a list) beside the tokenizer; none if
+// there is no such file.
+std::vector<int64_t> generation_eos_ids(const std::string& tokenizer_path);
 
 }  // namespace mg

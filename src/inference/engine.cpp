@@ -151,6 +151,7 @@ std::vector<Completion> Engine::step() {
   if (cfg_.continuous || running_.empty())
     while (!waiting_.empty() && admit(waiting_, rows)) {
     }
+  generated_.clear();
   if (running_.empty()) return {};
   // The step's rows: each running request's uncached tokens (a newcomer's prompt, else its
   // last token), with the rows whose logits are needed.
@@ -195,7 +196,9 @@ std::vector<Completion> Engine::step() {
       s.out.finish_reason = "stop";
       continue;
     }
-    if (p.logprobs) s.out.logprobs.push_back(log_prob(row, vocab, next));
+    const float lp = p.logprobs ? log_prob(row, vocab, next) : 0.f;
+    if (p.logprobs) s.out.logprobs.push_back(lp);
+    generated_.push_back({s.id, next, lp});
     s.tokens.push_back(next);
     s.out.tokens.push_back(next);
     if (int64_t(s.out.tokens.size()) == p.max_new_tokens ||
@@ -218,6 +221,21 @@ void Engine::clear() {
   for (Sequence& s : running_) cache_->release(s.blocks);
   running_.clear();
   waiting_.clear();
+}
+
+bool Engine::cancel(int64_t id) {
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it)
+    if (it->id == id) {
+      waiting_.erase(it);
+      return true;
+    }
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if (it->id == id) {
+      cache_->release(it->blocks);
+      running_.erase(it);
+      return true;
+    }
+  return false;
 }
 
 std::vector<Completion> Engine::run_all() {

@@ -85,6 +85,15 @@ class Engine {
   bool idle() const { return waiting_.empty() && running_.empty(); }
   // Drops every waiting and running request (their blocks given back): after a failed step.
   void clear();
+  // Drops one request (a client gone): false if it already finished (or never was).
+  bool cancel(int64_t id);
+  // The tokens the last step() generated, per request, in order (for streaming).
+  struct Generated {
+    int64_t id;
+    int32_t token;
+    float logprob;  // log-probability of the token (requests with logprobs; else 0)
+  };
+  const std::vector<Generated>& generated() const { return generated_; }
   // Steps until every request added so far has finished; their completions in id order.
   std::vector<Completion> run_all();
   const EngineConfig& config() const { return cfg_; }
@@ -112,6 +121,7 @@ class Engine {
   std::vector<Sequence> running_;
   int64_t next_id_ = 0, steps_ = 0;
   std::vector<float> logits_;
+  std::vector<Generated> generated_;
 };
 
 }  // namespace mg

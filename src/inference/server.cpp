@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <thread>
 
@@ -40,8 +41,10 @@ namespace {
 
 using nlohmann::json;
 
-// A step's command from rank 0 to the other ranks: the requests that join (or stop).
-std::vector<uint8_t> command_bytes(bool stop, const std::vector<Request>& requests) {
+// A step's command from rank 0 to the other ranks: the requests cancelled (their clients gone)
+// and those that join, or stop.
+std::vector<uint8_t> command_bytes(bool stop, const std::vector<int64_t>& cancel,
+                                   const std::vector<Request>& requests) {
   json rs = json::array();
   for (const Request& r : requests) {
     const Sampling& s = r.sampling;
@@ -49,11 +52,13 @@ std::vector<uint8_t> command_bytes(bool stop, const std::vector<Request>& reques
                   {"top_p", s.top_p}, {"seed", s.seed}, {"max_new_tokens", s.max_new_tokens},
                   {"stop_tokens", s.stop_tokens}, {"logprobs", s.logprobs}});
   }
-  return json::to_cbor(json{{"stop", stop}, {"requests", rs}});
+  return json::to_cbor(json{{"stop", stop}, {"cancel", cancel}, {"requests", rs}});
 }
 
-bool read_command(const std::vector<uint8_t>& bytes, std::vector<Request>& requests) {
+bool read_command(const std::vector<uint8_t>& bytes, std::vector<int64_t>& cancel,
+                  std::vector<Request>& requests) {
   const json j = json::from_cbor(bytes);
+  j["cancel"].get_to(cancel);
   for (const json& r : j["requests"]) {
     Request q;
     r["prompt"].get_to(q.prompt);
@@ -70,62 +75,133 @@ bool read_command(const std::vector<uint8_t>& bytes, std::vector<Request>& reque
   return j["stop"].get<bool>();
 }
 
+// One request's line from the engine loop to its HTTP handler: its tokens as they are
+// generated, then its completion or its failure.
+class Channel {
+ public:
+  struct Update {
+    std::vector<int32_t> tokens;  // every token so far
+    std::vector<float> logprobs;  // theirs (requests with logprobs)
+    std::optional<Completion> done;
+    std::exception_ptr error;
+  };
+  void token(int32_t t, float logprob) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    now_.tokens.push_back(t);
+    now_.logprobs.push_back(logprob);
+    changed_.notify_all();
+  }
+  void finish(Completion c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    now_.done = std::move(c);
+    changed_.notify_all();
+  }
+  void fail(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    now_.error = e;
+    changed_.notify_all();
+  }
+  // Waits for more than `seen` tokens or the end.
+  Update wait(size_t seen) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return now_.tokens.size() > seen || now_.done || now_.error; });
+    return now_;
+  }
+  Completion result() {  // waits for the end
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return now_.done || now_.error; });
+    if (now_.error) std::rethrow_exception(now_.error);
+    return *now_.done;
+  }
+  std::atomic<bool> cancelled{false};
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  Update now_;
+};
+
 // The engine's loop, on the main thread (the one that may call MPI): HTTP handlers submit
-// requests and wait on their futures; between two engine steps the newly submitted ones join
-// (continuous batching). With several ranks, each iteration's newcomers are broadcast first,
-// so every rank adds the same requests and runs the same step (follow()).
+// requests and follow their channels; between two engine steps the newly submitted ones join
+// (continuous batching) and the cancelled ones leave. With several ranks each iteration's
+// changes are broadcast first, so every rank runs the same steps (follow()).
 class EngineLoop {
  public:
   EngineLoop(Engine& e, bool broadcast) : engine_(e), broadcast_(broadcast) {}
-  std::vector<std::future<Completion>> submit(std::vector<Request> requests) {
-    std::vector<std::future<Completion>> out;
+  std::vector<std::shared_ptr<Channel>> submit(std::vector<Request> requests) {
+    std::vector<std::shared_ptr<Channel>> out;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       for (Request& r : requests) {
-        incoming_.push_back({std::move(r), {}});
-        out.push_back(incoming_.back().done.get_future());
+        out.push_back(std::make_shared<Channel>());
+        incoming_.push_back({std::move(r), out.back()});
       }
     }
     wake_.notify_one();
     return out;
   }
+  // The client is gone: the request leaves the engine before its next step.
+  void cancel(const std::shared_ptr<Channel>& c) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      c->cancelled = true;
+      cancel_pending_ = true;
+    }
+    wake_.notify_one();
+  }
   void run() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (true) {
-      wake_.wait(lock, [&] { return stop_ || !incoming_.empty() || !engine_.idle(); });
+      wake_.wait(lock, [&] {
+        return stop_ || !incoming_.empty() || !engine_.idle() || cancel_pending_;
+      });
       if (stop_) break;
       std::vector<Pending> in = std::move(incoming_);
       incoming_.clear();
+      cancel_pending_ = false;
       lock.unlock();
+      std::vector<int64_t> cancel;
+      for (auto it = active_.begin(); it != active_.end();)
+        if (it->second->cancelled) {
+          cancel.push_back(it->first);
+          it = active_.erase(it);
+        } else {
+          ++it;
+        }
       std::vector<Request> requests;
       for (const Pending& p : in) requests.push_back(p.request);
       if (broadcast_) {
-        std::vector<uint8_t> bytes = command_bytes(false, requests);
+        std::vector<uint8_t> bytes = command_bytes(false, cancel, requests);
         mpi_broadcast_idle(bytes, 0);
       }
+      for (const int64_t id : cancel)
+        if (engine_.cancel(id)) log_line(str_cat(" > request ", id, " cancelled: its client went away"));
       for (size_t i = 0; i < in.size(); ++i) {
         try {
-          const int64_t id = engine_.add(std::move(requests[i]));
-          waiting_.emplace(id, std::move(in[i].done));
+          active_.emplace(engine_.add(std::move(requests[i])), in[i].channel);
         } catch (...) {  // every rank refuses it alike
-          in[i].done.set_exception(std::current_exception());
+          in[i].channel->fail(std::current_exception());
         }
       }
       try {
-        for (Completion& c : engine_.step()) {
-          auto it = waiting_.find(c.id);
-          it->second.set_value(std::move(c));
-          waiting_.erase(it);
+        std::vector<Completion> done = engine_.step();
+        for (const Engine::Generated& g : engine_.generated())
+          if (auto it = active_.find(g.id); it != active_.end()) it->second->token(g.token, g.logprob);
+        for (Completion& c : done) {
+          if (auto it = active_.find(c.id); it != active_.end()) {
+            it->second->finish(std::move(c));
+            active_.erase(it);
+          }
         }
       } catch (...) {  // the step failed (non-finite logits, on every rank): its requests fail
-        for (auto& [id, done] : waiting_) done.set_exception(std::current_exception());
-        waiting_.clear();
+        for (auto& [id, channel] : active_) channel->fail(std::current_exception());
+        active_.clear();
         engine_.clear();
       }
       lock.lock();
     }
     if (broadcast_) {
-      std::vector<uint8_t> bytes = command_bytes(true, {});
+      std::vector<uint8_t> bytes = command_bytes(true, {}, {});
       mpi_broadcast_idle(bytes, 0);
     }
   }
@@ -140,24 +216,27 @@ class EngineLoop {
  private:
   struct Pending {
     Request request;
-    std::promise<Completion> done;
+    std::shared_ptr<Channel> channel;
   };
   Engine& engine_;
   const bool broadcast_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::vector<Pending> incoming_;
-  std::map<int64_t, std::promise<Completion>> waiting_;  // the loop thread's only
-  bool stop_ = false;
+  bool stop_ = false, cancel_pending_ = false;
+  std::map<int64_t, std::shared_ptr<Channel>> active_;  // the loop thread's only
 };
 
-// The other ranks: each command's requests added and one step run, as on rank 0, until stop.
+// The other ranks: each command's cancellations and requests applied and one step run, as on
+// rank 0, until stop.
 void follow(Engine& engine) {
   while (true) {
     std::vector<uint8_t> bytes;
     mpi_broadcast_idle(bytes, 0);
+    std::vector<int64_t> cancel;
     std::vector<Request> requests;
-    if (read_command(bytes, requests)) return;
+    if (read_command(bytes, cancel, requests)) return;
+    for (const int64_t id : cancel) engine.cancel(id);
     for (Request& r : requests) {
       try {
         engine.add(std::move(r));
@@ -238,6 +317,17 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
                 "': the tokenizer has ", tok->vocab_size(), " tokens but the model only ",
                 mc.padded_vocab_size());
   const RankGrid grid = serve_grid(cfg, mc, mpi.world_size());
+  // The chat template, and the tokens that end a chat answer: its eos_token and
+  // generation_config.json's eos_token_id, where they are tokens of this tokenizer.
+  const std::string tok_path = !tc.tokenizer_model.empty() ? tc.tokenizer_model : tc.vocab_file;
+  const std::optional<ChatTemplate> chat = ChatTemplate::find(tok_path, cfg.chat_template);
+  std::vector<int32_t> chat_stop;
+  if (chat) {
+    std::vector<int64_t> ids = generation_eos_ids(tok_path);
+    if (const std::vector<int32_t> eos = tok->encode(chat->eos()); eos.size() == 1) ids.push_back(eos[0]);
+    for (const int64_t id : ids)
+      if (id >= 0 && id < tok->vocab_size() && id != tok->eod()) chat_stop.push_back(int32_t(id));
+  }
   EngineConfig ec;
   ec.max_seq_length = cfg.max_seq_length > 0 ? cfg.max_seq_length : mc.seq_length;
   ec.max_requests = cfg.max_requests;
@@ -285,6 +375,79 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
   limits.max_context = ec.max_seq_length;
   limits.model_name = std::filesystem::path(load).filename().string();
   if (limits.model_name.empty()) limits.model_name = "megatron";
+  limits.chat = chat ? &*chat : nullptr;
+  limits.chat_stop = chat_stop;
+  auto fail_message = [](std::exception_ptr e) -> std::pair<int, std::string> {
+    try {
+      std::rethrow_exception(e);
+    } catch (const api::ApiError& x) {
+      return {x.status, x.what()};
+    } catch (const UsageError& x) {
+      return {400, x.what()};
+    } catch (const NonFiniteLogits& x) {
+      return {500, str_cat("the model gives non-finite logits (", x.value, " for token ", x.token,
+                           "): its parameters are corrupt or diverged")};
+    } catch (const std::exception& x) {
+      return {500, x.what()};
+    }
+  };
+  // A streamed answer (server-sent events): the channel's tokens as they come; a client that
+  // goes away (a failed write, or too slow for the write timeout) cancels its request.
+  auto stream = [&](httplib::Response& res, api::Parsed parsed, std::shared_ptr<Channel> ch) {
+    struct State {
+      api::Parsed p;
+      std::shared_ptr<Channel> ch;
+      std::unique_ptr<api::EventStream> events;
+      size_t seen = 0;
+      bool started = false;
+    };
+    auto st = std::make_shared<State>();
+    st->p = std::move(parsed);
+    st->ch = std::move(ch);
+    st->events = std::make_unique<api::EventStream>(st->p, *tok);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [&, st](size_t, httplib::DataSink& sink) {
+          std::string out;
+          if (!st->started) {
+            st->started = true;
+            std::lock_guard<std::mutex> lock(tok_mutex);
+            out = st->events->start();
+          }
+          const Channel::Update u = st->ch->wait(st->seen);
+          if (u.error) {
+            out += "data: " + json{{"error", {{"message", fail_message(u.error).second}}}}.dump(
+                                  -1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            sink.write(out.data(), out.size());
+            sink.done();
+            return true;
+          }
+          bool stopped = false, end = bool(u.done);
+          {
+            std::lock_guard<std::mutex> lock(tok_mutex);
+            if (u.tokens.size() > st->seen) out += st->events->update(u.tokens, u.logprobs, &stopped);
+            st->seen = u.tokens.size();
+            if (stopped) {  // a stop string: the text ends here, the request leaves the engine
+              loop.cancel(st->ch);
+              Completion c;
+              c.prompt = st->p.requests[0].prompt;
+              c.tokens = u.tokens;
+              c.finish_reason = "stop";
+              out += st->events->finish(c);
+              end = true;
+            } else if (u.done) {
+              out += st->events->finish(*u.done);
+            }
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+          if (end) sink.done();
+          return true;
+        },
+        [&, st](bool success) {
+          if (!success) loop.cancel(st->ch);
+        });
+  };
   auto handler = [&](api::Endpoint e) {
     return [&, e](const httplib::Request& req, httplib::Response& res) {
       try {
@@ -293,20 +456,15 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
           std::lock_guard<std::mutex> lock(tok_mutex);
           p = api::parse(e, req.body, *tok, limits);
         }
+        std::vector<std::shared_ptr<Channel>> channels = loop.submit(p.requests);
+        if (p.stream) return stream(res, std::move(p), channels[0]);
         std::vector<Completion> done;
-        for (auto& f : loop.submit(p.requests)) done.push_back(f.get());
+        for (auto& c : channels) done.push_back(c->result());
         std::lock_guard<std::mutex> lock(tok_mutex);
         reply(res, 200, api::respond(p, done, *tok));
-      } catch (const api::ApiError& x) {
-        reply(res, x.status, {{"message", x.what()}});
-      } catch (const UsageError& x) {
-        reply(res, 400, {{"message", x.what()}});
-      } catch (const NonFiniteLogits& x) {
-        reply(res, 500, {{"message", str_cat("the model gives non-finite logits (", x.value,
-                                             " for token ", x.token, "): its parameters are "
-                                             "corrupt or diverged")}});
-      } catch (const std::exception& x) {
-        reply(res, 500, {{"message", x.what()}});
+      } catch (...) {
+        const auto [status, message] = fail_message(std::current_exception());
+        reply(res, status, {{"message", message}});
       }
     };
   };
@@ -315,6 +473,7 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
   http.Put("/api", handler(api::Endpoint::Api));
   http.Post("/completions", handler(api::Endpoint::Completions));
   http.Post("/v1/completions", handler(api::Endpoint::OpenAiCompletions));
+  http.Post("/v1/chat/completions", handler(api::Endpoint::ChatCompletions));
   http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
     reply(res, 200, api::models(limits.model_name));
   });
@@ -354,6 +513,9 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
                    ec.max_requests, " x ", ec.max_seq_length, " tokens, ",
                    ec.continuous ? "continuous batching" : "static batching",
                    ") on http://127.0.0.1:", port));
+  log_line(chat ? str_cat(" > chat template from ", chat->origin())
+                : std::string(" > no chat template (POST /v1/chat/completions is refused; "
+                              "--chat-template FILE gives one)"));
   // HTTP on a thread of its own; the engine (and MPI) on this one. When the server stops it
   // answers the requests in flight (the engine still runs), then the engine loop ends.
   std::thread http_thread([&] {

@@ -20,6 +20,7 @@ struct ServeConfig {
   // TP x PP), --bf16 / --fp16, --device, the tokenizer; the others are read and unused.
   TrainConfig train;
   int port = 5000;
+  std::string chat_template;       // --chat-template FILE (default: the tokenizer's)
   bool use_checkpoint_args = false;  // --use-checkpoint-args: model flags given yield to the
                                      // checkpoint's (upstream's meaning) instead of being checked                 // --port (0: any free port, logged)
   int64_t max_seq_length = 0;      // --inference-max-seq-length (0: the model's --seq-length)

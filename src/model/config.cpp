@@ -348,6 +348,9 @@ void GPTConfig::validate() const {
                   " rotated channels; it must be a positive even number");
   MG_USER_CHECK(ffn_hidden_size >= 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size,
                 ")");
+  MG_USER_CHECK(ffn() > 0, "--swiglu's default --ffn-hidden-size, int(8 x --hidden-size / 3 / 64)"
+                " x 64 (Megatron's), is 0 for --hidden-size ", hidden_size,
+                ": pass --ffn-hidden-size");
   MG_USER_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
   MG_USER_CHECK(max_position_embeddings >= 0, "--max-position-embeddings must be positive (got ",
                 max_position_embeddings, ")");

