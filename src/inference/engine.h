@@ -99,6 +99,7 @@ class Engine {
   const EngineConfig& config() const { return cfg_; }
   int64_t running() const { return int64_t(running_.size()); }
   int64_t steps() const { return steps_; }
+  int64_t free_blocks() const { return cache_->free_blocks(); }
 
  private:
   struct Sequence {

@@ -469,6 +469,12 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
     };
   };
   httplib::Server http;
+  // A handler thread waits while its requests are in the engine: enough threads that every
+  // request the engine can run at once (and as many queued behind them) has one; with
+  // cpp-httplib's default (8) the other clients' connections would wait for a thread, not for
+  // the engine, and keep-alive connections would keep theirs (a p99 of the whole run).
+  const size_t threads = size_t(std::min<int64_t>(2 * cfg.max_requests + 8, 1024));
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(size_t(cfg.max_body_bytes));
   http.Put("/api", handler(api::Endpoint::Api));
   http.Post("/completions", handler(api::Endpoint::Completions));

@@ -9,78 +9,20 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
 #include "inference/engine.h"
 #include "inference/inference_model.h"
 #include "inference/kv_cache.h"
+#include "inference/engine_models.h"
 #include "model/gpt.h"
 
 namespace mg {
 namespace {
 
-GPTConfig gpt2() {
-  GPTConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = 24;
-  c.vocab_size = 61;
-  c.make_vocab_size_divisible_by = 8;
-  c.init_method_std = 0.2f;  // logits far from uniform: differences show
-  return c;
-}
-
-GPTConfig llama() {
-  GPTConfig c = gpt2();
-  c.normalization = "RMSNorm";
-  c.position_embedding_type = "rope";
-  c.swiglu = true;
-  c.ffn_hidden_size = 48;
-  c.add_bias_linear = false;
-  c.untie_embeddings_and_output_weights = true;
-  c.group_query_attention = true;
-  c.num_query_groups = 2;
-  c.qk_layernorm = true;
-  return c;
-}
-
-GPTConfig mixtral() {
-  GPTConfig c = llama();
-  c.qk_layernorm = false;
-  c.num_experts = 4;
-  c.moe_router_topk = 2;
-  c.moe_layer_freq = "2";
-  return c;
-}
-
-std::vector<int32_t> sequence(int64_t n, int64_t V, int32_t seed) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) t[size_t(i)] = int32_t((seed * 7 + i * 13 + i * i) % V);
-  return t;
-}
-
-// An inference model of cfg for `rows` step rows with the training model's initial parameters
-// (seed 5: full_forward's).
-std::unique_ptr<InferenceModel> model(const GPTConfig& cfg, int64_t rows) {
-  auto m = std::make_unique<InferenceModel>(cfg, DType::F32, rows);
-  m->store().init(5);
-  m->prepare();
-  return m;
-}
-
-// The training model's logits (S, V padded) for one sequence of cfg.seq_length tokens.
-std::vector<float> full_forward(const GPTConfig& cfg, const std::vector<int32_t>& tokens) {
-  GPTModel m(cfg, 1);
-  m.store().init(5);
-  const int64_t S = cfg.seq_length, V = cfg.padded_vocab_size();
-  std::vector<int32_t> pos(static_cast<size_t>(S)), labels(static_cast<size_t>(S), 0);
-  std::iota(pos.begin(), pos.end(), 0);
-  std::vector<float> mask(static_cast<size_t>(S), 1.f);
-  m.forward(0, {tokens.data(), pos.data(), labels.data(), mask.data()});
-  return std::vector<float>(m.logits(0), m.logits(0) + S * V);
-}
+using namespace testing;  // engine_models.h
 
 void expect_rows_near(const float* got, const float* want, int64_t n, const std::string& what) {
   double worst = 0;
@@ -352,6 +294,44 @@ TEST(Engine, BadRequestsNameTheLimit) {
   const Completion c = e.run_all().at(0);
   EXPECT_EQ(c.tokens.size(), 6u);
   EXPECT_EQ(c.finish_reason, "length");
+}
+
+// What streaming reads: each step's generated tokens (one per running request, the first with
+// its prefill), adding up to each completion; and cancelling: a request leaves at once, its
+// blocks go back to the pool, and the others get what they get alone.
+TEST(Engine, GeneratedTokensAndCancel) {
+  const GPTConfig cfg = gpt2();
+  EngineConfig ec;
+  ec.max_seq_length = 20;
+  ec.max_requests = 4;
+  ec.block_size = 4;
+  const auto owned = model(cfg, ec.step_rows());
+  const std::vector<Request> reqs = requests(cfg);
+  Engine alone(*owned, ec);
+  alone.add(reqs[0]);
+  const Completion want = alone.run_all().at(0);
+  Engine e(*owned, ec);
+  const int64_t free = e.free_blocks();
+  const int64_t a = e.add(reqs[0]), b = e.add(reqs[4]);
+  std::map<int64_t, std::vector<int32_t>> streamed;
+  std::vector<Completion> done = e.step();
+  for (const Engine::Generated& g : e.generated()) streamed[g.id].push_back(g.token);
+  EXPECT_EQ(e.generated().size(), 2u);  // both prompts prefilled, each first token sampled
+  EXPECT_LT(e.free_blocks(), free);
+  EXPECT_TRUE(e.cancel(b));
+  EXPECT_FALSE(e.cancel(b));
+  EXPECT_FALSE(e.cancel(12345));
+  while (!e.idle()) {
+    for (Completion& c : e.step()) done.push_back(c);
+    for (const Engine::Generated& g : e.generated()) {
+      EXPECT_EQ(g.id, a);
+      streamed[g.id].push_back(g.token);
+    }
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].tokens, want.tokens);
+  EXPECT_EQ(streamed[a], want.tokens);
+  EXPECT_EQ(e.free_blocks(), free);  // the cancelled request's blocks too
 }
 
 }  // namespace
