@@ -244,7 +244,13 @@ Parsed parse_chat(const json& j, const std::string& body, Tokenizer& tok, const 
   } catch (const jinja::TemplateError& e) {
     throw ApiError(str_cat("the chat template refuses these messages: ", e.what()));
   }
-  Request r{tokenize(tok, text, false, 0, limits), s};
+  std::vector<int32_t> prompt = tok.encode(text);
+  if (prompt.empty()) throw ApiError("the chat template renders these messages as no tokens");
+  if (int64_t(prompt.size()) >= limits.max_context)
+    throw ApiError(str_cat("the chat prompt is ", prompt.size(), " tokens, which leaves no room to "
+                           "generate in the context of ", limits.max_context,
+                           " tokens (--inference-max-seq-length)"));
+  Request r{std::move(prompt), s};
   // The answer may use what the context has left (max_tokens is a bound, not a reservation).
   r.sampling.max_new_tokens = std::min(r.sampling.max_new_tokens,
                                        limits.max_context - int64_t(r.prompt.size()));

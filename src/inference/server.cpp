@@ -156,7 +156,9 @@ class EngineLoop {
         return stop_ || !incoming_.empty() || !engine_.idle() || cancel_pending_;
       });
       if (stop_) break;
-      std::vector<Pending> in = std::move(incoming_);
+      std::vector<Pending> in;  // (a client gone before its request joined: dropped here)
+      for (Pending& p : incoming_)
+        if (!p.channel->cancelled) in.push_back(std::move(p));
       incoming_.clear();
       cancel_pending_ = false;
       lock.unlock();

@@ -1,6 +1,7 @@
 // libFuzzer target: a request body of the inference server (inference/api.h), parsed and
 // validated as `megatron serve` does before anything reaches the engine. Input: the first byte
-// picks the endpoint (PUT /api, POST /completions, POST /v1/completions), the rest is the body.
+// picks the endpoint (PUT /api, POST /completions, POST /v1/completions, POST
+// /v1/chat/completions through a ChatML-style template), the rest is the body.
 // A bad body must end in an ApiError (or a UsageError from the tokenizer); an accepted one must
 // give prompts inside the vocabulary and the context, and sampling the engine accepts.
 #include "fuzz_util.h"
@@ -13,7 +14,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   api::Limits limits;
   limits.max_context = 64;
   limits.model_name = "fuzz";
-  const api::Endpoint e = api::Endpoint(data[0] % 3);
+  static const ChatTemplate chat(
+      "{% for m in messages %}{{ m['role'] | length }} {{ m.content | trim }} {% endfor %}"
+      "{% if add_generation_prompt %}7{% endif %}", "", "", "fuzz");
+  limits.chat = &chat;
+  const api::Endpoint e = api::Endpoint(data[0] % 4);
   try {
     const api::Parsed p = api::parse(e, std::string(fuzz::as_text(data + 1, size - 1)), tok, limits);
     fuzz::require(!p.requests.empty() && int64_t(p.requests.size()) <= limits.max_prompts,

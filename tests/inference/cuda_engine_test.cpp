@@ -1,7 +1,7 @@
 // The inference engine on the GPU (label gpu; cuda-emu in the emulator build): a prompt
 // prefilled and then decoded one token per step over the paged KV cache on the device gives the
-// logits of the training model's full forward on the CPU (the oracle) at every position, for
-// GPT-2, Llama (RoPE, GQA, Q/K norms) and Mixtral-style shapes; and the engine's greedy tokens
+// logits of the training model's full forward on the CPU (the oracle) at every position within
+// 5e-5, for GPT-2, Llama (RoPE, GQA, Q/K norms) and Mixtral-style shapes; and the engine's greedy tokens
 // for requests of several lengths batched continuously equal the CPU engine's. Without a GPU
 // every test reports SKIPPED.
 #include <gtest/gtest.h>
@@ -26,6 +26,12 @@ using namespace testing;
     if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
+// The CPU tests' shapes with head dimension 32 (the CUDA attention kernels' smallest).
+GPTConfig wide(GPTConfig c) {
+  c.hidden_size = 128;
+  return c;
+}
+
 struct OnDevice {  // the GPU for this scope
   OnDevice() { ops::set_device(Device::CUDA); }
   ~OnDevice() { ops::set_device(Device::CPU); }
@@ -33,7 +39,7 @@ struct OnDevice {  // the GPU for this scope
 
 TEST(CudaEngine, DecodeMatchesTheCpuFullForward) {
   MG_REQUIRE_GPU();
-  for (const GPTConfig& cfg : {gpt2(), llama(), mixtral()}) {
+  for (const GPTConfig& cfg : {wide(gpt2()), wide(llama()), wide(mixtral())}) {
     const int64_t S = cfg.seq_length, V = cfg.padded_vocab_size();
     const std::vector<int32_t> tokens = sequence(S, cfg.vocab_size, 3);
     const std::vector<float> want = full_forward(cfg, tokens);
@@ -57,13 +63,15 @@ TEST(CudaEngine, DecodeMatchesTheCpuFullForward) {
                                     std::max(1.0, std::fabs(double(want[size_t(past * V + i)]))));
       past += n;
     }
-    EXPECT_LT(worst, 1e-5) << (cfg.rope() ? (cfg.num_experts ? "mixtral" : "llama") : "gpt2");
+    // Against the CPU's forward, not the device's own: the device sums in other orders (the
+    // emulator's schedules vary them too); measured up to 1.3e-5 (GPT-2) and 3.0e-5 (MoE).
+    EXPECT_LT(worst, 5e-5) << (cfg.rope() ? (cfg.num_experts ? "mixtral" : "llama") : "gpt2");
   }
 }
 
 TEST(CudaEngine, ContinuousBatchingGivesTheCpuTokens) {
   MG_REQUIRE_GPU();
-  const GPTConfig cfg = llama();
+  const GPTConfig cfg = wide(llama());
   EngineConfig ec;
   ec.max_seq_length = 20;
   ec.max_requests = 2;  // five requests: three wait, then join as others leave
