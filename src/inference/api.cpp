@@ -13,10 +13,19 @@ using nlohmann::ordered_json;
 
 namespace {
 
+// Values nest at most this deep: copying a JSON value recurses (a chat request's messages are
+// copied into the template's variables), and a body of 20,000 nested brackets would overflow a
+// handler thread's stack.
+constexpr int kMaxDepth = 64;
+
 json parse_json(const std::string& body) {
   json j;
   try {
-    j = json::parse(body);
+    j = json::parse(body, [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth)
+        throw ApiError(str_cat("the request body nests deeper than ", kMaxDepth, " levels"));
+      return true;
+    });
   } catch (const json::exception& e) {  // a syntax error, or a number that overflows
     throw ApiError(str_cat("the request body is not valid JSON: ", e.what()));
   }
@@ -201,16 +210,16 @@ Parsed parse_completions(Endpoint e, const json& j, Tokenizer& tok, const Limits
   return p;
 }
 
-// A message's text: a string, null, or OpenAI's content parts ({"type": "text", "text"}).
-std::string message_text(const ordered_json& content, size_t i) {
-  if (content.is_null()) return "";
-  if (content.is_string()) return content.get<std::string>();
+// A message's content for the template: a string, null, or OpenAI's content parts
+// ({"type": "text", "text"}) joined into one string.
+ordered_json message_text(const ordered_json& content, size_t i) {
+  if (content.is_null() || content.is_string()) return content;  // null stays null (tool calls)
   if (!content.is_array())
     throw ApiError(str_cat("messages[", i, "].content must be a string or a list of parts"));
   std::string text;
   for (const ordered_json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string())
       throw ApiError(str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} "
                              "parts are supported"));
     text += part["text"].get<std::string>();
@@ -391,7 +400,23 @@ std::string EventStream::emit(const std::vector<int32_t>& generated,
                               const std::vector<float>& logprobs, bool* stopped, bool final) {
   *stopped = false;
   if (stopped_) return "";
-  std::string text = tok_.decode(generated);
+  // New text comes from decoding a window that starts at the previous read point (a token's
+  // text can depend on the one before: SentencePiece's leading space, clean-ups), taken once it
+  // is whole: not ending in U+FFFD (a byte-fallback run or a tiktoken character not yet
+  // complete) and extending what the window's first part gave before.
+  if (generated.size() > read_) {
+    const auto at = [&](size_t i) { return generated.begin() + std::ptrdiff_t(i); };
+    const std::string before = tok_.decode(std::vector<int32_t>(at(prefix_), at(read_)));
+    const std::string now = tok_.decode(std::vector<int32_t>(at(prefix_), generated.end()));
+    const bool whole = !now.ends_with("\xEF\xBF\xBD") && now.size() >= before.size() &&
+                       now.compare(0, before.size(), before) == 0;
+    if (whole || final) {
+      if (now.size() > before.size()) text_ += now.substr(before.size());
+      prefix_ = read_;
+      read_ = generated.size();
+    }
+  }
+  const std::string& text = text_;
   size_t cut = std::string::npos;
   for (const std::string& x : p_.stop) cut = std::min(cut, text.find(x));
   size_t ready = text.size();

@@ -79,7 +79,9 @@ class EventStream {
   std::string piece(const std::string& text, const nlohmann::json& logprobs) const;
   const Parsed& p_;
   Tokenizer& tok_;
-  size_t sent_ = 0, sent_tokens_ = 0;  // bytes of text and tokens' log-probs sent
+  std::string text_;                   // the generated text decoded so far
+  size_t prefix_ = 0, read_ = 0;       // tokens: the decoding window's start, those in text_
+  size_t sent_ = 0, sent_tokens_ = 0;  // bytes of text_ and tokens' log-probs sent
   bool stopped_ = false;
 };
 

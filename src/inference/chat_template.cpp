@@ -33,20 +33,22 @@ std::string token_text(const jinja::Value& cfg, const char* key) {
 }  // namespace
 
 std::optional<ChatTemplate> ChatTemplate::find(const std::string& tokenizer_path,
-                                               const std::string& override_file) {
+                                               const std::string& override_file,
+                                               std::string* warning) {
   fs::path dir = tokenizer_path;
   if (!tokenizer_path.empty() && !fs::is_directory(dir)) dir = dir.parent_path();
   jinja::Value cfg = jinja::Value::object();
   const fs::path cfg_file = dir / "tokenizer_config.json";
   if (!tokenizer_path.empty() && fs::is_regular_file(cfg_file)) {
     cfg = jinja::Value::parse(read_text(cfg_file), nullptr, false);
-    MG_USER_CHECK(cfg.is_object(), "'", cfg_file.string(), "' is not a JSON object");
+    if (!cfg.is_object()) cfg = jinja::Value::object();  // no template, no special tokens
   }
+  if (!override_file.empty())  // asked for: it must work
+    return ChatTemplate(read_text(override_file), token_text(cfg, "bos_token"),
+                        token_text(cfg, "eos_token"), override_file);
+  // The tokenizer's own: one that is missing or does not parse only disables chat.
   std::string source, origin;
-  if (!override_file.empty()) {
-    source = read_text(override_file);
-    origin = override_file;
-  } else if (!tokenizer_path.empty() && fs::is_regular_file(dir / "chat_template.jinja")) {
+  if (!tokenizer_path.empty() && fs::is_regular_file(dir / "chat_template.jinja")) {
     origin = (dir / "chat_template.jinja").string();
     source = read_text(origin);
   } else if (cfg.contains("chat_template")) {
@@ -55,15 +57,23 @@ std::optional<ChatTemplate> ChatTemplate::find(const std::string& tokenizer_path
     if (t.is_string()) source = t.get<std::string>();
     if (t.is_array())  // named templates: the "default" one
       for (const jinja::Value& named : t)
-        if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
-            named["template"].is_string())
+        if (named.is_object() && named.contains("name") && named["name"] == "default" &&
+            named.contains("template") && named["template"].is_string())
           source = named["template"].get<std::string>();
-    MG_USER_CHECK(!source.empty(), "'", cfg_file.string(), "': chat_template is neither a string "
-                  "nor a list holding a \"default\" template");
+    if (source.empty()) {
+      *warning = str_cat("'", cfg_file.string(), "': chat_template is neither a string nor a list "
+                         "holding a \"default\" template");
+      return std::nullopt;
+    }
   } else {
     return std::nullopt;
   }
-  return ChatTemplate(source, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"), origin);
+  try {
+    return ChatTemplate(source, token_text(cfg, "bos_token"), token_text(cfg, "eos_token"), origin);
+  } catch (const UsageError& e) {
+    *warning = e.what();
+    return std::nullopt;
+  }
 }
 
 std::vector<int64_t> generation_eos_ids(const std::string& tokenizer_path) {
@@ -94,11 +104,13 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string bos, std::stri
 
 std::string ChatTemplate::apply(const jinja::Value& messages, bool add_generation_prompt,
                                 const jinja::Value& tools) const {
-  jinja::Value vars = {{"messages", messages},
-                       {"add_generation_prompt", add_generation_prompt},
-                       {"bos_token", bos_},
-                       {"eos_token", eos_}};
-  if (!tools.is_null()) vars["tools"] = tools;
+  // As transformers passes them: tools and documents None when not given.
+  const jinja::Value vars = {{"messages", messages},
+                             {"add_generation_prompt", add_generation_prompt},
+                             {"bos_token", bos_},
+                             {"eos_token", eos_},
+                             {"tools", tools},
+                             {"documents", nullptr}};
   return jinja::render(*program_, vars, size_t(64) << 20);
 }
 

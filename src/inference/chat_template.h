@@ -16,10 +16,12 @@ namespace mg {
 class ChatTemplate {
  public:
   // override_file (--chat-template) if given, else the template found beside tokenizer_path
-  // (the tokenizer's file or directory); nullopt when there is none. A file that cannot be
-  // read or a template that does not parse is a UsageError naming the file (and line).
+  // (the tokenizer's file or directory); nullopt when there is none. An override_file that
+  // cannot be read or does not parse is a UsageError naming the file (and line); a tokenizer's
+  // template that does not parse gives nullopt and says why in *warning (chat is then off, the
+  // rest of the server works).
   static std::optional<ChatTemplate> find(const std::string& tokenizer_path,
-                                          const std::string& override_file);
+                                          const std::string& override_file, std::string* warning);
   // source: the template; origin: where it came from (messages name it).
   ChatTemplate(const std::string& source, std::string bos, std::string eos, std::string origin);
   // The prompt text of messages (OpenAI's [{"role", "content", ...}]); tools passed when not

@@ -139,6 +139,62 @@ std::vector<Segment> segments(const std::string& src) {
   return out;
 }
 
+void append_utf8(std::string& out, uint32_t c) {
+  if (c < 0x80) {
+    out += char(c);
+  } else if (c < 0x800) {
+    out += char(0xC0 | (c >> 6));
+    out += char(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += char(0xE0 | (c >> 12));
+    out += char(0x80 | ((c >> 6) & 0x3F));
+    out += char(0x80 | (c & 0x3F));
+  } else {
+    out += char(0xF0 | (c >> 18));
+    out += char(0x80 | ((c >> 12) & 0x3F));
+    out += char(0x80 | ((c >> 6) & 0x3F));
+    out += char(0x80 | (c & 0x3F));
+  }
+}
+
+// The escape at s[j] (a backslash) into out, as Python's unicode-escape decoding reads it (Jinja
+// decodes string literals so): \n \t \\ \' \xNN \uXXXX \UXXXXXXXX octal ...; an unknown one
+// stays as written. Returns the index of the escape's last character.
+size_t escape(const std::string& s, size_t j, std::string& out, int line) {
+  const char e = s[j + 1];
+  static const std::string simple = "ntr\\'\"abfv", value = "\n\t\r\\'\"\a\b\f\v";
+  if (const size_t k = simple.find(e); k != std::string::npos) {
+    out += value[k];
+    return j + 1;
+  }
+  if (e == '\n') return j + 1;  // a continued line
+  const int hex = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+  if (hex > 0) {
+    uint32_t c = 0;
+    for (int i = 0; i < hex; ++i) {
+      const size_t at = j + 2 + size_t(i);
+      if (at >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[at])))
+        fail(line, str_cat("truncated \\", e, " escape in a string literal"));
+      c = c * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(s[at])) ? s[at] - '0'
+                                                                           : std::tolower(s[at]) - 'a' + 10);
+    }
+    if (c > 0x10FFFF) fail(line, "a \\U escape beyond U+10FFFF");
+    append_utf8(out, c);
+    return j + 1 + size_t(hex);
+  }
+  if (e >= '0' && e <= '7') {  // up to three octal digits
+    uint32_t c = 0;
+    size_t at = j + 1;
+    for (int i = 0; i < 3 && at < s.size() && s[at] >= '0' && s[at] <= '7'; ++i, ++at)
+      c = c * 8 + uint32_t(s[at] - '0');
+    append_utf8(out, c);
+    return at - 1;
+  }
+  out += '\\';
+  out += e;
+  return j + 1;
+}
+
 // Expression tokens.
 struct Token {
   enum Kind { Name, String, Int, Float, Op, End } kind;
@@ -188,8 +244,7 @@ std::vector<Token> tokenize(const std::string& s, int line) {
           text += s[j];
           continue;
         }
-        const char e = s[++j];
-        text += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+        j = escape(s, j, text, line);
       }
       if (j >= s.size()) fail(line, "unterminated string literal");
       out.push_back({Token::String, text});
@@ -240,6 +295,13 @@ class ExprParser {
     return true;
   }
   bool peek_op(const char* op) const { return toks_[i_].kind == Token::Op && toks_[i_].text == op; }
+  bool test_argument_follows() const {
+    const Token& t = toks_[i_];
+    if (t.kind == Token::String || t.kind == Token::Int || t.kind == Token::Float) return true;
+    if (t.kind == Token::Op) return t.text == "[" || t.text == "{";
+    return t.kind == Token::Name && t.text != "else" && t.text != "or" && t.text != "and" &&
+           t.text != "if" && t.text != "is" && t.text != "in" && t.text != "not";
+  }
   ExprPtr make(Expr::Kind k, std::string name = {}) {
     // Rendering recurses through the tree: bound its size (a chain a + a + ... is as deep).
     if (++nodes_ > 2000) fail(line_, "expression too long (more than 2000 terms)");
@@ -320,15 +382,19 @@ class ExprParser {
   ExprPtr math1() { return binary_chain(&ExprParser::concat, {"+", "-"}); }
   ExprPtr concat() { return binary_chain(&ExprParser::math2, {"~"}); }
   ExprPtr math2() { return binary_chain(&ExprParser::power, {"//", "*", "/", "%"}); }
-  ExprPtr power() { return binary_chain(&ExprParser::unary, {"**"}); }
-  ExprPtr unary() {
+  ExprPtr power() { return binary_chain(&ExprParser::signed_operand, {"**"}); }
+  ExprPtr signed_operand() { return unary(true); }
+  // Jinja's: a sign applies to the operand before its filters (-x|abs is (-x)|abs).
+  ExprPtr unary(bool with_filters) {
     Depth d(*this);
+    ExprPtr e;
     if (peek_op("-") || peek_op("+")) {
-      ExprPtr e = make(Expr::Unary, toks_[i_++].text);
-      e->args.push_back(unary());
-      return e;
+      e = make(Expr::Unary, toks_[i_++].text);
+      e->args.push_back(unary(false));
+    } else {
+      e = postfix(primary());
     }
-    return filters(postfix(primary()));
+    return with_filters ? filters(std::move(e)) : std::move(e);
   }
   ExprPtr primary() {
     Depth d(*this);
@@ -443,9 +509,8 @@ class ExprParser {
         t->args.push_back(std::move(e));
         if (accept_op("(")) {
           arguments(*t);
-        } else if (toks_[i_].kind == Token::String || toks_[i_].kind == Token::Int ||
-                   toks_[i_].kind == Token::Float) {
-          t->args.push_back(primary());
+        } else if (test_argument_follows()) {  // "is divisibleby 3", "is sameas none"
+          t->args.push_back(postfix(primary()));
         }
         e = std::move(t);
       } else {
@@ -582,7 +647,15 @@ class Parser {
 }  // namespace
 
 std::vector<Node> parse(const std::string& source) {
-  Parser p(segments(source));
+  // Jinja's defaults: newlines normalised to \n, one trailing newline dropped.
+  std::string src;
+  src.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') src += source[i];
+    else if (i + 1 >= source.size() || source[i + 1] != '\n') src += '\n';
+  }
+  if (src.ends_with('\n')) src.pop_back();
+  Parser p(segments(src));
   std::vector<Node> nodes;
   p.block(nodes, {});
   return nodes;

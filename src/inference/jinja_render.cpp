@@ -260,6 +260,13 @@ class Renderer {
     }
   }
 
+  // A string result within the output bound (values built in loops cannot grow without end).
+  std::string bounded(std::string s, int line) const {
+    if (s.size() > max_output_) fail(line, str_cat("a string longer than ", max_output_, " bytes"));
+    return s;
+  }
+  static double number(const Value& v) { return v.is_boolean() ? double(v.get<bool>()) : v.get<double>(); }
+
   int64_t as_int(const Value& v, int line, const char* what) {
     if (v.is_number_integer()) return v.get<int64_t>();
     if (v.is_boolean()) return v.get<bool>();
@@ -362,9 +369,10 @@ class Renderer {
     const int64_t stop = clamp(bound(e.args[2], 0), step < 0 ? -1 : n);
     Value out = obj.is_array() ? Value::array() : Value("");
     std::string text;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (obj.is_array()) out.push_back(obj[size_t(i)]);
       else text += cs[size_t(i)];
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     return obj.is_array() ? out : Value(text);
   }
@@ -377,7 +385,7 @@ class Renderer {
       return eval(*e.args[1]);
     }
     const Value a = eval(*e.args[0]), b = eval(*e.args[1]);
-    if (op == "~") return str(a) + str(b);
+    if (op == "~") return bounded(str(a) + str(b), e.line);
     if (op == "==") return equal(a, b);
     if (op == "!=") return !equal(a, b);
     if (op == "in" || op == "not in") return contains(b, a, e.line) == (op == "in");
@@ -388,8 +396,10 @@ class Renderer {
       else fail(e.line, str_cat("'", op, "' not supported between ", type_name(a), " and ", type_name(b)));
       return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
     }
-    if (op == "+" && a.is_string() && b.is_string()) return a.get<std::string>() + b.get<std::string>();
+    if (op == "+" && a.is_string() && b.is_string())
+      return bounded(a.get<std::string>() + b.get<std::string>(), e.line);
     if (op == "+" && a.is_array() && b.is_array()) {
+      if (a.size() + b.size() > 1000000) fail(e.line, "a list longer than 10^6 items");
       Value out = a;
       for (const Value& x : b) out.push_back(x);
       return out;
@@ -397,7 +407,8 @@ class Renderer {
     if (op == "*" && ((a.is_string() && b.is_number_integer()) || (b.is_string() && a.is_number_integer()))) {
       const std::string s = a.is_string() ? a.get<std::string>() : b.get<std::string>();
       const int64_t k = a.is_string() ? b.get<int64_t>() : a.get<int64_t>();
-      if (k > 0 && s.size() * uint64_t(k) > max_output_) fail(e.line, "string repetition too long");
+      if (s.empty() || k <= 0) return "";
+      if (uint64_t(k) > max_output_ / s.size()) fail(e.line, "string repetition too long");
       std::string out;
       for (int64_t i = 0; i < k; ++i) out += s;
       return out;
@@ -426,7 +437,7 @@ class Renderer {
       if (overflow) fail(e.line, "integer overflow");
       return r;
     }
-    const double x = a.get<double>(), y = b.get<double>();
+    const double x = number(a), y = number(b);
     if ((op == "/" || op == "//" || op == "%") && y == 0) fail(e.line, "division by zero");
     if (op == "+") return x + y;
     if (op == "-") return x - y;
@@ -448,6 +459,7 @@ class Renderer {
     }
     if (hay.is_array()) return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return equal(x, needle); });
     if (hay.is_object()) return needle.is_string() && hay.contains(needle.get<std::string>());
+    if (undefined(hay)) return false;
     fail(line, str_cat("argument of type ", type_name(hay), " is not iterable"));
   }
 
@@ -484,9 +496,10 @@ class Renderer {
         if (a.size() == 3) step = as_int(a[2], e.line, "range()");
         if (step == 0 || a.empty() || a.size() > 3) fail(e.line, "range() takes 1 to 3 arguments, step not 0");
         Value out = Value::array();
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
           if (out.size() > 1000000) fail(e.line, "range() longer than 10^6");
           out.push_back(i);
+          if (__builtin_add_overflow(i, step, &i)) break;
         }
         return out;
       }
@@ -508,7 +521,7 @@ class Renderer {
       if (m == "startswith") return s.starts_with(arg0);
       if (m == "endswith") return s.ends_with(arg0);
       if (m == "replace" && a.size() == 2) return replace_all(s, arg0, text_of(a[1], e.line, "replace()"), e.line);
-      if (m == "split") return split(s, arg0, a.empty() || a[0].is_null());
+      if (m == "split") return split(s, arg0, a.empty() || a[0].is_null(), e.line);
       if (m == "title" || m == "capitalize") return capitalize(s, m == "title");
       if (m == "format") fail(e.line, "str.format is not supported");
     }
@@ -535,8 +548,9 @@ class Renderer {
     }
     return s;
   }
-  static Value split(const std::string& s, const std::string& sep, bool whitespace) {
+  static Value split(const std::string& s, const std::string& sep, bool whitespace, int line) {
     Value out = Value::array();
+    if (!whitespace && sep.empty()) fail(line, "split(): empty separator");
     if (whitespace) {
       std::istringstream in(s);
       for (std::string w; in >> w;) out.push_back(w);
@@ -567,6 +581,7 @@ class Renderer {
     const std::string& f = e.name;
     if (f == "trim") return strip(text_of(v, e.line, "trim's input"), a.empty() ? "" : str(a[0]), true, true);
     if (f == "length" || f == "count") {
+      if (undefined(v)) return 0;  // Jinja's undefined is an empty iterable
       if (v.is_string()) return int64_t(chars(v.get<std::string>()).size());
       if (v.is_array() || v.is_object()) return int64_t(v.size());
       fail(e.line, str_cat("object of type ", type_name(v), " has no length"));
@@ -599,7 +614,7 @@ class Renderer {
       if (!v.is_array()) fail(e.line, str_cat("join of a ", type_name(v)));
       const std::string sep = a.empty() ? "" : str(a[0]);
       std::string out;
-      for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + str(v[i]);
+      for (size_t i = 0; i < v.size(); ++i) out = bounded(out + (i ? sep : "") + str(v[i]), e.line);
       return out;
     }
     if (f == "list") {

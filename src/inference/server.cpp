@@ -134,7 +134,8 @@ class EngineLoop {
       std::lock_guard<std::mutex> lock(mutex_);
       for (Request& r : requests) {
         out.push_back(std::make_shared<Channel>());
-        incoming_.push_back({std::move(r), out.back()});
+        if (failed_) out.back()->fail(failed_);
+        else incoming_.push_back({std::move(r), out.back()});
       }
     }
     wake_.notify_one();
@@ -195,7 +196,17 @@ class EngineLoop {
             active_.erase(it);
           }
         }
-      } catch (...) {  // the step failed (non-finite logits, on every rank): its requests fail
+      } catch (const NonFiniteLogits&) {  // on every rank alike: its requests fail
+        for (auto& [id, channel] : active_) channel->fail(std::current_exception());
+        active_.clear();
+        engine_.clear();
+      } catch (const std::exception& e) {
+        // Anything else may have hit this rank only: the ranks' engines could differ from
+        // here on, so several ranks end the job; one process fails the requests and goes on.
+        if (broadcast_) {
+          log_error(str_cat("megatron serve: internal error: ", e.what()));
+          MpiSession::abort(1);
+        }
         for (auto& [id, channel] : active_) channel->fail(std::current_exception());
         active_.clear();
         engine_.clear();
@@ -214,6 +225,16 @@ class EngineLoop {
     }
     wake_.notify_all();
   }
+  // After run() failed (on its thread): every request waiting on it fails with e, and later
+  // ones at once.
+  void fail_all(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [id, channel] : active_) channel->fail(e);
+    for (Pending& p : incoming_) p.channel->fail(e);
+    active_.clear();
+    incoming_.clear();
+    failed_ = e;
+  }
 
  private:
   struct Pending {
@@ -226,7 +247,17 @@ class EngineLoop {
   std::condition_variable wake_;
   std::vector<Pending> incoming_;
   bool stop_ = false, cancel_pending_ = false;
+  std::exception_ptr failed_;
   std::map<int64_t, std::shared_ptr<Channel>> active_;  // the loop thread's only
+};
+
+// A streamed request's state, shared by its content provider's calls.
+struct StreamState {
+  api::Parsed p;
+  std::shared_ptr<Channel> ch;
+  std::unique_ptr<api::EventStream> events;
+  size_t seen = 0;
+  bool started = false;
 };
 
 // The other ranks: each command's cancellations and requests applied and one step run, as on
@@ -322,7 +353,8 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
   // The chat template, and the tokens that end a chat answer: its eos_token and
   // generation_config.json's eos_token_id, where they are tokens of this tokenizer.
   const std::string tok_path = !tc.tokenizer_model.empty() ? tc.tokenizer_model : tc.vocab_file;
-  const std::optional<ChatTemplate> chat = ChatTemplate::find(tok_path, cfg.chat_template);
+  std::string chat_warning;
+  const std::optional<ChatTemplate> chat = ChatTemplate::find(tok_path, cfg.chat_template, &chat_warning);
   std::vector<int32_t> chat_stop;
   if (chat) {
     std::vector<int64_t> ids = generation_eos_ids(tok_path);
@@ -358,6 +390,10 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
     load_checkpoint_weights(load, model->store());
     model->prepare();
     engine = std::make_unique<Engine>(*model, ec);
+    if (distributed) {  // every rank at once: the command broadcasts' communicator is made here
+      std::vector<uint8_t> none;
+      mpi_broadcast_idle(none, 0);
+    }
     if (mpi.world_rank() != 0) {
       follow(*engine);
       return;
@@ -391,26 +427,34 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
                            "): its parameters are corrupt or diverged")};
     } catch (const std::exception& x) {
       return {500, x.what()};
+    } catch (...) {
+      return {500, "unknown error"};
     }
   };
   // A streamed answer (server-sent events): the channel's tokens as they come; a client that
   // goes away (a failed write, or too slow for the write timeout) cancels its request.
+  // Writes a stream's next events (waiting for its next tokens); false: the client is gone.
+  std::function<bool(const std::shared_ptr<StreamState>&, httplib::DataSink&)> next_events;
   auto stream = [&](httplib::Response& res, api::Parsed parsed, std::shared_ptr<Channel> ch) {
-    struct State {
-      api::Parsed p;
-      std::shared_ptr<Channel> ch;
-      std::unique_ptr<api::EventStream> events;
-      size_t seen = 0;
-      bool started = false;
-    };
-    auto st = std::make_shared<State>();
+    auto st = std::make_shared<StreamState>();
     st->p = std::move(parsed);
     st->ch = std::move(ch);
     st->events = std::make_unique<api::EventStream>(st->p, *tok);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [&, st](size_t, httplib::DataSink& sink) {
+        [&, st](size_t, httplib::DataSink& sink) -> bool {
+          try {  // (cpp-httplib calls this outside its handler's try: nothing may escape)
+            return next_events(st, sink);
+          } catch (...) {
+            return false;  // the connection closes; the request is cancelled below
+          }
+        },
+        [&, st](bool success) {
+          if (!success) loop.cancel(st->ch);
+        });
+  };
+  next_events = [&](const std::shared_ptr<StreamState>& st, httplib::DataSink& sink) {
           std::string out;
           if (!st->started) {
             st->started = true;
@@ -445,10 +489,6 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
           if (!out.empty() && !sink.write(out.data(), out.size())) return false;
           if (end) sink.done();
           return true;
-        },
-        [&, st](bool success) {
-          if (!success) loop.cancel(st->ch);
-        });
   };
   auto handler = [&](api::Endpoint e) {
     return [&, e](const httplib::Request& req, httplib::Response& res) {
@@ -522,17 +562,26 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
                    ec.continuous ? "continuous batching" : "static batching",
                    ") on http://127.0.0.1:", port));
   log_line(chat ? str_cat(" > chat template from ", chat->origin())
-                : std::string(" > no chat template (POST /v1/chat/completions is refused; "
-                              "--chat-template FILE gives one)"));
+                : str_cat(" > no chat template", chat_warning.empty() ? "" : ": " + chat_warning,
+                          " (POST /v1/chat/completions is refused; --chat-template FILE gives one)"));
   // HTTP on a thread of its own; the engine (and MPI) on this one. When the server stops it
-  // answers the requests in flight (the engine still runs), then the engine loop ends.
+  // answers the non-streamed requests in flight (the engine still runs; streams are cut by
+  // cpp-httplib's shutdown), then the engine loop ends.
   std::thread http_thread([&] {
     http.listen_after_bind();
     finished = true;
     pthread_kill(signal_thread.native_handle(), SIGTERM);  // if it still waits
     loop.stop();
   });
-  loop.run();
+  try {
+    loop.run();
+  } catch (...) {  // the threads end before the error leaves (a joinable thread would terminate)
+    loop.fail_all(std::current_exception());
+    http.stop();
+    http_thread.join();
+    signal_thread.join();
+    throw;
+  }
   http_thread.join();
   signal_thread.join();
   log_line(" > server stopped");

@@ -219,6 +219,12 @@ TEST(ChatTemplate, ExpressionsAndStatementsRenderAsJinja2) {
            "{{ raise_exception('custom failure: ' ~ n) }}",
            "{{ 'a' < 1 }}",
            "{% set ns = 1 %}{% set ns.x = 2 %}",
+           "{{ -3 | abs }} {{ -xs | length if false else 1 }} {{ nothing | length }} {{ 'x' in nothing }} {{ none is sameas none }}",
+           "{{ 'a\\u00e9\\x41\\n\\d\\101\\U0001F600' }} {{ \"it\\'s\" }}",
+           "{{ 'ab'.split('') }}",
+           "{{ ('' * 1000000000000) | length }} {{ xs[1::9223372036854775807] }} {{ range(0, 9223372036854775807, 4611686018427387904) | list }}",
+           "{{ true / 2 }} {{ 1.5 + true }} {{ false * 3 }}",
+           "line one\r\nline two\n",
            "{{ u | length }} {{ u }} {{ 'x' ~ u ~ 'y' }} {{ ('aü€😀b')[1:4] }} {{ 'aü€' | reverse }} {{ 'aü€' | list }} {{ ('€x')[0] }}",
        })
     cases.push_back({t, t, vars});
@@ -231,20 +237,28 @@ TEST(ChatTemplate, FromTokenizerConfig) {
   testing::TempDir d;
   std::ofstream(d.str("tokenizer_config.json"))
       << Value{{"chat_template", kChatMl}, {"bos_token", {{"content", "<s>"}}}, {"eos_token", "</s>"}}.dump();
-  const std::optional<ChatTemplate> t = ChatTemplate::find(d.str("tokenizer.json"), "");
+  std::string warning;
+  const std::optional<ChatTemplate> t = ChatTemplate::find(d.str("tokenizer.json"), "", &warning);
   ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(warning, "");
   EXPECT_EQ(t->apply(Value::parse(R"([{"role": "user", "content": "hi"}])"), true),
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nhi"
             "<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_FALSE(ChatTemplate::find(d.str("none/tokenizer.json"), "").has_value());
+  EXPECT_FALSE(ChatTemplate::find(d.str("none/tokenizer.json"), "", &warning).has_value());
+  // A --chat-template that does not parse stops the server, naming the file and line.
   std::ofstream(d.str("bad.jinja")) << "line one\n{% for x in %}";
   try {
-    ChatTemplate::find(d.str("tokenizer.json"), d.str("bad.jinja"));
+    ChatTemplate::find(d.str("tokenizer.json"), d.str("bad.jinja"), &warning);
     ADD_FAILURE() << "a bad template was accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jinja"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("line 2"), std::string::npos) << e.what();
   }
+  // The tokenizer's own that does not parse (a macro): chat is off, with the reason.
+  std::ofstream(d.str("tokenizer_config.json"))
+      << Value{{"chat_template", "{% macro m() %}x{% endmacro %}{{ m() }}"}}.dump();
+  EXPECT_FALSE(ChatTemplate::find(d.str("tokenizer.json"), "", &warning).has_value());
+  EXPECT_NE(warning.find("unsupported or misplaced tag 'macro'"), std::string::npos) << warning;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // `megatron serve` over real HTTP on 127.0.0.1 (curl as the client): Megatron's PUT /api and
 // POST /completions, the OpenAI-compatible /v1/completions, /v1/models and /health; greedy
 // answers equal `megatron generate` on the same checkpoint; every bad input of the list is a 4xx
-// naming the field and the next request is served; 16 concurrent clients all get valid answers;
+// naming the field and the next request is served; 64 concurrent clients all get valid answers;
 // SIGTERM stops the server cleanly.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -172,6 +172,8 @@ TEST(Serve, MegatronAndOpenAiEndpoints) {
            Bad{"PUT", "/api", "{\"prompts\": [\"" + std::string(5000, '1') + "\"]}",
                "larger than --max-request-bytes", 413},
            Bad{"GET", "/nothing", "", "no such endpoint", 404},
+           Bad{"POST", "/v1/completions", R"({"prompt": "1", "x": )" + std::string(1500, '[') +
+               std::string(1500, ']') + "}", "nests deeper than 64 levels"},
        }) {
     const auto [status, body] = s.call(b.method, b.path, b.body);
     EXPECT_EQ(status, b.status) << b.body.substr(0, 80) << "\n" << body;
@@ -184,15 +186,15 @@ TEST(Serve, MegatronAndOpenAiEndpoints) {
               generated);
   }
 
-  // 16 concurrent clients (more than --inference-max-requests 4: they queue and join the
+  // 64 concurrent clients (more than --inference-max-requests 4: they queue and join the
   // running batch as others leave), each answer the one it gets alone.
   std::string script;
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < 64; ++i)
     script += "curl -s -X PUT -H 'Content-Type: application/json' -d '{\"prompts\": [\"" +
               std::to_string(i) + " 1\"], \"tokens_to_generate\": 6, \"top_k\": 1}' "
               "http://127.0.0.1:" + s.port() + "/api > " + s.dir("c" + std::to_string(i)) + " & ";
   ASSERT_EQ(testing::run_command(script + "wait").exit_code, 0);
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < 64; ++i) {
     const json got = json::parse(read_file(s.dir("c" + std::to_string(i))), nullptr, false);
     ASSERT_TRUE(got.is_object()) << i;
     EXPECT_EQ(got, s.ok("PUT", "/api", "{\"prompts\": [\"" + std::to_string(i) +
