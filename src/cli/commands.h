@@ -1,5 +1,6 @@
 // The option tables of the `megatron` subcommands.
 #pragma once
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,19 @@ const std::vector<Option<TrainConfig>>& train_options();
 const std::vector<Option<PreprocessConfig>>& preprocess_options();
 const std::vector<Option<MergeConfig>>& merge_options();
 const std::vector<Option<GenerateConfig>>& generate_options();
-const std::vector<Option<ServeConfig>>& serve_options();
+// `megatron serve`: its own flags (ServeConfig's) and every `train` flag, as upstream's server
+// scripts pass them.
+struct ServeCommand {
+  ServeConfig serve;
+  TrainConfig train;
+  bool use_checkpoint_args = false;  // --use-checkpoint-args: model flags given yield to the
+                                     // checkpoint's (upstream's meaning) instead of being checked
+};
+const std::vector<Option<ServeCommand>>& serve_options();
+// The server's config: the model is the checkpoint's (--load); a structural model flag given
+// must agree with it (UsageError naming the flag) unless --use-checkpoint-args, the others
+// (--seq-length) apply; the layout, precision, device and tokenizer from `train`'s flags.
+ServeConfig serve_config(const ServeCommand& c, const std::set<std::string>& given);
 const std::vector<Option<ConvertConfig>>& convert_options();
 
 inline TrainConfig parse_train_args(const std::vector<std::string>& args,

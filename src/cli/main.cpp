@@ -188,8 +188,8 @@ int serve(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
     return 0;
   }
   std::set<std::string> given;
-  const mg::ServeConfig cfg = mg::parse_args(mg::serve_options(), args, "serve", &given);
-  mg::serve(cfg, given, mpi);
+  const mg::ServeCommand c = mg::parse_args(mg::serve_options(), args, "serve", &given);
+  mg::serve(mg::serve_config(c, given), mpi);
   return 0;
 }
 

@@ -22,13 +22,12 @@
 #include "core/log.h"
 #include "inference/api.h"
 #include "inference/engine.h"
-#include "model/fields.h"
 #include "parallel/process_groups.h"
 
 namespace mg {
 
 void ServeConfig::validate() const {
-  MG_USER_CHECK(!train.load.empty(), "--load DIR (a checkpoint) is required");
+  MG_USER_CHECK(!load.empty(), "--load DIR (a checkpoint) is required");
   MG_USER_CHECK(port >= 0 && port <= 65535, "--port must be in [0, 65535] (got ", port, ")");
   MG_USER_CHECK(max_seq_length >= 0, "--inference-max-seq-length must be >= 0 (got ",
                 max_seq_length, "; 0: the model's --seq-length)");
@@ -295,26 +294,9 @@ void reply(httplib::Response& res, int status, const json& body) {
 
 namespace {
 
-// The checkpoint's model, with the model flags given checked against it: a structural one that
-// differs is refused (the weights could not load); the others (--seq-length, ...) apply.
-GPTConfig served_model(const ServeConfig& cfg, const std::set<std::string>& given) {
-  const GPTConfig saved = checkpoint_model_config(cfg.train.load);
-  if (cfg.use_checkpoint_args) return saved;
-  GPTConfig mc = saved;
-  for (const ModelField& f : model_fields())
-    if (given.count(f.flag)) std::visit([&](auto m) { mc.*m = cfg.train.model.*m; }, f.member);
-  const GPTConfig a = mc.resolved(), b = saved.resolved();  // 0 = derived, as resolved
-  for (const ModelField& f : model_fields())
-    if (given.count(f.flag) && f.structural)
-      MG_USER_CHECK(field_text(a, f) == field_text(b, f), f.flag, " ", field_text(mc, f),
-                    " differs from the checkpoint in --load ", cfg.train.load, " (", f.key, " ",
-                    field_text(b, f), "): drop the flag or load the checkpoint of that model");
-  return mc;
-}
-
 // The layout to serve in: TP x PP ranks, one model (no DP, CP or EP).
 RankGrid serve_grid(const ServeConfig& cfg, const GPTConfig& mc, int world) {
-  const ParallelConfig& p = cfg.train.parallel;
+  const ParallelConfig& p = cfg.parallel;
   MG_USER_CHECK(p.cp() == 1, "--context-parallel-size ", p.cp(), " is not supported by serve "
                 "(decoding runs one token per sequence): use 1");
   MG_USER_CHECK(p.ep() == 1 && p.etp() == p.tp(), "--expert-model-parallel-size / "
@@ -332,7 +314,7 @@ RankGrid serve_grid(const ServeConfig& cfg, const GPTConfig& mc, int world) {
 
 }  // namespace
 
-void serve(const ServeConfig& cfg, const std::set<std::string>& given, const MpiSession& mpi) {
+void serve(const ServeConfig& cfg, const MpiSession& mpi) {
   cfg.validate();
   // SIGINT / SIGTERM stop the server from a thread that waits for them: blocked here, before
   // any other thread (OpenMP's, the engine's, the HTTP pool's) exists, so all inherit the mask.
@@ -341,9 +323,9 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  const std::string& load = cfg.train.load;
-  const GPTConfig mc = served_model(cfg, given);
-  TokenizerConfig tc = cfg.train.tokenizer;
+  const std::string& load = cfg.load;
+  const GPTConfig& mc = cfg.model;
+  TokenizerConfig tc = cfg.tokenizer;
   if (tc.tokenizer_type == "NullTokenizer" && tc.vocab_size <= 0) tc.vocab_size = mc.vocab_size;
   std::unique_ptr<Tokenizer> tok = make_tokenizer(tc);
   MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), "--load '", load,
@@ -367,7 +349,7 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
   ec.max_requests = cfg.max_requests;
   ec.continuous = !cfg.static_batching;
   ec.vocab_limit = std::min(tok->vocab_size(), mc.vocab_size);
-  const DType dtype = cfg.train.model_dtype();
+  const DType dtype = cfg.dtype;
   check_engine_fits(mc, ec, dtype,
                     str_cat("serving --load '", load, "' (", mc.num_parameters(),
                             " parameters) with --inference-max-requests ", ec.max_requests,
@@ -379,13 +361,13 @@ void serve(const ServeConfig& cfg, const std::set<std::string>& given, const Mpi
   std::unique_ptr<Engine> engine;
   try {  // past here a failure may hit some ranks only: end the job rather than leave any waiting
     set_rank_threads();
-    if (cfg.train.device == "cuda") ops::set_device(Device::CUDA, local_rank());
+    if (cfg.device == "cuda") ops::set_device(Device::CUDA, local_rank());
     groups.emplace(!mpi.active()              ? make_single_process_groups()
-                   : cfg.train.device == "cuda" ? make_gpu_process_groups(grid, cfg.train.distributed_backend)
+                   : cfg.device == "cuda" ? make_gpu_process_groups(grid, cfg.distributed_backend)
                                                 : make_mpi_process_groups(grid));
     InferenceLayout layout{groups->tp.get(), groups->pp.get()};
     std::tie(layout.layer_begin, layout.layer_end) =
-        cfg.train.parallel.stage_layers(mc.num_layers, groups->coord.pp);
+        cfg.parallel.stage_layers(mc.num_layers, groups->coord.pp);
     model = std::make_unique<InferenceModel>(mc, dtype, ec.step_rows(), layout);
     load_checkpoint_weights(load, model->store());
     model->prepare();

@@ -5,24 +5,28 @@
 // with {"message": ...} while the server goes on serving.
 #pragma once
 #include <cstdint>
-#include <set>
 #include <string>
 
 #include "comm/mpi_communicator.h"
-#include "train/train_config.h"
+#include "data/tokenizer.h"
+#include "model/config.h"
+#include "parallel/parallel_config.h"
+#include "tensor/dtype.h"
 
 namespace mg {
 
 struct ServeConfig {
-  // Every `train` flag, as upstream's server scripts pass them: --load (the checkpoint, whose
-  // model record gives the shape; model flags given must agree with it), the layout
-  // (--tensor-model-parallel-size, --pipeline-model-parallel-size; the job's ranks must be
-  // TP x PP), --bf16 / --fp16, --device, the tokenizer; the others are read and unused.
-  TrainConfig train;
-  int port = 5000;
+  // From `train`'s flags (cli/serve_options.cpp: upstream's server scripts pass them):
+  GPTConfig model;              // the model: the checkpoint's, with the model flags given
+  TokenizerConfig tokenizer;    // --tokenizer-type, ...
+  std::string load;             // --load: the checkpoint
+  ParallelConfig parallel;      // --tensor-model-parallel-size, --pipeline-model-parallel-size
+  DType dtype = DType::F32;     // --bf16 / --fp16: parameters, activations and the KV cache
+  std::string device = "cpu";   // --device
+  std::string distributed_backend = "nccl";  // --distributed-backend (GPUs)
+  // serve's own:
+  int port = 5000;                 // --port (0: any free port, logged)
   std::string chat_template;       // --chat-template FILE (default: the tokenizer's)
-  bool use_checkpoint_args = false;  // --use-checkpoint-args: model flags given yield to the
-                                     // checkpoint's (upstream's meaning) instead of being checked                 // --port (0: any free port, logged)
   int64_t max_seq_length = 0;      // --inference-max-seq-length (0: the model's --seq-length)
   int64_t max_requests = 8;        // --inference-max-requests: requests decoded together
   bool static_batching = false;    // --inference-static-batching: a batch runs to its end
@@ -33,7 +37,7 @@ struct ServeConfig {
 
 // Serves until SIGINT or SIGTERM: world rank 0 runs the HTTP server and the engine's schedule,
 // broadcasting each step's new requests to the other ranks, which run the same steps on their
-// shards. `given`: the flags that appeared.
-void serve(const ServeConfig& cfg, const std::set<std::string>& given, const MpiSession& mpi);
+// shards.
+void serve(const ServeConfig& cfg, const MpiSession& mpi);
 
 }  // namespace mg

@@ -348,8 +348,11 @@ void GPTConfig::validate() const {
                   " rotated channels; it must be a positive even number");
   MG_USER_CHECK(ffn_hidden_size >= 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size,
                 ")");
-  MG_USER_CHECK(ffn() > 0, "--swiglu's default --ffn-hidden-size, int(8 x --hidden-size / 3 / 64)"
-                " x 64 (Megatron's), is 0 for --hidden-size ", hidden_size,
+  bool dense_mlp = num_experts == 0;  // a layer with the dense MLP (MoE layers size their own)
+  if (!dense_mlp && num_layers > 0 && num_layers <= 4096)
+    for (int64_t l = 0; l < num_layers && !dense_mlp; ++l) dense_mlp = !is_moe_layer(l);
+  MG_USER_CHECK(!dense_mlp || ffn() > 0, "--swiglu's default --ffn-hidden-size, int(8 x "
+                "--hidden-size / 3 / 64) x 64 (Megatron's), is 0 for --hidden-size ", hidden_size,
                 ": pass --ffn-hidden-size");
   MG_USER_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
   MG_USER_CHECK(max_position_embeddings >= 0, "--max-position-embeddings must be positive (got ",
