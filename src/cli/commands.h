@@ -24,6 +24,12 @@ struct ServeCommand {
   TrainConfig train;
   bool use_checkpoint_args = false;  // --use-checkpoint-args: model flags given yield to the
                                      // checkpoint's (upstream's meaning) instead of being checked
+  // tools/run_text_generation_server.py's generation flags: read and unused (requests carry
+  // their own sampling), as there.
+  double temperature = 1.0, top_p = 0.0;
+  int64_t top_k = 1, num_tokens_to_generate = 30;
+  bool return_log_probs = false;
+  std::vector<std::string> prompts;
 };
 const std::vector<Option<ServeCommand>>& serve_options();
 // The server's config: the model is the checkpoint's (--load); a structural model flag given

@@ -27,6 +27,20 @@ const std::vector<Option<ServeCommand>>& serve_options() {
       valued<C>("--inference-dynamic-batching-max-requests", "N", "the same as "
                 "--inference-max-requests (upstream's dynamic engine's name)",
                 MG_FIELD(serve.max_requests)),
+      valued<C>("--inference-max-batch-size", "N", "the same as --inference-max-requests "
+                "(upstream's static engine's name)", MG_FIELD(serve.max_requests)),
+      valued<C>("--max-batch-size", "N", "the same as --inference-max-requests (upstream's "
+                "deprecated name)", MG_FIELD(serve.max_requests)),
+      valued<C>("--temperature", "T", "upstream's server-script default; requests carry their "
+                "own (read and unused, as upstream)", MG_FIELD(temperature)),
+      valued<C>("--top_k", "K", "upstream's server-script default (read and unused)", MG_FIELD(top_k)),
+      valued<C>("--top_p", "P", "upstream's server-script default (read and unused)", MG_FIELD(top_p)),
+      on_off<C>("--return-log-probs", "upstream's server-script default (read and unused)",
+                MG_FIELD(return_log_probs)),
+      valued<C>("--num-tokens-to-generate", "N", "upstream's server-script default (read and "
+                "unused)", MG_FIELD(num_tokens_to_generate)),
+      valued<C>("--prompts", "TEXT...", "upstream's server-script prompts (read and unused)",
+                MG_FIELD(prompts)),
       on_off<C>("--inference-static-batching", "a batch runs to its end before waiting requests "
               "join (Megatron's static server); default: continuous batching",
                 MG_FIELD(serve.static_batching)),

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "data/unicode.h"
 #include "inference/jinja.h"
 
 namespace mg::jinja {
@@ -139,24 +140,6 @@ std::vector<Segment> segments(const std::string& src) {
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t c) {
-  if (c < 0x80) {
-    out += char(c);
-  } else if (c < 0x800) {
-    out += char(0xC0 | (c >> 6));
-    out += char(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += char(0xE0 | (c >> 12));
-    out += char(0x80 | ((c >> 6) & 0x3F));
-    out += char(0x80 | (c & 0x3F));
-  } else {
-    out += char(0xF0 | (c >> 18));
-    out += char(0x80 | ((c >> 12) & 0x3F));
-    out += char(0x80 | ((c >> 6) & 0x3F));
-    out += char(0x80 | (c & 0x3F));
-  }
-}
-
 // The escape at s[j] (a backslash) into out, as Python's unicode-escape decoding reads it (Jinja
 // decodes string literals so): \n \t \\ \' \xNN \uXXXX \UXXXXXXXX octal ...; an unknown one
 // stays as written. Returns the index of the escape's last character.
@@ -179,7 +162,7 @@ size_t escape(const std::string& s, size_t j, std::string& out, int line) {
                                                                            : std::tolower(s[at]) - 'a' + 10);
     }
     if (c > 0x10FFFF) fail(line, "a \\U escape beyond U+10FFFF");
-    append_utf8(out, c);
+    unicode::append_utf8(out, char32_t(c));
     return j + 1 + size_t(hex);
   }
   if (e >= '0' && e <= '7') {  // up to three octal digits
@@ -187,7 +170,7 @@ size_t escape(const std::string& s, size_t j, std::string& out, int line) {
     size_t at = j + 1;
     for (int i = 0; i < 3 && at < s.size() && s[at] >= '0' && s[at] <= '7'; ++i, ++at)
       c = c * 8 + uint32_t(s[at] - '0');
-    append_utf8(out, c);
+    unicode::append_utf8(out, char32_t(c));
     return at - 1;
   }
   out += '\\';

@@ -287,7 +287,10 @@ TEST(Serve, TakesTheUpstreamScriptsFlags) {
     Server s(d.str("ck"), "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"
                           " --num-layers 2 --hidden-size 32 --num-attention-heads 4"
                           " --max-position-embeddings 32 --seq-length 32 --micro-batch-size 1"
-                          " --seed 42 --use-checkpoint-args --inference-dynamic-batching-max-requests 2");
+                          " --seed 42 --use-checkpoint-args --inference-dynamic-batching-max-requests 2"
+                          " --temperature 1.0 --top_k 1 --top_p 0.0 --return-log-probs"
+                          " --num-tokens-to-generate 30 --max-batch-size 2 --fp16"
+                          " --prompts 'a b' c");
     ASSERT_FALSE(s.port().empty());
     EXPECT_EQ(s.ok("PUT", "/api", R"({"prompts": ["1 2"], "tokens_to_generate": 2})")["tokens"][0].size(), 4u);
     s.stop();
