@@ -113,6 +113,7 @@ class Channel {
     return *now_.done;
   }
   std::atomic<bool> cancelled{false};
+  const char* why = "";  // set before cancelled
 
  private:
   std::mutex mutex_;
@@ -140,10 +141,11 @@ class EngineLoop {
     wake_.notify_one();
     return out;
   }
-  // The client is gone: the request leaves the engine before its next step.
-  void cancel(const std::shared_ptr<Channel>& c) {
+  // The request leaves the engine before its next step (why: for the log).
+  void cancel(const std::shared_ptr<Channel>& c, const char* why) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      c->why = why;
       c->cancelled = true;
       cancel_pending_ = true;
     }
@@ -163,9 +165,11 @@ class EngineLoop {
       cancel_pending_ = false;
       lock.unlock();
       std::vector<int64_t> cancel;
+      std::vector<const char*> why;
       for (auto it = active_.begin(); it != active_.end();)
         if (it->second->cancelled) {
           cancel.push_back(it->first);
+          why.push_back(it->second->why);
           it = active_.erase(it);
         } else {
           ++it;
@@ -176,8 +180,8 @@ class EngineLoop {
         std::vector<uint8_t> bytes = command_bytes(false, cancel, requests);
         mpi_broadcast_idle(bytes, 0);
       }
-      for (const int64_t id : cancel)
-        if (engine_.cancel(id)) log_line(str_cat(" > request ", id, " cancelled: its client went away"));
+      for (size_t i = 0; i < cancel.size(); ++i)
+        if (engine_.cancel(cancel[i])) log_line(str_cat(" > request ", cancel[i], " cancelled: ", why[i]));
       for (size_t i = 0; i < in.size(); ++i) {
         try {
           active_.emplace(engine_.add(std::move(requests[i])), in[i].channel);
@@ -413,6 +417,32 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
       return {500, "unknown error"};
     }
   };
+  // A request's completion; with stop strings (and no log-probabilities, which need the whole
+  // run), followed as it is generated and cancelled at the first stop string instead of running
+  // on to its token budget.
+  auto until_stop = [&](const api::Parsed& p, size_t i, const std::shared_ptr<Channel>& ch) {
+    if (p.stop.empty() || p.logprobs) return ch->result();
+    api::EventStream watch(p, *tok);  // its stop-string detection; its text is not sent
+    for (size_t seen = 0;;) {
+      const Channel::Update u = ch->wait(seen);
+      if (u.error) std::rethrow_exception(u.error);
+      if (u.done) return *u.done;
+      bool stopped = false;
+      {
+        std::lock_guard<std::mutex> lock(tok_mutex);
+        watch.update(u.tokens, u.logprobs, &stopped);
+      }
+      seen = u.tokens.size();
+      if (stopped) {
+        loop.cancel(ch, "a stop string ended it");
+        Completion c;
+        c.prompt = p.requests[i].prompt;
+        c.tokens = u.tokens;
+        c.finish_reason = "stop";
+        return c;
+      }
+    }
+  };
   // A streamed answer (server-sent events): the channel's tokens as they come; a client that
   // goes away (a failed write, or too slow for the write timeout) cancels its request.
   // Writes a stream's next events (waiting for its next tokens); false: the client is gone.
@@ -433,7 +463,7 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
           }
         },
         [&, st](bool success) {
-          if (!success) loop.cancel(st->ch);
+          if (!success) loop.cancel(st->ch, "its client went away");
         });
   };
   next_events = [&](const std::shared_ptr<StreamState>& st, httplib::DataSink& sink) {
@@ -457,7 +487,7 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
             if (u.tokens.size() > st->seen) out += st->events->update(u.tokens, u.logprobs, &stopped);
             st->seen = u.tokens.size();
             if (stopped) {  // a stop string: the text ends here, the request leaves the engine
-              loop.cancel(st->ch);
+              loop.cancel(st->ch, "a stop string ended it");
               Completion c;
               c.prompt = st->p.requests[0].prompt;
               c.tokens = u.tokens;
@@ -483,7 +513,7 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
         std::vector<std::shared_ptr<Channel>> channels = loop.submit(p.requests);
         if (p.stream) return stream(res, std::move(p), channels[0]);
         std::vector<Completion> done;
-        for (auto& c : channels) done.push_back(c->result());
+        for (size_t i = 0; i < channels.size(); ++i) done.push_back(until_stop(p, i, channels[i]));
         std::lock_guard<std::mutex> lock(tok_mutex);
         reply(res, 200, api::respond(p, done, *tok));
       } catch (...) {

@@ -412,7 +412,23 @@ TEST(Serve, OpenAiClient) {
   }
   EXPECT_NE(log.find("cancelled: its client went away"), std::string::npos) << log;
   EXPECT_EQ(s.ok("POST", "/v1/completions", R"({"prompt": "Hello", "max_tokens": 3})")["choices"].size(), 1u);
-  EXPECT_NE(s.stop().find(" > chat template from " + modules), std::string::npos);
+  // A non-streamed request with a stop string leaves the engine at the stop, not at its budget.
+  const json early = s.ok("POST", "/v1/completions", R"({"prompt": "Once upon", "max_tokens": 12,
+                                                          "temperature": 0})");
+  const std::string text = early["choices"][0]["text"];
+  ASSERT_GE(text.size(), 4u) << early;
+  size_t at = text.size() / 2;  // one whole character from the middle
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) --at;
+  size_t len = 1;
+  while (at + len < text.size() && (static_cast<unsigned char>(text[at + len]) & 0xC0) == 0x80) ++len;
+  const std::string stop = text.substr(at, len);
+  const json stopped = s.ok("POST", "/v1/completions", json{{"prompt", "Once upon"}, {"max_tokens", 3000},
+                                                           {"temperature", 0}, {"stop", {stop}}}.dump());
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop") << stopped;
+  EXPECT_EQ(stopped["choices"][0]["text"], text.substr(0, text.find(stop)));
+  const std::string final_log = s.stop();
+  EXPECT_NE(final_log.find("cancelled: a stop string ended it"), std::string::npos) << final_log;
+  EXPECT_NE(final_log.find(" > chat template from " + modules), std::string::npos);
 }
 
 TEST(Serve, RefusesBadFlags) {
