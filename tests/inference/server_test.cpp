@@ -316,9 +316,11 @@ TEST(Serve, TakesTheUpstreamScriptsFlags) {
 // also streamed (server-sent events), with log-probabilities, seeded sampling, a refused
 // request and the model list. A chat is its template's prompt completed: the same text and
 // log-probabilities as /v1/completions of the rendered prompt; a stream's pieces add up to the
-// answer. With the real Llama 3 tokenizer and its tokenizer_config.json template, the served
-// chat's prompt is token for token what transformers.js' apply_chat_template gives. A client
-// that leaves mid-stream cancels its request, and the next one is served.
+// answer; served under mpirun with TP 2, the client gets the same answers. With the real
+// Llama 3 tokenizer and its tokenizer_config.json template, the served chat's prompt is token
+// for token what transformers.js' apply_chat_template gives. A client that leaves mid-stream
+// cancels its request, and the next one is served; a stop string ends a non-streamed request
+// in the engine.
 TEST(Serve, OpenAiClient) {
   const std::string modules = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules";
   testing::TempDir d;
@@ -364,6 +366,26 @@ TEST(Serve, OpenAiClient) {
     EXPECT_NE(o["error"]["message"].get<std::string>().find("messages[0].content"), std::string::npos)
         << o["error"];
     EXPECT_EQ(o["models"], json::array({"ck"}));
+    // The same client against the model split over 2 tensor-parallel ranks: the same answers.
+    {
+      Server tp(d.str("ck"), "--inference-max-seq-length 24 --tensor-model-parallel-size 2"
+                             " --chat-template " + d.str("chat.jinja"), testing::mpirun_prefix(2));
+      ASSERT_FALSE(tp.port().empty());
+      const auto r2 = testing::run_command("node " + std::string(MG_SOURCE_DIR) +
+                                           "/tests/inference/openai_client.mjs " + modules +
+                                           " http://127.0.0.1:" + tp.port() + " null");
+      ASSERT_EQ(r2.exit_code, 0) << r2.output;
+      const json o2 = json::parse(r2.output, nullptr, false);
+      ASSERT_TRUE(o2.is_object()) << r2.output;
+      for (const char* k : {"completion", "chat_sampled", "error", "models"}) EXPECT_EQ(o2[k], o[k]) << k;
+      for (const char* k : {"completion_stream", "chat_stream"})  // (chunks: as the steps fell)
+        for (const char* f : {"text", "finish", "usage", "role"}) EXPECT_EQ(o2[k][f], o[k][f]) << k << " " << f;
+      EXPECT_EQ(o2["chat"]["text"], o["chat"]["text"]);
+      ASSERT_EQ(o2["chat"]["logprobs"].size(), o["chat"]["logprobs"].size());
+      for (size_t i = 0; i < o["chat"]["logprobs"].size(); ++i)
+        EXPECT_NEAR(o2["chat"]["logprobs"][i].get<double>(), o["chat"]["logprobs"][i].get<double>(), 1e-5);
+      EXPECT_NE(tp.stop().find("TP 2 x PP 1"), std::string::npos);
+    }
     // Bad chat requests: a 4xx naming the field; the template's own refusal passed on.
     for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
              {R"({"messages": "hi"})", "messages must be a non-empty list"},
@@ -426,9 +448,12 @@ TEST(Serve, OpenAiClient) {
                                                            {"temperature", 0}, {"stop", {stop}}}.dump());
   EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop") << stopped;
   EXPECT_EQ(stopped["choices"][0]["text"], text.substr(0, text.find(stop)));
-  const std::string final_log = s.stop();
-  EXPECT_NE(final_log.find("cancelled: a stop string ended it"), std::string::npos) << final_log;
-  EXPECT_NE(final_log.find(" > chat template from " + modules), std::string::npos);
+  for (int i = 0; i < 100 && log.find("cancelled: a stop string ended it") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // (logged at the next step)
+    log = read_file(s.dir("serve.log"));
+  }
+  EXPECT_NE(log.find("cancelled: a stop string ended it"), std::string::npos) << log;
+  EXPECT_NE(s.stop().find(" > chat template from " + modules), std::string::npos);
 }
 
 TEST(Serve, RefusesBadFlags) {
