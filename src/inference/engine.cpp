@@ -37,7 +37,7 @@ int64_t EngineConfig::cache_blocks() const {
 }
 
 void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
-                       const std::string& what, int tp, int pp) {
+                       const std::string& what, int tp, int pp, int ranks_on_host) {
   ec.validate();
   const char* bytes = "bytes of the inference engine";
   StageSpec stage;
@@ -51,7 +51,8 @@ void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
   const int64_t params =
       checked_mul(ceil_div(shard_param_count(mc).elements, int64_t(tp) * pp), es, bytes);
   const int64_t buffers = checked_add(layer_cache_bytes(d), layer_scratch_bytes(d), bytes);
-  runtime::check_host_fits(checked_add(checked_add(params, kv, bytes), buffers, bytes), what);
+  const int64_t rank = checked_add(checked_add(params, kv, bytes), buffers, bytes);
+  runtime::check_host_fits(checked_mul(rank, int64_t(ranks_on_host), bytes), what);
 }
 
 Engine::Engine(InferenceModel& model, const EngineConfig& cfg) : model_(model), cfg_(cfg) {

@@ -66,11 +66,11 @@ struct NonFiniteLogits : std::runtime_error {
 };
 
 // What an engine of ec over a model of mc allocates in dtype on each of tp x pp ranks
-// (parameters, the KV cache, one step's buffers; the model split evenly), checked against the
-// host's available memory before anything is built (UsageError naming `what` when it does not
-// fit).
+// (parameters, the KV cache, one step's buffers; the model split evenly), times the ranks on
+// this host, checked against the host's available memory before anything is built (UsageError
+// naming `what` when it does not fit).
 void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
-                       const std::string& what, int tp = 1, int pp = 1);
+                       const std::string& what, int tp = 1, int pp = 1, int ranks_on_host = 1);
 
 class Engine {
  public:

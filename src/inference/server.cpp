@@ -358,7 +358,7 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
                     str_cat("serving --load '", load, "' (", mc.num_parameters(),
                             " parameters) with --inference-max-requests ", ec.max_requests,
                             " x --inference-max-seq-length ", ec.max_seq_length),
-                    grid.tp, grid.pp);
+                    grid.tp, grid.pp, mpi.active() ? local_size() : 1);  // (every rank calls it)
   const bool distributed = mpi.world_size() > 1;
   std::optional<ProcessGroups> groups;
   std::unique_ptr<InferenceModel> model;
