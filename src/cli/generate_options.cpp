@@ -18,6 +18,9 @@ const std::vector<Option<GenerateConfig>>& generate_options() {
       valued<C>("--load-params", "PATH", "parameters written by train --dump-final-params",
                 MG_FIELD(load_params)),
       valued<C>("--prompt", "TEXT...", "prompts to continue", MG_FIELD(prompts)),
+      valued<C>("--sample-input-file", "PATH", "prompts to continue, one per line (Megatron's "
+                "generate_samples_gpt.py flag; empty lines skipped), after any --prompt",
+                MG_FIELD(sample_input_file)),
       valued<C>("--max-new-tokens", "N", "tokens to generate per prompt", MG_FIELD(max_new_tokens)),
       valued<C>("--top-k", "K", "sample from the K most likely tokens (1: greedy)", MG_FIELD(top_k)),
       valued<C>("--temperature", "T", "softmax temperature for sampling", MG_FIELD(temperature)),

@@ -1,6 +1,7 @@
 #include "inference/generate.h"
 
 #include <algorithm>
+#include <fstream>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
@@ -15,7 +16,8 @@ void GenerateConfig::validate() const {
   MG_USER_CHECK(load_params.empty() != load.empty(),
                 "pass one of --load DIR (a checkpoint) and --load-params FILE (a "
                 "--dump-final-params file)");
-  MG_USER_CHECK(!prompts.empty(), "--prompt is required");
+  MG_USER_CHECK(!prompts.empty() || !sample_input_file.empty(),
+                "--prompt TEXT... or --sample-input-file PATH is required");
   MG_USER_CHECK(max_new_tokens >= 0, "--max-new-tokens must be >= 0");
   MG_USER_CHECK(top_k >= 1, "--top-k must be >= 1 (1 is greedy)");
   MG_USER_CHECK(temperature > 0, "--temperature must be positive");
@@ -23,8 +25,19 @@ void GenerateConfig::validate() const {
 
 // A thin client of the inference engine (inference/engine.h): every prompt is a request of the
 // same sampling, served together; the context is the model's --seq-length.
-std::vector<std::string> generate(const GenerateConfig& cfg) {
-  cfg.validate();
+std::vector<std::string> generate(const GenerateConfig& config) {
+  config.validate();
+  GenerateConfig cfg = config;
+  if (!cfg.sample_input_file.empty()) {
+    std::ifstream in(cfg.sample_input_file);
+    MG_USER_CHECK(in.good(), "--sample-input-file '", cfg.sample_input_file, "' cannot be read");
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) cfg.prompts.push_back(line);
+    }
+    MG_USER_CHECK(!cfg.prompts.empty(), "--sample-input-file '", cfg.sample_input_file,
+                  "' holds no prompt (one per line)");
+  }
   auto tok = make_tokenizer(cfg.tokenizer);
   GPTConfig mc = cfg.model;
   if (!cfg.load.empty()) mc = checkpoint_model_config(cfg.load);

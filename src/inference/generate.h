@@ -18,6 +18,7 @@ struct GenerateConfig {
   std::string load_params;           // --load-params: a --dump-final-params file
   std::string load;                  // --load: a checkpoint directory (model shape from it)
   std::vector<std::string> prompts;  // --prompt TEXT...
+  std::string sample_input_file;     // --sample-input-file: more prompts, one per line
   int64_t max_new_tokens = 32;       // --max-new-tokens
   int64_t top_k = 1;                 // --top-k (1: greedy)
   double temperature = 1.0;          // --temperature

@@ -107,6 +107,14 @@ TEST(Serve, MegatronAndOpenAiEndpoints) {
   ASSERT_EQ(g.exit_code, 0) << g.output;
   const size_t at = g.output.find("\n1 2 3") + 1;  // the text after the log lines
   const std::string generated = g.output.substr(at, g.output.find('\n', at) - at);
+  // The same prompt from a file (Megatron's --sample-input-file), an empty line skipped.
+  std::ofstream(d.str("prompts.txt")) << "\n1 2 3\n";
+  const auto gf = testing::run_command(std::string(MG_BINARY) + " generate --load " + d.str("ck") +
+                                       " --tokenizer-type NullTokenizer --vocab-size 500"
+                                       " --sample-input-file " + d.str("prompts.txt") +
+                                       " --max-new-tokens 5");
+  ASSERT_EQ(gf.exit_code, 0) << gf.output;
+  EXPECT_NE(gf.output.find("\n" + generated + "\n----"), std::string::npos) << gf.output;
   Server s(d.str("ck"), "--inference-max-seq-length 24 --inference-max-requests 4"
                         " --max-request-bytes 4096");
   ASSERT_FALSE(s.port().empty());
