@@ -69,7 +69,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else if (command == "convert") {
       parse_args(convert_options(), args, command).validate();
     } else if (command == "serve") {
-      parse_args(serve_options(), args, command).validate();  // the flags only: no server
+      ServeCommand c = parse_args(serve_options(), args, command);  // the flags only: no
+      c.serve.load = c.train.load;                                   // checkpoint, no server
+      c.serve.validate();
     } else {
       train(args, world_size);
     }
