@@ -200,9 +200,7 @@ class EngineLoop {
           }
         }
       } catch (const NonFiniteLogits&) {  // on every rank alike: its requests fail
-        for (auto& [id, channel] : active_) channel->fail(std::current_exception());
-        active_.clear();
-        engine_.clear();
+        fail_running(std::current_exception());
       } catch (const std::exception& e) {
         // Anything else may have hit this rank only: the ranks' engines could differ from
         // here on, so several ranks end the job; one process fails the requests and goes on.
@@ -210,9 +208,7 @@ class EngineLoop {
           log_error(str_cat("megatron serve: internal error: ", e.what()));
           MpiSession::abort(1);
         }
-        for (auto& [id, channel] : active_) channel->fail(std::current_exception());
-        active_.clear();
-        engine_.clear();
+        fail_running(std::current_exception());
       }
       lock.lock();
     }
@@ -227,6 +223,12 @@ class EngineLoop {
       stop_ = true;
     }
     wake_.notify_all();
+  }
+  // A step failed: the requests in the engine fail with e and leave it.
+  void fail_running(std::exception_ptr e) {
+    for (auto& [id, channel] : active_) channel->fail(e);
+    active_.clear();
+    engine_.clear();
   }
   // After run() failed (on its thread): every request waiting on it fails with e, and later
   // ones at once.
@@ -253,6 +255,15 @@ class EngineLoop {
   std::exception_ptr failed_;
   std::map<int64_t, std::shared_ptr<Channel>> active_;  // the loop thread's only
 };
+
+// The completion of a request a stop string ended (cancelled in the engine): its tokens so far.
+Completion stopped_at(const Request& r, const std::vector<int32_t>& tokens) {
+  Completion c;
+  c.prompt = r.prompt;
+  c.tokens = tokens;
+  c.finish_reason = "stop";
+  return c;
+}
 
 // A streamed request's state, shared by its content provider's calls.
 struct StreamState {
@@ -435,18 +446,45 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
       seen = u.tokens.size();
       if (stopped) {
         loop.cancel(ch, "a stop string ended it");
-        Completion c;
-        c.prompt = p.requests[i].prompt;
-        c.tokens = u.tokens;
-        c.finish_reason = "stop";
-        return c;
+        return stopped_at(p.requests[i], u.tokens);
       }
     }
   };
+  // Writes a stream's next events (waiting for its next tokens); false: the client is gone.
+  auto next_events = [&](const std::shared_ptr<StreamState>& st, httplib::DataSink& sink) {
+    std::string out;
+    if (!st->started) {
+      st->started = true;
+      std::lock_guard<std::mutex> lock(tok_mutex);
+      out = st->events->start();
+    }
+    const Channel::Update u = st->ch->wait(st->seen);
+    if (u.error) {
+      out += "data: " + json{{"error", {{"message", fail_message(u.error).second}}}}.dump(
+                            -1, ' ', false, json::error_handler_t::replace) + "\n\n";
+      sink.write(out.data(), out.size());
+      sink.done();
+      return true;
+    }
+    bool stopped = false, end = bool(u.done);
+    {
+      std::lock_guard<std::mutex> lock(tok_mutex);
+      if (u.tokens.size() > st->seen) out += st->events->update(u.tokens, u.logprobs, &stopped);
+      st->seen = u.tokens.size();
+      if (stopped) {  // a stop string: the text ends here, the request leaves the engine
+        loop.cancel(st->ch, "a stop string ended it");
+        out += st->events->finish(stopped_at(st->p.requests[0], u.tokens));
+        end = true;
+      } else if (u.done) {
+        out += st->events->finish(*u.done);
+      }
+    }
+    if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+    if (end) sink.done();
+    return true;
+  };
   // A streamed answer (server-sent events): the channel's tokens as they come; a client that
   // goes away (a failed write, or too slow for the write timeout) cancels its request.
-  // Writes a stream's next events (waiting for its next tokens); false: the client is gone.
-  std::function<bool(const std::shared_ptr<StreamState>&, httplib::DataSink&)> next_events;
   auto stream = [&](httplib::Response& res, api::Parsed parsed, std::shared_ptr<Channel> ch) {
     auto st = std::make_shared<StreamState>();
     st->p = std::move(parsed);
@@ -465,42 +503,6 @@ void serve(const ServeConfig& cfg, const MpiSession& mpi) {
         [&, st](bool success) {
           if (!success) loop.cancel(st->ch, "its client went away");
         });
-  };
-  next_events = [&](const std::shared_ptr<StreamState>& st, httplib::DataSink& sink) {
-          std::string out;
-          if (!st->started) {
-            st->started = true;
-            std::lock_guard<std::mutex> lock(tok_mutex);
-            out = st->events->start();
-          }
-          const Channel::Update u = st->ch->wait(st->seen);
-          if (u.error) {
-            out += "data: " + json{{"error", {{"message", fail_message(u.error).second}}}}.dump(
-                                  -1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            sink.write(out.data(), out.size());
-            sink.done();
-            return true;
-          }
-          bool stopped = false, end = bool(u.done);
-          {
-            std::lock_guard<std::mutex> lock(tok_mutex);
-            if (u.tokens.size() > st->seen) out += st->events->update(u.tokens, u.logprobs, &stopped);
-            st->seen = u.tokens.size();
-            if (stopped) {  // a stop string: the text ends here, the request leaves the engine
-              loop.cancel(st->ch, "a stop string ended it");
-              Completion c;
-              c.prompt = st->p.requests[0].prompt;
-              c.tokens = u.tokens;
-              c.finish_reason = "stop";
-              out += st->events->finish(c);
-              end = true;
-            } else if (u.done) {
-              out += st->events->finish(*u.done);
-            }
-          }
-          if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-          if (end) sink.done();
-          return true;
   };
   auto handler = [&](api::Endpoint e) {
     return [&, e](const httplib::Request& req, httplib::Response& res) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/cuda/device.h"
+#include "testing/require_gpu.h"
 #include "backend/ops.h"
 #include "inference/engine.h"
 #include "inference/engine_models.h"
@@ -19,12 +20,6 @@ namespace mg {
 namespace {
 
 using namespace testing;
-
-#define MG_REQUIRE_GPU()                                                   \
-  do {                                                                     \
-    std::string why;                                                       \
-    if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // The CPU tests' shapes with head dimension 32 (the CUDA attention kernels' smallest).
 GPTConfig wide(GPTConfig c) {

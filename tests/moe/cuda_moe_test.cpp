@@ -16,18 +16,13 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "testing/require_gpu.h"
 #include "backend/cuda/ops.h"
 #include "backend/ops.h"
 #include "testing/mpirun.h"
 
 namespace mg {
 namespace {
-
-#define MG_REQUIRE_GPU()                                                   \
-  do {                                                                     \
-    std::string why;                                                       \
-    if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 template <typename T>
 cuda::Buffer up(const std::vector<T>& h) {

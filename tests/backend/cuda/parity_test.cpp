@@ -15,6 +15,7 @@
 #include "backend/cpu/half.h"
 #include "core/error.h"
 #include "backend/cuda/device.h"
+#include "testing/require_gpu.h"
 #include "backend/cuda/ops.h"
 #include "backend/ops.h"
 
@@ -24,12 +25,6 @@ namespace {
 using Vec = std::vector<float>;
 using cpu::GradWrite;
 constexpr double kTolF32 = 1e-5, kTol16 = 1e-2;
-
-#define MG_REQUIRE_GPU()                                             \
-  do {                                                               \
-    std::string why;                                                 \
-    if (!cuda::available(&why)) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 Vec random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 gen(seed);
