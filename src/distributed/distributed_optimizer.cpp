@@ -8,6 +8,22 @@
 
 namespace mg {
 
+std::pair<int64_t, int64_t> bucket_shard(std::pair<int64_t, int64_t> bucket, int64_t dp,
+                                         int64_t d) {
+  const auto [begin, end] = bucket;
+  MG_CHECK((end - begin) % dp == 0, "bucket not divisible by DP");
+  const int64_t lo = begin + d * (end - begin) / dp;
+  return {lo, lo + (end - begin) / dp};
+}
+
+int64_t owned_param_elements(const ParamLayout& layout, std::pair<int64_t, int64_t> shard) {
+  int64_t owned = 0;
+  for (const ParamSpec& p : layout.params())
+    owned += std::max<int64_t>(0, std::min(shard.second, p.offset + p.numel()) -
+                                      std::max(shard.first, p.offset));
+  return owned;
+}
+
 DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
                                            const OptimizerConfig& cfg, bool overlap_grad_reduce,
                                            bool overlap_param_gather, DType grad_reduce_dtype)
@@ -16,10 +32,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
   check_reducible(grad_dtype_);
   const ParamLayout& layout = store.layout();
   for (size_t bi = 0; bi < layout.buckets().size(); ++bi) {
-    const auto [begin, end] = layout.buckets()[bi];
-    const int64_t dp = group(bi).size(), d = group(bi).rank();
-    MG_CHECK((end - begin) % dp == 0, "bucket not divisible by DP");
-    const int64_t lo = begin + d * (end - begin) / dp, hi = lo + (end - begin) / dp;
+    const auto [lo, hi] = bucket_shard(layout.buckets()[bi], group(bi).size(), group(bi).rank());
     for (const ParamSpec& p : layout.params()) {
       const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel());
       if (a >= b) continue;

@@ -19,6 +19,13 @@
 
 namespace mg {
 
+// The elements [lo, hi) of bucket [begin, end) that rank d of its dp ranks owns (the bucket
+// is padded to a multiple of dp), and how many of them are parameters (not padding): the
+// optimizer state a shard keeps. The memory estimate reads the same two functions.
+std::pair<int64_t, int64_t> bucket_shard(std::pair<int64_t, int64_t> bucket, int64_t dp,
+                                         int64_t d);
+int64_t owned_param_elements(const ParamLayout& layout, std::pair<int64_t, int64_t> shard);
+
 class DistributedOptimizer {
  public:
   // overlap_grad_reduce: each bucket's reduce-scatter starts during the last backward once its

@@ -511,8 +511,8 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
   const CacheCounts caches = cache_counts(spec, layers);
   const char* what = "bytes of activations (--num-layers x --seq-length x --micro-batch-size x "
                      "--hidden-size ...)";
-  const int64_t resid = checked_bytes(checked_mul(layers + 1, d.local_rows() * d.H, what),
-                                      DType::F32, what);
+  const int64_t resid =
+      checked_mul(layers + 1, tensor_alloc_bytes(d.local_rows() * d.H, DType::F32, what), what);
   // The stored caches: every layer's, or under block recompute those after the first
   // recompute_num_layers (uniform recompute stores none).
   int64_t stored = 0;
@@ -534,7 +534,7 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
 
 size_t GPTModel::allocated_activation_bytes() const {
   size_t b = 0;
-  auto add = [&b](const Tensor& t) { b += t.empty() ? 0 : t.nbytes(); };  // never allocated: 0
+  auto add = [&b](const Tensor& t) { b += t.allocated_bytes(); };
   auto add_cache = [&](const LayerCache& c, const LayerDims& d) {
     for (const ActivationDecl& a : layer_cache_decls(d)) add(c.*a.member);
   };

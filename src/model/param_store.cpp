@@ -24,6 +24,11 @@ ParamLayout chunks_layout(const GPTConfig& cfg, const StoreSpec& spec,
 }
 }  // namespace
 
+ParamLayout store_layout(const GPTConfig& cfg, const StoreSpec& spec) {
+  std::vector<std::pair<int, int>> ranges;
+  return chunks_layout(cfg, spec, ranges);
+}
+
 ParamStore::ParamStore(const GPTConfig& cfg, const StoreSpec& spec)
     : cfg_(cfg), spec_(spec), layout_(chunks_layout(cfg, spec, chunk_params_)),
       params_({layout_.total_numel()}, spec.dtype, ops::device()),

@@ -29,6 +29,10 @@ struct StoreSpec {
   bool with_grads = true;         // false (inference): no gradient buffer
 };
 
+// The layout a ParamStore of spec builds (its buffers hold layout.total_numel() elements),
+// without allocating: the memory estimates read it.
+ParamLayout store_layout(const GPTConfig& cfg, const StoreSpec& spec);
+
 class ParamStore {
  public:
   ParamStore(const GPTConfig& cfg, const StoreSpec& spec);

@@ -68,7 +68,7 @@ class Optimizer {
   // state); nothing for an f32 model.
   void copy_main_from(const void* model_params);
   // Optimizer state: moments, plus the fp32 main params of a 16-bit model.
-  size_t state_bytes() const { return state_.nbytes() + main_.nbytes(); }
+  size_t state_bytes() const { return state_.allocated_bytes() + main_.allocated_bytes(); }
 
  private:
   OptimizerConfig cfg_;

@@ -38,6 +38,10 @@ int64_t checked_bytes(int64_t n, DType t, const char* what) {
   return checked_mul(n, int64_t(dtype_size(t)), what);
 }
 
+int64_t tensor_alloc_bytes(int64_t n, DType t, const char* what) {
+  return checked_mul(ceil_div(checked_bytes(n, t, what), 64), 64, what);
+}
+
 std::string shape_str(const Shape& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -58,8 +62,7 @@ void TensorFree::operator()(void* p) const {
 
 Tensor::Tensor(Shape shape, DType dtype, Device device)
     : shape_(std::move(shape)), dtype_(dtype), device_(device) {
-  const int64_t exact = checked_bytes(numel(), dtype, "bytes of a tensor");
-  const size_t bytes = size_t(ceil_div(exact, 64)) * 64;
+  const size_t bytes = size_t(tensor_alloc_bytes(numel(), dtype, "bytes of a tensor"));
   void* p = runtime::alloc(bytes ? bytes : 64, device);
   // The up-front memory check (train/rank_memory.h) refuses what cannot fit; this is what is
   // left: memory taken by someone else meanwhile.

@@ -26,6 +26,9 @@ std::string shape_str(const Shape& shape);
 // Bytes of n elements of dtype t; an overflow is a UsageError naming `what` (sizes come from
 // flags: core/checked_math.h).
 int64_t checked_bytes(int64_t n, DType t, const char* what);
+// Bytes a Tensor of n elements takes from the allocator (and the live count): checked_bytes
+// rounded up to the 64-byte alignment. Memory estimates count tensors with this.
+int64_t tensor_alloc_bytes(int64_t n, DType t, const char* what);
 
 enum class Device : uint8_t { CPU, CUDA };
 
@@ -82,6 +85,8 @@ class Tensor {
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+  // What the allocator holds for it (tensor_alloc_bytes; 0 when never allocated).
+  size_t allocated_bytes() const { return buf_ ? buf_.get_deleter().bytes : 0; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   bool empty() const { return !buf_; }
@@ -108,12 +113,12 @@ struct TensorDecl {
   bool host = false;  // host memory whatever the owner's device (staging buffers)
 };
 
-// Bytes of the declared tensors (checked; the Tensor allocator's 64-byte rounding aside).
+// Bytes the declared tensors take from the allocator (checked, tensor_alloc_bytes each).
 template <typename Owner>
 int64_t decl_bytes(const std::vector<TensorDecl<Owner>>& decls) {
   int64_t b = 0;
   for (const TensorDecl<Owner>& d : decls)
-    if (__builtin_add_overflow(b, checked_bytes(shape_numel(d.shape), d.dtype, d.name), &b))
+    if (__builtin_add_overflow(b, tensor_alloc_bytes(shape_numel(d.shape), d.dtype, d.name), &b))
       MG_USER_CHECK(false, "the bytes of ", d.name, " and the tensors before it overflow a "
                     "64-bit integer; lower the sizes that drive them");
   return b;

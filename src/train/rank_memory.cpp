@@ -5,6 +5,8 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "distributed/distributed_optimizer.h"
+#include "model/param_store.h"
 #include "parallel/rank_grid.h"
 #include "pipeline/schedule.h"
 
@@ -69,38 +71,69 @@ StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank) {
   return store;
 }
 
+namespace {
+// world_rank's index in the group of `groups` holding it (its rank in that communicator).
+int64_t rank_in(const std::vector<std::vector<int>>& groups, int world_rank) {
+  for (const std::vector<int>& g : groups)
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i] == world_rank) return int64_t(i);
+  MG_CHECK(false, "rank ", world_rank, " is in no group");
+  return 0;
+}
+}  // namespace
+
 RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   const std::vector<StageSpec> chunks = train_chunk_specs(cfg, world_rank);
-  ParamCount count;
-  for (const StageSpec& chunk : chunks) {
-    const ParamCount c = shard_param_count(cfg.model, chunk.shard);
-    count.elements = checked_add(count.elements, c.elements, kWhat);
-    count.vector_elements = checked_add(count.vector_elements, c.vector_elements, kWhat);
-    count.expert_elements = checked_add(count.expert_elements, c.expert_elements, kWhat);
-  }
-  const StageSpec& spec = chunks.front();
-  // The distributed optimizer shards over DP x CP.
-  const int64_t n = count.elements, dp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
-  const bool low_precision = spec.dtype != DType::F32;
+  const StoreSpec store = train_store_spec(cfg, world_rank);
+  // The store's own layout (bucket padding included) and the tensors the trainer allocates
+  // from it, each as the allocator counts it (tensor_alloc_bytes).
+  const ParamLayout layout = store_layout(cfg.model, store);
+  const DType dtype = store.dtype;
+  const bool low_precision = dtype != DType::F32;
+  auto bytes = [](int64_t n, DType t) { return tensor_alloc_bytes(n, t, kWhat); };
+  auto add = [](int64_t& to, int64_t b) { to = checked_add(to, b, kWhat); };
   RankMemory m;
-  m.params = checked_bytes(n, spec.dtype, kWhat);
-  if (low_precision) m.params = checked_add(m.params, checked_bytes(count.vector_elements,
-                                                                     DType::F32, kWhat), kWhat);
-  m.grads = checked_bytes(n, DType::F32, kWhat);
-  // formulas.md: Adam keeps 2 fp32 moments per parameter, SGD 1; a 16-bit model also an fp32
-  // main copy. The distributed optimizer keeps 1/DP of them, plus a reduced grad shard and a
-  // gathered param shard of each bucket.
-  const int64_t per_element = (cfg.optimizer == "adam" ? 8 : 4) + (low_precision ? 4 : 0);
-  m.optimizer = checked_mul(n, per_element, kWhat);
+  m.params = bytes(layout.total_numel(), dtype);
+  m.grads = bytes(layout.total_numel(), DType::F32);
+  // Each chunk keeps f32 copies of its 1-D params under mixed precision (GPTModel::small_).
+  for (const StageSpec& chunk : chunks)
+    if (low_precision) add(m.params, bytes(shard_param_count(cfg.model, chunk.shard).vector_elements,
+                                           DType::F32));
+  // The optimizer: Adam's 2 fp32 moments (SGD's 1) per parameter it steps, + an fp32 main
+  // copy of a 16-bit model (formulas.md's bytes per parameter). The distributed optimizer steps
+  // this rank's shard of each bucket (DP x CP ranks, expert buckets expert-DP ranks) and keeps
+  // each shard's reduced grads and gathered params.
+  const DType reduce_dtype = cfg.parallel.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
+  int64_t stepped = 0;
   if (cfg.use_distributed_optimizer) {
-    // Dense parameters sharded over DP x CP, the experts over expert DP
-    // (TP x DP x CP / (expert TP x EP)).
-    const int64_t experts = count.expert_elements, edp = cfg.rank_grid().edp();
-    const int64_t shard = checked_add(ceil_div(n - experts, dp), ceil_div(experts, edp), kWhat);
-    m.optimizer = experts == 0 ? ceil_div(m.optimizer, dp) : checked_mul(shard, per_element, kWhat);
-    m.grads = checked_add(m.grads, checked_bytes(shard, DType::F32, kWhat), kWhat);
-    m.params = checked_add(m.params, checked_bytes(shard, spec.dtype, kWhat), kWhat);
+    const RankGrid grid = cfg.rank_grid();
+    const bool own_expert_group = grid.ep > 1 || grid.folded();
+    const int64_t dense_rank = rank_in(grid.groups("dp-cp"), world_rank);
+    const int64_t expert_rank =
+        own_expert_group ? rank_in(grid.expert_groups("edp"), world_rank) : dense_rank;
+    for (size_t b = 0; b < layout.buckets().size(); ++b) {
+      const bool expert = layout.bucket_is_expert(b);
+      const int64_t dp = expert && own_expert_group ? grid.edp()
+                                                    : int64_t(grid.dp) * grid.cp;
+      const auto [begin, end] = layout.buckets()[b];
+      const auto shard = bucket_shard({begin, end}, dp, expert ? expert_rank : dense_rank);
+      add(stepped, owned_param_elements(layout, shard));
+      add(m.grads, bytes(shard.second - shard.first, reduce_dtype));
+      add(m.params, bytes(shard.second - shard.first, dtype));
+      if (reduce_dtype == DType::BF16) add(m.grads, bytes(end - begin, DType::BF16));
+    }
+  } else {
+    for (const ParamSpec& p : layout.params()) add(stepped, p.numel());
+    // The data-parallel reducer's bf16 copy of each bucket (--grad-reduce-in-bf16).
+    const RankGrid grid = cfg.rank_grid();
+    const bool reduces = int64_t(grid.dp) * grid.cp > 1 ||
+                         (cfg.model.num_experts > 0 && (grid.ep > 1 || grid.folded()) &&
+                          grid.edp() > 1);
+    if (reduces && reduce_dtype == DType::BF16)
+      for (const auto& [begin, end] : layout.buckets()) add(m.grads, bytes(end - begin, DType::BF16));
   }
+  m.optimizer = bytes(checked_mul(stepped, cfg.optimizer == "adam" ? 2 : 1, kWhat), DType::F32);
+  if (low_precision) add(m.optimizer, bytes(stepped, DType::F32));
   for (const StageSpec& chunk : chunks)
     m.activations = checked_add(
         m.activations, GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, chunk), kWhat);

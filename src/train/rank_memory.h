@@ -15,13 +15,16 @@
 
 namespace mg {
 
-// Bytes one rank allocates (DP-bucket padding aside: at most 63 elements per parameter tensor
-// and lcm(DP, 128) per bucket, so the figures are a lower bound within a fraction of a percent).
+// Bytes one rank's model, optimizer and data-parallel reducer take from the tensor allocator,
+// exactly: the same layouts and declarations they allocate from (bucket padding and the
+// allocator's 64-byte rounding included). `megatron train` logs what was allocated beside
+// this; `megatron plan` prints it.
 struct RankMemory {
   int64_t params = 0;       // flat parameter buffer in the model dtype; under mixed precision
                             // also the f32 copies of 1-D params; the distributed optimizer's
                             // gathered parameter shard
-  int64_t grads = 0;        // fp32 main grads (+ the distributed optimizer's reduced shard)
+  int64_t grads = 0;        // fp32 main grads (+ the distributed optimizer's reduced shard;
+                            // bf16 bucket copies under --grad-reduce-in-bf16)
   int64_t optimizer = 0;    // Adam moments or SGD momentum, + fp32 main params of a 16-bit
                             // model: formulas.md's bytes per parameter (over DP when sharded)
   int64_t activations = 0;  // the stage's activation slots, caches, scratch and buffers

@@ -222,6 +222,7 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<GradReducer> reducer_;
   size_t state_bytes_ = 0;  // the optimizer's state on this rank
+  int64_t built_bytes_ = 0;  // tensor bytes the model, optimizer and reducer allocated
   TrainProgress progress_;  // as loaded, then as last saved
   std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
   // The TP, PP, DP (x CP), embedding and CP groups, whose bytes each log line reports.
@@ -260,7 +261,9 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
   int32_t eod = 0;
   data_ = load_data(cfg, g, eod);
   batch_options_ = {eod, cfg.eod_mask_loss, cfg.reset_position_ids, cfg.reset_attention_mask};
+  const int64_t live_before = tensor_bytes_live();
   build_model_and_optimizer();
+  built_bytes_ = tensor_bytes_live() - live_before;
   load_or_init();
   if (cfg.exit_signal_handler) install_sigterm_handler();
   fault::arm(g.world_rank);
@@ -366,6 +369,14 @@ void Trainer::log_setup() const {
   log_line(memory_report(model.num_params() * int64_t(dtype_size(model.dtype())),
                          model.num_params() * 4, state_bytes_, size_t(estimate.activations),
                          double(estimate.optimizer)));
+  // The allocator's own count of what building the model, optimizer and reducer took, beside
+  // the estimate made before (megatron plan prints the same estimate).
+  log_line(str_cat(" > tensor bytes of rank ", g_.world_rank, ": ", built_bytes_,
+                   " allocated by the model, optimizer and grad reducer (estimated before "
+                   "allocation: ", estimate.total(false), " = params ", estimate.params,
+                   " + grads ", estimate.grads, " + optimizer ", estimate.optimizer,
+                   " + activations ", estimate.activations, ")"),
+           /*all_ranks=*/true);
 }
 
 TrainResult Trainer::run() {
