@@ -40,7 +40,7 @@ const std::vector<std::pair<std::string, Modules>>& may_use() {
       {"train", {"core", "tensor", "backend", "comm", "parallel", "tensor_parallel", "layers",
                  "model", "pipeline", "distributed", "optim", "data", "checkpoint"}},
       {"inference", {"model"}},
-      {"plan", {"model"}},
+      {"plan", {"train"}},  // memory: train/rank_memory.h; time: the schedule table
       {"cli", {"core", "tensor", "backend", "comm", "parallel", "tensor_parallel", "layers",
                "model", "pipeline", "distributed", "optim", "data", "checkpoint", "train",
                "inference", "plan"}},

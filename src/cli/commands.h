@@ -37,6 +37,20 @@ const std::vector<Option<ServeCommand>>& serve_options();
 // (--seq-length) apply; the layout, precision, device and tokenizer from `train`'s flags.
 ServeConfig serve_config(const ServeCommand& c, const std::set<std::string>& given);
 const std::vector<Option<ConvertConfig>>& convert_options();
+// `megatron plan`: its own flags and every `train` flag.
+struct PlanCommand {
+  TrainConfig train;
+  int num_gpus = 0;                 // --num-gpus / --world-size (0: 1)
+  std::string device_profile = "h100-sxm";
+  bool search = false;
+  int top = 5;
+  bool json = false;
+  bool profile_device = false;
+  std::string output;
+};
+const std::vector<Option<PlanCommand>>& plan_options();
+// The `train` flags of a plan command line (plan's own removed): --search's commands reuse them.
+std::vector<std::string> plan_train_args(const std::vector<std::string>& args);
 
 inline TrainConfig parse_train_args(const std::vector<std::string>& args,
                                     std::set<std::string>* given = nullptr) {

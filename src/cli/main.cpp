@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -18,6 +19,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/process_groups.h"
+#include "checkpoint/files.h"
+#include "plan/measure_profile.h"
+#include "plan/planner.h"
 #include "train/checkpoint_model.h"
 #include "train/rank_memory.h"
 #include "train/trainer.h"
@@ -34,7 +38,9 @@ const char* kUsage =
     "  merge-datasets   concatenate .bin/.idx datasets\n"
     "  generate         continue prompts with a trained model\n"
     "  serve            serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI completions)\n"
-    "  convert          Hugging Face GPT-2, Llama, Mistral, Qwen2 <-> megatron-cpp checkpoints\n\n"
+    "  convert          Hugging Face GPT-2, Llama, Mistral, Qwen2 <-> megatron-cpp checkpoints\n"
+    "  plan             memory per rank and step time of a train command line, and --search\n"
+    "                   for the fastest layout on N devices (docs/planner.md)\n\n"
     "Threads: train divides a node's cores among the ranks on it; OMP_NUM_THREADS overrides\n"
     "(other commands: all cores).\n"
     "Many ranks: mpirun -np N megatron train ... (data-parallel size = N / (TP x PP)).\n";
@@ -193,6 +199,84 @@ int serve(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   return 0;
 }
 
+int plan(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
+  if (wants_help(args)) {
+    std::fputs(mg::help_text(mg::plan_options(),
+                             "usage: megatron plan --num-gpus N [--device-profile NAME|FILE] "
+                             "[--search] [--json] [train's flags]\n\nPredicts each rank's memory "
+                             "and the step time of `megatron train` with the same flags "
+                             "(docs/planner.md).")
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  std::set<std::string> given;
+  mg::PlanCommand c = mg::parse_args(mg::plan_options(), args, "plan", &given);
+  if (c.profile_device) {
+    const std::string json = mg::device_profile_json(mg::measure_cpu_profile(mpi));
+    if (mpi.world_rank() != 0) return 0;
+    if (c.output.empty()) {
+      std::fputs(json.c_str(), stdout);
+    } else {
+      mg::ckpt::write_file_atomic(c.output, json);
+      std::printf("plan: profile of this machine written to %s\n", c.output.c_str());
+    }
+    return 0;
+  }
+  if (mpi.world_rank() != 0) return 0;
+  MG_USER_CHECK(c.num_gpus >= 0, "--num-gpus must be positive, not ", c.num_gpus);
+  MG_USER_CHECK(c.top >= 1, "--top must be at least 1, not ", c.top);
+  const int world = c.num_gpus > 0 ? c.num_gpus : 1;
+  // Upstream's example scripts give GPT-2's vocab and merge files without --tokenizer-type.
+  if (c.train.tokenizer.tokenizer_type.empty() && !c.train.tokenizer.vocab_file.empty() &&
+      !c.train.tokenizer.merge_file.empty())
+    c.train.tokenizer.tokenizer_type = "GPT2BPETokenizer";
+  // The model's vocabulary as train would size it; a tokenizer whose files are not on this
+  // machine needs --vocab-size (GPT-2's BPE is known: 50257).
+  try {
+    if (const int64_t v = tokenizer_vocab_size(c.train.tokenizer, c.train.model.vocab_size,
+                                               given.count("--vocab-size") > 0))
+      c.train.model.vocab_size = v;
+  } catch (const mg::UsageError& e) {
+    if (c.train.tokenizer.tokenizer_type == "GPT2BPETokenizer" && !given.count("--vocab-size")) {
+      c.train.model.vocab_size = 50257;
+      std::fputs("plan: the tokenizer files are not readable here; GPT-2's vocabulary (50257) "
+                 "assumed\n", stderr);
+    } else if (!given.count("--vocab-size")) {
+      throw mg::UsageError(mg::str_cat(e.what(), " (or give --vocab-size to plan without the "
+                                                  "tokenizer files)"));
+    }
+  }
+  c.train.argv = args;
+  // A plan is of the full batch's step: a batch ramp-up does not change what fits or the steady
+  // speed. (Upstream's GPT-3 175B script pairs --rampup-batch-size with --train-iters, which
+  // train refuses as upstream does; plan answers it.)
+  if (!c.train.rampup_batch_size.empty()) {
+    c.train.rampup_batch_size.clear();
+    std::fputs("plan: --rampup-batch-size ignored: planned at the full --global-batch-size\n",
+               stderr);
+  }
+  const mg::DeviceProfile profile = c.device_profile == "cpu"
+                                        ? mg::measure_cpu_profile(mpi)
+                                        : mg::load_device_profile(c.device_profile);
+  std::vector<std::string> train_args = mg::plan_train_args(args);
+  // --search's commands leave out what train would refuse (the ramp-up above).
+  if (const auto it = std::find(train_args.begin(), train_args.end(), "--rampup-batch-size");
+      it != train_args.end() && c.train.train_samples == 0)
+    train_args.erase(it, it + std::min<std::ptrdiff_t>(4, train_args.end() - it));
+  if (c.search) {
+    const mg::SearchResult r = mg::search_layouts(c.train, world, profile, c.top);
+    std::fputs((c.json ? mg::search_json(r, profile, train_args)
+                       : mg::search_report(r, profile, train_args))
+                   .c_str(),
+               stdout);
+    return 0;
+  }
+  const mg::Plan p = mg::make_plan(c.train, world, profile);
+  std::fputs((c.json ? mg::plan_json(p, profile) : mg::plan_report(p, profile)).c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,7 +304,7 @@ int main(int argc, char** argv) {
     mg::log_error(std::string("megatron ") + command + ": internal error: " + e.what());
     return 1;
   }
-  if (command != "train" && command != "serve") {
+  if (command != "train" && command != "serve" && command != "plan") {
     mg::log_error("megatron: error: unknown command '" + command + "' (see `megatron --help`)");
     return 2;
   }
@@ -234,6 +318,7 @@ int main(int argc, char** argv) {
   mg::MpiSession mpi(&argc, &argv);
   mg::set_log_rank(mpi.world_rank());
   try {
+    if (command == "plan") return plan(args, mpi);
     return command == "train" ? train(args, mpi) : serve(args, mpi);
   } catch (const mg::UsageError& e) {
     // Every rank validates the same flags, so every rank stops here; rank 0 says why.

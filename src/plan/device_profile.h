@@ -1,0 +1,48 @@
+// A device profile: what `megatron plan` needs to know about one accelerator (or this CPU) and
+// the links between them, as a small JSON file (docs/planner.md lists every field). Built-in
+// profiles: h100-sxm, h200, a100-80gb (datasheet peaks and links; the calibration constants
+// fitted as docs/planner.md shows), and cpu (measured here by `megatron plan --profile-device`).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/dtype.h"
+
+namespace mg {
+
+struct LinkProfile {
+  double bandwidth = 0;  // bytes/s one rank can send (and receive) at once over this link
+  double latency = 0;    // seconds per message
+};
+
+struct DeviceProfile {
+  std::string name, description;
+  double peak_fp32 = 0, peak_bf16 = 0, peak_fp16 = 0;  // FLOP/s, dense
+  // Achievable GEMM efficiency (of the dtype's peak) for an (M x K) . (K x N) product:
+  // gemm_max_efficiency x d / (d + gemm_half_dim) with d = min(M, N, K): small dimensions
+  // starve the units (calibration constants).
+  double gemm_max_efficiency = 0, gemm_half_dim = 0;
+  // The attention core (QK^T, softmax, .V) as a fraction of the dtype's peak, and the share of
+  // its s^2 work the kernel does (0.5: causal blocks skipped, as flash attention does).
+  double attention_efficiency = 0, attention_causal_fraction = 1;
+  double memory_bandwidth = 0;  // bytes/s: elementwise ops, the optimizer step
+  int64_t memory_bytes = 0;     // per device
+  LinkProfile intra_node, inter_node;
+  int64_t devices_per_node = 1;
+  // The fraction of TP / CP / EP communication time not hidden behind compute (calibration).
+  double exposed_comm_fraction = 1;
+
+  double peak(DType t) const;
+  // Seconds for an M x N x K GEMM (2 M N K FLOPs) in dtype t.
+  double gemm_seconds(int64_t M, int64_t N, int64_t K, DType t) const;
+};
+
+// A built-in profile by name, or a JSON file; a missing or mistyped field is a UsageError
+// naming the file and the field.
+DeviceProfile load_device_profile(const std::string& name_or_file);
+DeviceProfile parse_device_profile(const std::string& json_text, const std::string& source);
+std::string device_profile_json(const DeviceProfile& p);
+std::vector<std::string> builtin_profile_names();
+
+}  // namespace mg
