@@ -46,6 +46,7 @@ struct PlanCommand {
   int top = 5;
   bool json = false;
   bool profile_device = false;
+  bool show_profile = false;
   std::string output;
 };
 const std::vector<Option<PlanCommand>>& plan_options();

@@ -259,6 +259,10 @@ int plan(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
   const mg::DeviceProfile profile = c.device_profile == "cpu"
                                         ? mg::measure_cpu_profile(mpi)
                                         : mg::load_device_profile(c.device_profile);
+  if (c.show_profile) {
+    std::fputs(mg::device_profile_json(profile).c_str(), stdout);
+    return 0;
+  }
   std::vector<std::string> train_args = mg::plan_train_args(args);
   // --search's commands leave out what train would refuse (the ramp-up above).
   if (const auto it = std::find(train_args.begin(), train_args.end(), "--rampup-batch-size");

@@ -24,6 +24,8 @@ const std::vector<Option<PlanCommand>>& plan_options() {
       on_off<C>("--profile-device", "measure this machine (GEMM shapes, memory bandwidth, MPI "
                 "collectives over the ranks of `mpirun -np N`) and write a profile",
                 MG_FIELD(profile_device)),
+      on_off<C>("--show-profile", "print the --device-profile as JSON (a starting point for a "
+                "profile file of your own) and exit", MG_FIELD(show_profile)),
       valued<C>("--output", "FILE", "where --profile-device writes the profile (default: stdout)",
                 MG_FIELD(output)),
     };
@@ -38,7 +40,8 @@ const std::vector<Option<PlanCommand>>& plan_options() {
 std::vector<std::string> plan_train_args(const std::vector<std::string>& args) {
   static const std::set<std::string> valued = {"--num-gpus", "--world-size", "--device-profile",
                                                "--top", "--output"};
-  static const std::set<std::string> switches = {"--search", "--json", "--profile-device"};
+  static const std::set<std::string> switches = {"--search", "--json", "--profile-device",
+                                                 "--show-profile"};
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string name = args[i].substr(0, args[i].find('='));

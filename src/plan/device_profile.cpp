@@ -25,40 +25,40 @@ const std::map<std::string, std::string>& builtins() {
   "name": "h100-sxm",
   "description": "NVIDIA H100 SXM5 80GB; NVLink 4 inside 8-GPU nodes, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
-  "gemm_efficiency": {"max": 0.64, "half_dim": 64},
-  "attention": {"efficiency": 0.42, "causal_fraction": 0.5},
+  "gemm_efficiency": {"max": 0.82, "half_dim": 64},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
   "memory_bandwidth_gbs": 3350,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 50, "latency_us": 10},
   "devices_per_node": 8,
-  "exposed_comm_fraction": 0.3
+  "exposed_comm_fraction": 0.0
 })json"},
       {"h200", R"json({
   "name": "h200",
   "description": "NVIDIA H200 SXM 141GB; H100 arithmetic with 4.8 TB/s HBM3e; NVLink 4, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
-  "gemm_efficiency": {"max": 0.64, "half_dim": 64},
-  "attention": {"efficiency": 0.42, "causal_fraction": 0.5},
+  "gemm_efficiency": {"max": 0.82, "half_dim": 64},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
   "memory_bandwidth_gbs": 4800,
   "memory_gib": 131.3,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 50, "latency_us": 10},
   "devices_per_node": 8,
-  "exposed_comm_fraction": 0.3
+  "exposed_comm_fraction": 0.0
 })json"},
       {"a100-80gb", R"json({
   "name": "a100-80gb",
   "description": "NVIDIA A100 SXM4 80GB; NVLink 3 inside 8-GPU nodes, 8 x 200 Gb/s InfiniBand (Selene)",
   "peak_tflops": {"fp32": 19.5, "bf16": 312, "fp16": 312},
-  "gemm_efficiency": {"max": 0.64, "half_dim": 64},
-  "attention": {"efficiency": 0.42, "causal_fraction": 0.5},
+  "gemm_efficiency": {"max": 0.82, "half_dim": 64},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
   "memory_bandwidth_gbs": 2039,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 300, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 25, "latency_us": 10},
   "devices_per_node": 8,
-  "exposed_comm_fraction": 0.3
+  "exposed_comm_fraction": 0.0
 })json"},
   };
   return profiles;

@@ -73,9 +73,10 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     const double attention = attn_flops / (p.peak(dt) * p.attention_efficiency);
     // Elementwise passes over the rows: norms, residual adds, bias/activation, RoPE, dropout
     // (f32 residual stream, the GEMM inputs in the model dtype).
+    // (the residual-stream ones on this rank's rows: a TP share under SP).
     const double elementwise =
-        double(N) * (40.0 * double(H) + act * (3.0 * double(d.fc1_local()) +
-                                               2.0 * double(d.qkv_local()))) / bw;
+        (double(d.local_rows()) * 40.0 * double(H) +
+         double(N) * act * (3.0 * double(d.fc1_local()) + 2.0 * double(d.qkv_local()))) / bw;
     // TP: 2 all-reduces (or all-gather + reduce-scatter under SP) forward, 2 backward.
     const double tp = 2.0 * ring_all_reduce(double(N * H) * act, grid.tp, tp_link);
     // CP (p2p ring): K and V of each other rank's share pass by once forward, twice backward.
@@ -168,7 +169,10 @@ PipelineRun simulate_pipeline(const ScheduleShape& shape,
           ready = vs + 1 < stages ? dep + p2p : own;
         }
         const auto [tf, tb] = times[size_t(r)][size_t(s.chunk)];
-        const double d = s.forward ? tf : tb;
+        // The rank sends its output to the next (previous) virtual stage and waits for the
+        // transfer (the p2p exchange is paired, as Megatron's batched isend/irecv).
+        const bool sends = s.forward ? vs + 1 < stages : vs > 0;
+        const double d = (s.forward ? tf : tb) + (sends ? p2p : 0.0);
         const double start = std::max(clock[size_t(r)], ready);
         clock[size_t(r)] = start + d;
         run.busy[size_t(r)] += d;
@@ -221,11 +225,13 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   const size_t crit = size_t(std::max_element(run.busy.begin(), run.busy.end()) - run.busy.begin());
   StepEstimate e;
   e.parts = per_rank[crit];
-  const double transfers = grid.pp > 1 ? 2.0 * double(M * grid.pp * cfg.parallel.virtual_stages) *
-                                              p2p / double(grid.pp) : 0;
-  e.parts.pp_p2p = std::min(transfers, run.seconds - run.busy[crit]);
-  e.parts.bubble = run.seconds - run.busy[crit] - e.parts.pp_p2p;
-  e.bubble_fraction = (run.seconds - run.busy[crit]) / run.seconds;
+  // Its sends: one per forward and backward step but the model's two ends.
+  const double transfers = p2p * double(2 * M * cfg.parallel.virtual_stages -
+                                        (crit == 0 ? M : 0) -
+                                        (crit + 1 == size_t(grid.pp) ? M : 0));
+  e.parts.pp_p2p = transfers;
+  e.parts.bubble = run.seconds - run.busy[crit];
+  e.bubble_fraction = e.parts.bubble / run.seconds;
   // Data parallelism: the gradients reduced over DP x CP (reduce-scatter + all-gather of the
   // params under the distributed optimizer), exposed past the last micro-batch's backward when
   // overlapped; then the optimizer streams its state once.
