@@ -174,9 +174,9 @@ PipelineRun simulate_pipeline(const ScheduleShape& shape,
         const bool sends = s.forward ? vs + 1 < stages : vs > 0;
         const double d = (s.forward ? tf : tb) + (sends ? p2p : 0.0);
         const double start = std::max(clock[size_t(r)], ready);
+        (s.forward ? fwd_done : bwd_done)[size_t(i)] = start + (s.forward ? tf : tb);
         clock[size_t(r)] = start + d;
         run.busy[size_t(r)] += d;
-        (s.forward ? fwd_done : bwd_done)[size_t(i)] = clock[size_t(r)];
         ++next[size_t(r)];
         --remaining;
         progressed = true;

@@ -65,9 +65,18 @@ TEST(RankMemory, Bf16WithTheDistributedOptimizerShardsTheState) {
   const int64_t h = 32, vectors = 4 * 13 * h + 2 * h;
   const RankMemory m = rank_memory(c, 0);
   const int64_t shard = (P + 3) / 4;
-  EXPECT_EQ(m.params, 2 * P + 4 * vectors + 2 * shard);
-  EXPECT_EQ(m.grads, 4 * P + 4 * shard);
-  EXPECT_EQ(m.optimizer, (12 * P + 3) / 4);  // fp32 main params + 2 moments, over 4 ranks
+  // The bucketed layout pads each parameter to 64 elements and the bucket to 128 x DP, and
+  // the allocator rounds each tensor to 64 bytes: the exact figures (equal to what train
+  // allocates: tests/plan/plan_memory_test.cpp) lie within 2% above formulas.md's.
+  auto near = [](int64_t got, int64_t formula) {
+    EXPECT_GE(got, formula);
+    EXPECT_LE(double(got), 1.02 * double(formula));
+  };
+  near(m.params, 2 * P + 4 * vectors + 2 * shard);
+  near(m.grads, 4 * P + 4 * shard);
+  // fp32 main params + 2 moments of the parameters in the shard (not its padding), over 4 ranks
+  EXPECT_LE(m.optimizer, (12 * P + 3) / 4 + 64);
+  EXPECT_GE(double(m.optimizer), 0.98 * double((12 * P + 3) / 4));
 }
 
 TEST(RankMemory, PipelineStagesHoldTheirLayersAndInFlightMicroBatches) {

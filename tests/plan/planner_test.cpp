@@ -1,0 +1,122 @@
+// The step-time model against closed forms: the schedule simulation gives formulas.md's
+// pipeline lengths, the GEMM and attention work it times is formulas.md's FLOP count, and
+// device profiles are parsed with errors naming the field.
+#include "plan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include "testing/usage_error.h"
+
+namespace mg {
+namespace {
+
+using Times = std::vector<std::vector<std::pair<double, double>>>;
+
+TEST(PlanPipeline, OneFOneBTakesMicroBatchesPlusStagesMinusOneSlots) {
+  // formulas.md: batch time (m + p - 1)(t_f + t_b) for uniform stages.
+  for (int P : {1, 2, 4})
+    for (int64_t M : {int64_t(P), int64_t(8)}) {
+      const Times t(size_t(P), {{1.0, 2.0}});
+      const PipelineRun r = simulate_pipeline({P, 1, M}, t, 0.0);
+      EXPECT_DOUBLE_EQ(r.seconds, double(M + P - 1) * 3.0) << "P " << P << " M " << M;
+      for (double busy : r.busy) EXPECT_DOUBLE_EQ(busy, double(M) * 3.0);
+    }
+}
+
+TEST(PlanPipeline, InterleavingDividesTheBubbleByTheVirtualStages) {
+  // formulas.md: interleaved with v chunks, bubble (1/v)(p-1)/m: each chunk 1/v of the stage.
+  for (int v : {2, 4}) {
+    const int P = 4;
+    const int64_t M = 8;
+    const Times t(size_t(P), std::vector<std::pair<double, double>>(
+                                 size_t(v), {1.0 / v, 2.0 / v}));
+    const PipelineRun r = simulate_pipeline({P, v, M}, t, 0.0);
+    EXPECT_NEAR(r.seconds, double(M) * 3.0 + double(P - 1) * 3.0 / v, 1e-9) << "v " << v;
+  }
+}
+
+TEST(PlanPipeline, TransfersDelayTheNextStage) {
+  // Two stages, one micro-batch: forward, send, forward, backward, send, backward.
+  const PipelineRun r = simulate_pipeline({2, 1, 1}, Times(2, {{1.0, 2.0}}), 0.5);
+  EXPECT_DOUBLE_EQ(r.seconds, 1.0 + 0.5 + 1.0 + 2.0 + 0.5 + 2.0);
+}
+
+DeviceProfile ideal_profile() {
+  DeviceProfile p = load_device_profile("h100-sxm");
+  p.gemm_max_efficiency = 1;
+  p.gemm_half_dim = 0;
+  p.attention_efficiency = 1;
+  p.attention_causal_fraction = 1;
+  return p;
+}
+
+TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
+  TrainConfig c;
+  c.model.num_layers = 4;
+  c.model.hidden_size = 256;
+  c.model.num_attention_heads = 8;
+  c.model.seq_length = 128;
+  c.model.max_position_embeddings = 128;
+  c.model.vocab_size = 1000;
+  c.micro_batch_size = 2;
+  c.global_batch_size = 8;
+  c.train_iters = 1;
+  c.mock_data = true;
+  c.lr = 1e-3;
+  c.bf16 = true;
+  c.finalize_and_validate(1);
+  const DeviceProfile p = ideal_profile();
+  const StepEstimate e = estimate_step(c, p);
+  const double B = 8, s = 128, l = 4, h = 256, V = double(c.model.padded_vocab_size());
+  // formulas.md: forward 24 B s h^2 per layer (GEMMs) + 2 B s h V (logits), backward twice.
+  EXPECT_NEAR(e.parts.gemm * p.peak_bf16, 3 * (24 * B * s * h * h * l + 2 * B * s * h * V),
+              1e-6 * e.parts.gemm * p.peak_bf16);
+  // and 4 B s^2 h per layer in the attention core (the full s^2, as formulas.md counts it).
+  EXPECT_NEAR(e.parts.attention * p.peak_bf16, 3 * 4 * B * s * s * h * l,
+              1e-6 * e.parts.attention * p.peak_bf16);
+  // Model TFLOP/s is train's own FLOPs per token over the predicted step.
+  EXPECT_NEAR(e.model_tflops_per_gpu * 1e12 * e.iteration_seconds,
+              c.model.train_flops_per_token() * B * s, 1e-6 * c.model.train_flops_per_token() * B * s);
+}
+
+TEST(PlanStep, TensorParallelismSplitsTheGemmWork) {
+  TrainConfig c;
+  c.model.num_layers = 2;
+  c.model.hidden_size = 256;
+  c.model.num_attention_heads = 8;
+  c.model.seq_length = 64;
+  c.model.max_position_embeddings = 64;
+  c.model.vocab_size = 1024;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 4;
+  c.train_iters = 1;
+  c.mock_data = true;
+  c.lr = 1e-3;
+  TrainConfig tp2 = c;
+  tp2.parallel.tensor_model_parallel_size = 2;
+  c.finalize_and_validate(1);
+  tp2.finalize_and_validate(2);
+  const DeviceProfile p = ideal_profile();
+  EXPECT_NEAR(estimate_step(tp2, p).parts.gemm, estimate_step(c, p).parts.gemm / 2, 1e-12);
+}
+
+TEST(PlanProfile, BuiltinsParseAndErrorsNameTheField) {
+  for (const std::string& name : builtin_profile_names())
+    if (name != "cpu") EXPECT_GT(load_device_profile(name).peak_bf16, 0) << name;
+  const DeviceProfile h100 = load_device_profile("h100-sxm");
+  EXPECT_DOUBLE_EQ(h100.peak_bf16, 989e12);  // formulas.md's quoted peak
+  EXPECT_EQ(h100.memory_bytes, int64_t(80) << 30);
+  // A profile round-trips through its JSON.
+  const DeviceProfile again = parse_device_profile(device_profile_json(h100), "x");
+  EXPECT_DOUBLE_EQ(again.inter_node.bandwidth, h100.inter_node.bandwidth);
+  EXPECT_DOUBLE_EQ(again.gemm_half_dim, h100.gemm_half_dim);
+  EXPECT_NE(testing::usage_error_of([] { parse_device_profile("{}", "f.json"); })
+                .find("f.json: missing field \"peak_tflops\""),
+            std::string::npos);
+  EXPECT_NE(testing::usage_error_of([] { load_device_profile("/nonexistent/p.json"); })
+                .find("neither a built-in profile"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mg
