@@ -6,10 +6,11 @@ r0.8.0 on H100, vocab 131072, seq 4096, DP 48, all overlaps on).
 
 Each row is planned with the h100-sxm profile: GPT (4h GELU MLP, untied embeddings), bf16,
 micro-batch 1, TP and PP as published, sequence parallelism under TP, the distributed
-optimizer with --overlap-grad-reduce/--overlap-param-gather; the virtual-pipeline size is the
-planner's best for the row (the table does not state it). --fit grid-searches the profile's
+optimizer with --overlap-grad-reduce/--overlap-param-gather; the table states no virtual
+pipeline, so Megatron's default schedule (1F1B, --vp 1) is planned; --vp best takes the
+planner's fastest virtual-pipeline size per row instead. --fit grid-searches the profile's
 calibration constants (gemm_efficiency.max, gemm_efficiency.half_dim, attention.efficiency,
-exposed_comm_fraction) on the first half of the table (rows 1-4) only and prints the errors of
+exposed_comm_fraction, dp_exposed_fraction) on the first half of the table (rows 1-4) only and prints the errors of
 both halves; without --fit the built-in profile's constants are used."""
 import argparse, itertools, json, os, subprocess, tempfile
 
@@ -46,10 +47,16 @@ def plan(megatron, profile, row, vp):
     return json.loads(out.stdout)
 
 
+VP = "1"  # --vp: a fixed number (1: Megatron's default 1F1B), or "best" (the planner's fastest v)
+
+
 def best_plan(megatron, profile, row):
     layers, pp = row[3], row[5]
     best = None
-    for vp in [1] + [v for v in range(2, 9) if pp > 1 and (layers // pp) % v == 0 and layers % pp == 0]:
+    vps = [1] + [v for v in range(2, 9) if pp > 1 and (layers // pp) % v == 0 and layers % pp == 0]
+    if VP != "best":
+        vps = [v for v in vps if v <= int(VP)][-1:]
+    for vp in vps:
         p = plan(megatron, profile, row, vp)
         if p and (best is None or p["step"]["model_tflops_per_gpu"] > best["step"]["model_tflops_per_gpu"]):
             best = p
@@ -68,7 +75,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--megatron", default=os.environ.get("MG_BINARY", "build-dev/megatron"))
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--vp", default="1")
     a = ap.parse_args()
+    global VP
+    VP = a.vp
     with tempfile.TemporaryDirectory() as tmp:
         profile = "h100-sxm"
         if a.fit:
@@ -77,26 +87,29 @@ def main():
                 [a.megatron, "plan", "--device-profile", "h100-sxm", "--show-profile"],
                 capture_output=True, text=True, check=True).stdout)
             best = None
-            for mx, half, attn, exposed in itertools.product(
-                    [0.64, 0.70, 0.76, 0.82], [0, 64, 256],
-                    [0.3, 0.5, 0.7], [0.0, 0.25, 0.5]):
+            for mx, half, attn, exposed, dp in itertools.product(
+                    [0.50, 0.56, 0.60, 0.64, 0.68, 0.72, 0.76, 0.80], [0, 64, 128, 256, 512],
+                    [0.2, 0.3, 0.4, 0.5], [0.0, 0.25, 0.5], [0.0, 0.25, 0.5, 0.75, 1.0]):
                 prof = dict(from_builtin)
                 prof["gemm_efficiency"] = {"max": mx, "half_dim": half}
                 prof["attention"] = {"efficiency": attn, "causal_fraction": 0.5}
                 prof["exposed_comm_fraction"] = exposed
+                prof["dp_exposed_fraction"] = dp
                 path = os.path.join(tmp, "p.json")
                 json.dump(prof, open(path, "w"))
                 e = [abs(x[2]) for x in errors(a.megatron, path, ROWS[:FIT_ROWS])]
                 score = max(e)
                 if best is None or score < best[0]:
-                    best = (score, mx, half, attn, exposed)
+                    best = (score, mx, half, attn, exposed, dp)
             print("fitted on rows 1-%d: gemm_efficiency.max %.2f half_dim %g attention.efficiency "
-                  "%.2f exposed_comm_fraction %.1f (largest |error| there %.1f%%)"
-                  % (FIT_ROWS, best[1], best[2], best[3], best[4], 100 * best[0]))
+                  "%.2f exposed_comm_fraction %.2f dp_exposed_fraction %.2f (largest |error| "
+                  "there %.1f%%)" % (FIT_ROWS, best[1], best[2], best[3], best[4], best[5],
+                                     100 * best[0]))
             prof = dict(from_builtin)
             prof["gemm_efficiency"] = {"max": best[1], "half_dim": best[2]}
             prof["attention"] = {"efficiency": best[3], "causal_fraction": 0.5}
             prof["exposed_comm_fraction"] = best[4]
+            prof["dp_exposed_fraction"] = best[5]
             profile = os.path.join(tmp, "fitted.json")
             json.dump(prof, open(profile, "w"))
         print("| row | params | TP | PP | VP | GPUs | published TFLOP/s | planned | error | "

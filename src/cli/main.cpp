@@ -223,7 +223,14 @@ int plan(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
     }
     return 0;
   }
+  // A profile measured now is measured on every rank (its collectives need them all).
+  const mg::DeviceProfile profile = c.device_profile == "cpu"
+                                        ? mg::measure_cpu_profile(mpi)
+                                        : mg::load_device_profile(c.device_profile);
   if (mpi.world_rank() != 0) return 0;
+  // A GPU profile plans the run on GPUs: train's checks for --device cuda, and no host-side
+  // data indices in the device's memory.
+  if (profile.name != "cpu" && !given.count("--device")) c.train.device = "cuda";
   MG_USER_CHECK(c.num_gpus >= 0, "--num-gpus must be positive, not ", c.num_gpus);
   MG_USER_CHECK(c.top >= 1, "--top must be at least 1, not ", c.top);
   const int world = c.num_gpus > 0 ? c.num_gpus : 1;
@@ -256,9 +263,6 @@ int plan(const std::vector<std::string>& args, const mg::MpiSession& mpi) {
     std::fputs("plan: --rampup-batch-size ignored: planned at the full --global-batch-size\n",
                stderr);
   }
-  const mg::DeviceProfile profile = c.device_profile == "cpu"
-                                        ? mg::measure_cpu_profile(mpi)
-                                        : mg::load_device_profile(c.device_profile);
   if (c.show_profile) {
     std::fputs(mg::device_profile_json(profile).c_str(), stdout);
     return 0;

@@ -161,4 +161,8 @@ int virtual_stages(const VirtualStageFlags& f) {
   return int(v);
 }
 
+int64_t capped_microbatches(const ScheduleShape& shape) {
+  return shape.group() * (int64_t(shape.pp_size) * shape.virtual_stages + 2);
+}
+
 }  // namespace mg

@@ -48,6 +48,11 @@ int64_t warmup_forwards(const ScheduleShape& shape, int rank);
 // Forward order of the (chunk, micro-batch) pairs on every rank (Megatron's get_schedule_table):
 // per group of micro-batches, chunk 0 over the group, then chunk 1, ...
 std::vector<ScheduleStep> forward_order(const ScheduleShape& shape);
+// A micro-batch count past which a rank's activations in flight no longer grow and the steady
+// state repeats per group: group x (P v + 2). Memory estimates and the planner's simulation
+// build tables of at most this many micro-batches (a table of M steps would take O(M) memory).
+int64_t capped_microbatches(const ScheduleShape& shape);
+
 // The steps of pipeline rank `rank` (validates the shape first).
 ScheduleTable schedule_table(const ScheduleShape& shape, int rank);
 

@@ -25,40 +25,43 @@ const std::map<std::string, std::string>& builtins() {
   "name": "h100-sxm",
   "description": "NVIDIA H100 SXM5 80GB; NVLink 4 inside 8-GPU nodes, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
-  "gemm_efficiency": {"max": 0.82, "half_dim": 64},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
+  "gemm_efficiency": {"max": 0.68, "half_dim": 256},
+  "attention": {"efficiency": 0.3, "causal_fraction": 0.5},
   "memory_bandwidth_gbs": 3350,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 50, "latency_us": 10},
   "devices_per_node": 8,
-  "exposed_comm_fraction": 0.0
+  "exposed_comm_fraction": 0.0,
+  "dp_exposed_fraction": 0.5
 })json"},
       {"h200", R"json({
   "name": "h200",
   "description": "NVIDIA H200 SXM 141GB; H100 arithmetic with 4.8 TB/s HBM3e; NVLink 4, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
-  "gemm_efficiency": {"max": 0.82, "half_dim": 64},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
+  "gemm_efficiency": {"max": 0.68, "half_dim": 256},
+  "attention": {"efficiency": 0.3, "causal_fraction": 0.5},
   "memory_bandwidth_gbs": 4800,
   "memory_gib": 131.3,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 50, "latency_us": 10},
   "devices_per_node": 8,
-  "exposed_comm_fraction": 0.0
+  "exposed_comm_fraction": 0.0,
+  "dp_exposed_fraction": 0.5
 })json"},
       {"a100-80gb", R"json({
   "name": "a100-80gb",
   "description": "NVIDIA A100 SXM4 80GB; NVLink 3 inside 8-GPU nodes, 8 x 200 Gb/s InfiniBand (Selene)",
   "peak_tflops": {"fp32": 19.5, "bf16": 312, "fp16": 312},
-  "gemm_efficiency": {"max": 0.82, "half_dim": 64},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
+  "gemm_efficiency": {"max": 0.68, "half_dim": 256},
+  "attention": {"efficiency": 0.3, "causal_fraction": 0.5},
   "memory_bandwidth_gbs": 2039,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 300, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 25, "latency_us": 10},
   "devices_per_node": 8,
-  "exposed_comm_fraction": 0.0
+  "exposed_comm_fraction": 0.0,
+  "dp_exposed_fraction": 0.5
 })json"},
   };
   return profiles;
@@ -79,9 +82,9 @@ double number(const json& j, const std::string& path, const std::string& source,
   MG_USER_CHECK(at->is_number(), "device profile ", source, ": field \"", path,
                 "\" must be a number, not ", at->dump());
   const double v = at->get<double>();
-  MG_USER_CHECK(std::isfinite(v) && (v > 0 || (allow_zero && v == 0)), "device profile ", source,
-                ": field \"", path, "\" must be ", allow_zero ? "non-negative" : "positive",
-                ", not ", at->dump());
+  MG_USER_CHECK(std::isfinite(v) && (v > 0 || (allow_zero && v == 0)) && v <= 1e9,
+                "device profile ", source, ": field \"", path, "\" must be ",
+                allow_zero ? "non-negative" : "positive", " and at most 1e9, not ", at->dump());
   return v;
 }
 
@@ -114,6 +117,9 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   }
   MG_USER_CHECK(j.is_object(), "device profile ", source, " must be a JSON object");
   DeviceProfile p;
+  for (const char* key : {"name", "description"})
+    MG_USER_CHECK(!j.contains(key) || j[key].is_string(), "device profile ", source, ": field \"",
+                  key, "\" must be a string");
   p.name = j.value("name", source);
   p.description = j.value("description", "");
   p.peak_fp32 = number(j, "peak_tflops.fp32", source) * 1e12;
@@ -129,10 +135,16 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
                   number(j, "intra_node.latency_us", source, true) * 1e-6};
   p.inter_node = {number(j, "inter_node.bandwidth_gbs", source) * 1e9,
                   number(j, "inter_node.latency_us", source, true) * 1e-6};
-  p.devices_per_node = int64_t(number(j, "devices_per_node", source));
+  const double per_node = number(j, "devices_per_node", source);
+  MG_USER_CHECK(per_node >= 1 && per_node == std::floor(per_node), "device profile ", source,
+                ": field \"devices_per_node\" must be a whole number of at least 1, not ",
+                per_node);
+  p.devices_per_node = int64_t(per_node);
   p.exposed_comm_fraction = number(j, "exposed_comm_fraction", source, true);
+  p.dp_exposed_fraction = number(j, "dp_exposed_fraction", source, true);
   MG_USER_CHECK(p.gemm_max_efficiency <= 1 && p.attention_efficiency <= 1 &&
-                    p.attention_causal_fraction <= 1 && p.exposed_comm_fraction <= 1,
+                    p.attention_causal_fraction <= 1 && p.exposed_comm_fraction <= 1 &&
+                    p.dp_exposed_fraction <= 1,
                 "device profile ", source, ": efficiencies and fractions are at most 1");
   return p;
 }
@@ -170,7 +182,8 @@ std::string device_profile_json(const DeviceProfile& p) {
       {"inter_node", {{"bandwidth_gbs", p.inter_node.bandwidth / 1e9},
                       {"latency_us", p.inter_node.latency * 1e6}}},
       {"devices_per_node", p.devices_per_node},
-      {"exposed_comm_fraction", p.exposed_comm_fraction}};
+      {"exposed_comm_fraction", p.exposed_comm_fraction},
+      {"dp_exposed_fraction", p.dp_exposed_fraction}};
   return j.dump(2) + "\n";
 }
 

@@ -32,6 +32,9 @@ struct DeviceProfile {
   int64_t devices_per_node = 1;
   // The fraction of TP / CP / EP communication time not hidden behind compute (calibration).
   double exposed_comm_fraction = 1;
+  // The fraction of the DP gradient reduction (and parameter all-gather) left exposed after
+  // what the overlap model hides (calibration; 1: as modelled).
+  double dp_exposed_fraction = 1;
 
   double peak(DType t) const;
   // Seconds for an M x N x K GEMM (2 M N K FLOPs) in dtype t.

@@ -103,13 +103,23 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
   p.devices_per_node = n;
   // Links: all-reduces over the ranks (one host: both link kinds are this one).
   p.intra_node = {p.memory_bandwidth / 4, 1e-6};
-  if (world) {
+  if (world && n > 1) {
+    // Collectives run a fixed number of times on every rank (a count chosen by each rank's own
+    // clock could differ between ranks and leave one waiting).
+    auto collective_seconds = [&](int reps, auto fn) {
+      double best = 1e30;
+      for (int round = 0; round < 3; ++round) {
+        world->barrier();
+        const double t0 = now();
+        for (int i = 0; i < reps; ++i) fn();
+        best = std::min(best, (now() - t0) / reps);
+      }
+      return best;
+    };
     const int64_t big = int64_t(4) << 20;
     Tensor buf({big});
-    world->barrier();
-    const double t_big = best_seconds([&] { world->all_reduce(buf.raw(), big); });
-    world->barrier();
-    const double t_small = best_seconds([&] { world->all_reduce(buf.raw(), 1); });
+    const double t_big = collective_seconds(10, [&] { world->all_reduce(buf.raw(), big); });
+    const double t_small = collective_seconds(200, [&] { world->all_reduce(buf.raw(), 1); });
     // Ring all-reduce: 2 (n-1)/n of the bytes per rank, 2 (n-1) steps.
     p.intra_node.latency = t_small / (2.0 * (n - 1));
     p.intra_node.bandwidth =
@@ -118,6 +128,7 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
   }
   p.inter_node = p.intra_node;
   p.exposed_comm_fraction = 1.0;  // the CPU's collectives block the rank
+  p.dp_exposed_fraction = 1.0;
   p.description = str_cat("measured on ", host, ": ", n, " rank", n > 1 ? "s" : "", " x ",
                           threads.threads, " thread", threads.threads > 1 ? "s" : "", " (",
                           threads.cores, " cores)");

@@ -30,7 +30,8 @@ std::vector<int> divisors(int64_t n, int64_t cap) {
 // The flags a layout sets (value-taking, then switches): replaced in train_command.
 const std::set<std::string> kLayoutValueFlags = {
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--num-layers-per-virtual-pipeline-stage",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+    "--num-layers-per-virtual-pipeline-stage",
     "--num-virtual-stages-per-pipeline-rank", "--micro-batch-size", "--recompute-granularity",
     "--recompute-method", "--recompute-num-layers"};
 const std::set<std::string> kLayoutSwitches = {"--sequence-parallel",
@@ -43,6 +44,9 @@ std::string gib(int64_t bytes) { return format_bytes(bytes); }
 
 Plan make_plan(TrainConfig cfg, int world, const DeviceProfile& profile) {
   MG_USER_CHECK(world >= 1, "--num-gpus must be at least 1, not ", world);
+  // The step-time model visits every layer: bounded here, far beyond any model that fits.
+  MG_USER_CHECK(cfg.model.num_layers <= 1000000, "--num-layers ", cfg.model.num_layers,
+                ": plan models up to a million layers");
   cfg.finalize_and_validate(world);
   Plan plan;
   plan.world = world;
@@ -68,6 +72,10 @@ Plan make_plan(TrainConfig cfg, int world, const DeviceProfile& profile) {
 SearchResult search_layouts(const TrainConfig& base, int world, const DeviceProfile& profile,
                             int top_n) {
   const auto start = std::chrono::steady_clock::now();
+  // Layouts are compared at one batch: without the flag each would get its own (micro-batch
+  // x DP, train's default).
+  MG_USER_CHECK(base.global_batch_size > 0, "--search needs --global-batch-size: the batch "
+                "every layout is compared at");
   SearchResult r;
   const GPTConfig& m = base.model;
   const bool moe = m.num_experts > 0;
@@ -247,7 +255,12 @@ std::string search_report(const SearchResult& r, const DeviceProfile& profile,
                ++i, p.step.tokens_per_second, p.step.model_tflops_per_gpu, 100 * p.step.mfu,
                p.step.iteration_seconds, gib(p.peak_bytes).c_str(), p.peak_stage,
                train_command(p, user_args).c_str());
-  if (r.top.empty()) out += "no layout fits; add devices, or lower --micro-batch-size / --seq-length\n";
+  if (r.top.empty())
+    out += r.too_large > 0
+               ? "no valid layout fits; add devices, or lower --seq-length / the model's size\n"
+               : "every layout was refused by train's checks (the device count must split into "
+                 "TP x CP x PP x DP with the heads, layers and --global-batch-size divisible: "
+                 "see `megatron plan` without --search for the reason)\n";
   return out;
 }
 

@@ -56,15 +56,17 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     double gemm = p.gemm_seconds(N, d.qkv_local(), H, dt) + p.gemm_seconds(N, H, d.attn_local(), dt);
     double ep_bytes = 0;
     if (d.spec.is_moe()) {
+      // Balanced routing: the EP group's N x topk routed rows spread over its E experts, so
+      // each of this rank's E / EP experts sees N x topk x EP / E of them.
       const int64_t E = d.num_experts(), topk = d.spec.moe.router.topk;
-      const int64_t rows = std::max<int64_t>(1, N * topk / E), local = E / d.ep;
+      const int64_t rows = std::max<int64_t>(1, N * topk * d.ep / E), local = E / d.ep;
       gemm += p.gemm_seconds(N, E, H, DType::F32);  // the router
       gemm += double(local) * (p.gemm_seconds(rows, d.expert_fc1_local(), H, dt) +
                                p.gemm_seconds(rows, H, d.expert_F_local(), dt));
       if (d.ep > 1) ep_bytes = 2.0 * double(N * topk * H) * act * double(d.ep - 1) / double(d.ep);
-    } else {
-      gemm += p.gemm_seconds(N, d.fc1_local(), H, dt) + p.gemm_seconds(N, H, d.F_local(), dt);
     }
+    if (d.spec.has_dense_mlp())  // the dense MLP, or a MoE layer's shared experts
+      gemm += p.gemm_seconds(N, d.fc1_local(), H, dt) + p.gemm_seconds(N, H, d.F_local(), dt);
     // The attention core: queries of this rank's S x B rows against the whole sequence's keys
     // (under CP, S is the local length of the CP share).
     const double S_keys = double(d.S) * double(spec.cp_size);
@@ -188,6 +190,26 @@ PipelineRun simulate_pipeline(const ScheduleShape& shape,
   return run;
 }
 
+namespace {
+// simulate_pipeline for any M in bounded time: beyond capped_microbatches the steady state
+// repeats per group of micro-batches, so two capped runs extrapolate exactly.
+PipelineRun simulate_capped(const ScheduleShape& shape,
+                            const std::vector<std::vector<std::pair<double, double>>>& times,
+                            double p2p) {
+  const int64_t cap = capped_microbatches(shape);
+  if (shape.microbatches <= cap) return simulate_pipeline(shape, times, p2p);
+  ScheduleShape a = shape, b = shape;
+  a.microbatches = cap;
+  b.microbatches = cap + shape.group();
+  const PipelineRun ra = simulate_pipeline(a, times, p2p), rb = simulate_pipeline(b, times, p2p);
+  const double groups = double(shape.microbatches - cap) / double(shape.group());
+  PipelineRun r = ra;
+  r.seconds += groups * (rb.seconds - ra.seconds);
+  for (size_t i = 0; i < r.busy.size(); ++i) r.busy[i] += groups * (rb.busy[i] - ra.busy[i]);
+  return r;
+}
+}  // namespace
+
 StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   const RankGrid grid = cfg.rank_grid();
   const int64_t M = cfg.num_micro_batches();
@@ -220,7 +242,7 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   const double p2p = grid.pp > 1 ? double(sd.local_rows() * sd.H) * 4.0 / pp_link.bandwidth +
                                        pp_link.latency
                                  : 0;
-  const PipelineRun run = simulate_pipeline(shape, times, p2p);
+  const PipelineRun run = simulate_capped(shape, times, p2p);
   // The critical rank: the busiest.
   const size_t crit = size_t(std::max_element(run.busy.begin(), run.busy.end()) - run.busy.begin());
   StepEstimate e;
@@ -257,7 +279,7 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
     dp_time = cfg.parallel.overlap_grad_reduce ? std::max(ar / buckets, ar - last_backward[crit])
                                                : ar;
   }
-  e.parts.dp_comm = dp_time;
+  e.parts.dp_comm = dp_time * p.dp_exposed_fraction;
   const double stepped = cfg.use_distributed_optimizer ? n_params / double(dp) : n_params;
   const double state_bytes = 4.0 + 2.0 * double(dtype_size(dt)) + 16.0 + (dt == DType::F32 ? 0 : 8);
   e.parts.optimizer = stepped * state_bytes / p.memory_bandwidth;

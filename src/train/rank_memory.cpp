@@ -27,7 +27,11 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
   const RankGrid grid = cfg.rank_grid();
   const RankGrid::Coord c = grid.coord(world_rank);
   const int v = cfg.parallel.virtual_stages;
-  const ScheduleTable table = schedule_table(cfg.schedule_shape(cfg.num_micro_batches()), c.pp);
+  // In-flight counts stop growing past capped_microbatches: the table of those suffices.
+  ScheduleShape shape = cfg.schedule_shape(cfg.num_micro_batches());
+  validate_schedule(shape);
+  shape.microbatches = std::min(shape.microbatches, capped_microbatches(shape));
+  const ScheduleTable table = schedule_table(shape, c.pp);
   std::vector<StageSpec> chunks;
   for (int chunk = 0; chunk < v; ++chunk) {
     const auto [layer_begin, layer_end] =
@@ -71,28 +75,37 @@ StoreSpec train_store_spec(const TrainConfig& cfg, int world_rank) {
   return store;
 }
 
-namespace {
-// world_rank's index in the group of `groups` holding it (its rank in that communicator).
-int64_t rank_in(const std::vector<std::vector<int>>& groups, int world_rank) {
-  for (const std::vector<int>& g : groups)
-    for (size_t i = 0; i < g.size(); ++i)
-      if (g[i] == world_rank) return int64_t(i);
-  MG_CHECK(false, "rank ", world_rank, " is in no group");
-  return 0;
-}
-}  // namespace
-
 RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   const std::vector<StageSpec> chunks = train_chunk_specs(cfg, world_rank);
   const StoreSpec store = train_store_spec(cfg, world_rank);
-  // The store's own layout (bucket padding included) and the tensors the trainer allocates
-  // from it, each as the allocator counts it (tensor_alloc_bytes).
-  const ParamLayout layout = store_layout(cfg.model, store);
   const DType dtype = store.dtype;
   const bool low_precision = dtype != DType::F32;
   auto bytes = [](int64_t n, DType t) { return tensor_alloc_bytes(n, t, kWhat); };
   auto add = [](int64_t& to, int64_t b) { to = checked_add(to, b, kWhat); };
   RankMemory m;
+  ParamCount count;
+  for (const StageSpec& chunk : chunks) {
+    const ParamCount c = shard_param_count(cfg.model, chunk.shard);
+    add(count.elements, c.elements);
+    add(count.tensors, c.tensors);
+  }
+  // Past a million parameter tensors (a layer count no machine holds) the layout is not built:
+  // the unpadded arithmetic, a lower bound, refuses such a run just as well.
+  if (count.tensors > 1000000) {
+    const int64_t dp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
+    const int64_t stepped = cfg.use_distributed_optimizer ? ceil_div(count.elements, dp)
+                                                          : count.elements;
+    m.params = checked_bytes(count.elements, dtype, kWhat);
+    m.grads = checked_bytes(count.elements, DType::F32, kWhat);
+    m.optimizer = checked_mul(stepped, (cfg.optimizer == "adam" ? 8 : 4) + (low_precision ? 4 : 0),
+                              kWhat);
+    for (const StageSpec& chunk : chunks)
+      add(m.activations, GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, chunk));
+    return m;
+  }
+  // The store's own layout (bucket padding included) and the tensors the trainer allocates
+  // from it, each as the allocator counts it (tensor_alloc_bytes).
+  const ParamLayout layout = store_layout(cfg.model, store);
   m.params = bytes(layout.total_numel(), dtype);
   m.grads = bytes(layout.total_numel(), DType::F32);
   // Each chunk keeps f32 copies of its 1-D params under mixed precision (GPTModel::small_).
@@ -108,9 +121,11 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   if (cfg.use_distributed_optimizer) {
     const RankGrid grid = cfg.rank_grid();
     const bool own_expert_group = grid.ep > 1 || grid.folded();
-    const int64_t dense_rank = rank_in(grid.groups("dp-cp"), world_rank);
-    const int64_t expert_rank =
-        own_expert_group ? rank_in(grid.expert_groups("edp"), world_rank) : dense_rank;
+    // The rank's place in its DP x CP group (CP fastest, as grid.groups("dp-cp") orders it)
+    // and in its expert-DP group.
+    const RankGrid::Coord c = grid.coord(world_rank);
+    const int64_t dense_rank = c.cp + int64_t(grid.cp) * c.dp;
+    const int64_t expert_rank = own_expert_group ? grid.edp_rank(c) : dense_rank;
     for (size_t b = 0; b < layout.buckets().size(); ++b) {
       const bool expert = layout.bucket_is_expert(b);
       const int64_t dp = expert && own_expert_group ? grid.edp()

@@ -1,11 +1,12 @@
 // libFuzzer target: the `megatron` command line, parsed and validated as main() does before
 // any file is read or memory allocated (no training). Input: lines; the first is
-// "<subcommand> [world size]" (train, preprocess, merge-datasets, generate, convert, serve;
+// "<subcommand> [world size]" (train, preprocess, merge-datasets, generate, convert, serve, plan;
 // anything else: train), each further line is one argv entry. Bad flags must end in a UsageError; an
 // accepted train config must give finite learning rates and a parameter count.
 #include <cmath>
 
 #include "cli/commands.h"
+#include "plan/planner.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -68,6 +69,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cfg.validate();
     } else if (command == "convert") {
       parse_args(convert_options(), args, command).validate();
+    } else if (command == "plan") {
+      // One layout planned on a built-in profile (no search: each input stays fast).
+      PlanCommand c = parse_args(plan_options(), args, command);
+      const DeviceProfile profile = load_device_profile("h100-sxm");
+      const Plan p = make_plan(c.train, c.num_gpus > 0 ? c.num_gpus : world_size, profile);
+      fuzz::require(std::isfinite(p.step.iteration_seconds) && p.step.iteration_seconds > 0,
+                    "a finite, positive planned step time");
     } else if (command == "serve") {
       ServeCommand c = parse_args(serve_options(), args, command);  // the flags only: no
       c.serve.load = c.train.load;                                   // checkpoint, no server

@@ -85,7 +85,7 @@ class PlanMemory : public ::testing::TestWithParam<Case> {};
 TEST_P(PlanMemory, PlannedBytesEqualWhatTrainAllocates) {
   const Case& c = GetParam();
   const testing::RunResult plan =
-      testing::run_command(std::string(MG_BINARY) + " plan --json --num-gpus " +
+      testing::run_command(std::string(MG_BINARY) + " plan --device cpu --json --num-gpus " +
                            std::to_string(c.ranks) + c.flags + " 2>&1");
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   const nlohmann::json j = nlohmann::json::parse(plan.output.substr(plan.output.find('{')));
@@ -153,7 +153,7 @@ TEST(PlanErrors, BadInputIsRefusedNamingWhatToFix) {
   nlohmann::json mine = full;
   mine["memory_gib"] = 0.001;  // 1 MiB: the model does not fit
   std::ofstream(path) << mine.dump();
-  const testing::RunResult r = testing::run_command(std::string(MG_BINARY) + " plan" + model +
+  const testing::RunResult r = testing::run_command(std::string(MG_BINARY) + " plan --device cpu" + model +
                                                     " --device-profile " + path + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("DOES NOT FIT"), std::string::npos) << r.output;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "pipeline/schedule.h"
 #include "testing/usage_error.h"
 
 namespace mg {
@@ -39,6 +40,41 @@ TEST(PlanPipeline, TransfersDelayTheNextStage) {
   // Two stages, one micro-batch: forward, send, forward, backward, send, backward.
   const PipelineRun r = simulate_pipeline({2, 1, 1}, Times(2, {{1.0, 2.0}}), 0.5);
   EXPECT_DOUBLE_EQ(r.seconds, 1.0 + 0.5 + 1.0 + 2.0 + 0.5 + 2.0);
+}
+
+TEST(PlanPipeline, CappedTablesKeepTheInFlightCountsAndExtrapolateExactly) {
+  // Memory estimates build tables of at most capped_microbatches micro-batches: every chunk's
+  // activations in flight must be those of the full table.
+  for (int P : {2, 3, 4})
+    for (int v : {1, 2, 3})
+      for (int64_t group : {int64_t(P), int64_t(P + 1)}) {
+        if (v == 1 && group != P) continue;
+        ScheduleShape capped{P, v, 0, v > 1 ? group : 0};
+        const int64_t cap = capped_microbatches(capped);
+        capped.microbatches = cap;
+        for (int64_t M = cap; M <= cap + 3 * capped.group(); M += capped.group()) {
+          const ScheduleShape full{P, v, M, capped.group_size};
+          for (int r = 0; r < P; ++r)
+            for (int c = 0; c < v; ++c)
+              EXPECT_EQ(in_flight(schedule_table(capped, r), c),
+                        in_flight(schedule_table(full, r), c))
+                  << "P " << P << " v " << v << " group " << group << " M " << M;
+          // Past the cap each group of micro-batches adds the same time (what the planner's
+          // extrapolation relies on), with uneven stages (the first and last slower).
+          Times t(size_t(P), std::vector<std::pair<double, double>>(size_t(v), {1.0, 2.0}));
+          t[0][0] = {1.5, 2.5};
+          t[size_t(P - 1)][size_t(v - 1)] = {2.0, 4.5};
+          ScheduleShape next = full;
+          next.microbatches += capped.group();
+          const double step = simulate_pipeline(next, t, 0.25).seconds -
+                              simulate_pipeline(full, t, 0.25).seconds;
+          ScheduleShape one_more = capped;
+          one_more.microbatches += capped.group();
+          EXPECT_NEAR(step, simulate_pipeline(one_more, t, 0.25).seconds -
+                                simulate_pipeline(capped, t, 0.25).seconds, 1e-9)
+              << "P " << P << " v " << v << " M " << M;
+        }
+      }
 }
 
 DeviceProfile ideal_profile() {

@@ -1,0 +1,43 @@
+#!/bin/bash
+# megatron plan's step time against measured training on this CPU: measures the machine's
+# profile (`megatron plan --profile-device` under mpirun -np 2), then for each layout trains a
+# few iterations and compares the measured iteration time (mean of the iterations after the
+# first two) with the plan's prediction from that profile.
+#   MG_BINARY=build-dev/megatron bench/plan_cpu.sh
+set -euo pipefail
+BIN=${MG_BINARY:-build-dev/megatron}
+MPI="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS"
+export OMP_NUM_THREADS=1
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+$MPI -np 2 "$BIN" plan --profile-device --output "$TMP/cpu.json" > /dev/null
+cat "$TMP/cpu.json"
+GPT="--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 \
+ --max-position-embeddings 256 --vocab-size 8192 --train-iters 8 --lr 1e-4 --mock-data \
+ --log-interval 1 --eval-iters 0"
+LLAMA="$GPT --normalization RMSNorm --swiglu --ffn-hidden-size 704 --position-embedding-type rope \
+ --untie-embeddings-and-output-weights --disable-bias-linear --group-query-attention --num-query-groups 4"
+echo "| layout | measured ms/iter | planned ms/iter | error |"
+echo "|---|---|---|---|"
+while IFS='|' read -r np flags; do
+  [ -z "$np" ] && continue
+  eval "set -- $flags"
+  measured=$($MPI -np "$np" "$BIN" train "$@" 2>&1 |
+    sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -n +3 |
+    awk '{s+=$1; n++} END {printf "%.1f", s/n}')
+  planned=$("$BIN" plan --json --device-profile "$TMP/cpu.json" --num-gpus "$np" "$@" 2>/dev/null |
+    /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000*json.load(sys.stdin)["step"]["iteration_seconds"]))')
+  echo "| np $np:$(echo "$flags" | sed -e "s/\$GPT//; s/\$LLAMA/llama/") | $measured | $planned | $(/usr/bin/python3 -c "print('%+.1f%%' % (100*($planned/$measured-1)))") |"
+done <<'LAYOUTS'
+1|$GPT --micro-batch-size 4 --global-batch-size 8
+1|$GPT --micro-batch-size 2 --global-batch-size 8 --bf16
+1|$GPT --micro-batch-size 4 --global-batch-size 8 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
+1|$LLAMA --micro-batch-size 4 --global-batch-size 8
+2|$GPT --micro-batch-size 4 --global-batch-size 8
+2|$GPT --micro-batch-size 4 --global-batch-size 8 --use-distributed-optimizer
+2|$GPT --micro-batch-size 4 --global-batch-size 8 --tensor-model-parallel-size 2
+2|$GPT --micro-batch-size 4 --global-batch-size 8 --tensor-model-parallel-size 2 --sequence-parallel
+2|$GPT --micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2
+2|$GPT --micro-batch-size 1 --global-batch-size 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+2|$LLAMA --micro-batch-size 4 --global-batch-size 8 --context-parallel-size 2
+2|$LLAMA --micro-batch-size 4 --global-batch-size 8 --tensor-model-parallel-size 2
+LAYOUTS
