@@ -1,16 +1,19 @@
 #!/bin/bash
 # megatron plan's step time against measured training on this CPU: measures the machine's
-# profile (`megatron plan --profile-device` under mpirun -np 2), then for each layout trains a
-# few iterations and compares the measured iteration time (mean of the iterations after the
-# first two) with the plan's prediction from that profile.
+# profile at each rank count (`mpirun -np N megatron plan --profile-device`, N = 1, 2: a
+# profile is of N ranks sharing the node, as training runs them), then for each layout trains
+# a few iterations and compares the measured iteration time (mean of the iterations after the
+# first two) with the plan's prediction from the profile of its rank count.
 #   MG_BINARY=build-dev/megatron bench/plan_cpu.sh
 set -euo pipefail
 BIN=${MG_BINARY:-build-dev/megatron}
 MPI="mpirun --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS"
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
-$MPI -np 2 "$BIN" plan --profile-device --output "$TMP/cpu.json" > /dev/null
-cat "$TMP/cpu.json"
+for n in 1 2; do
+  $MPI -np $n "$BIN" plan --profile-device --output "$TMP/cpu$n.json" < /dev/null > /dev/null
+  cat "$TMP/cpu$n.json"
+done
 GPT="--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 \
  --max-position-embeddings 256 --vocab-size 8192 --train-iters 8 --lr 1e-4 --mock-data \
  --log-interval 1 --eval-iters 0"
@@ -21,10 +24,10 @@ echo "|---|---|---|---|"
 while IFS='|' read -r np flags; do
   [ -z "$np" ] && continue
   eval "set -- $flags"
-  measured=$($MPI -np "$np" "$BIN" train "$@" 2>&1 |
+  measured=$($MPI -np "$np" "$BIN" train "$@" < /dev/null 2>&1 |
     sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -n +3 |
     awk '{s+=$1; n++} END {printf "%.1f", s/n}')
-  planned=$("$BIN" plan --json --device-profile "$TMP/cpu.json" --num-gpus "$np" "$@" 2>/dev/null |
+  planned=$("$BIN" plan --json --device-profile "$TMP/cpu$np.json" --num-gpus "$np" "$@" 2>/dev/null |
     /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000*json.load(sys.stdin)["step"]["iteration_seconds"]))')
   echo "| np $np:$(echo "$flags" | sed -e "s/\$GPT//; s/\$LLAMA/llama/") | $measured | $planned | $(/usr/bin/python3 -c "print('%+.1f%%' % (100*($planned/$measured-1)))") |"
 done <<'LAYOUTS'

@@ -40,12 +40,16 @@ double best_seconds(Fn fn) {
   return best;
 }
 
-// FLOP/s of a d x d x d linear layer (the GEMM the layers run) in dtype t.
+// FLOP/s of a d x d x d linear layer's forward and backward (the mix of GEMMs training runs:
+// the output, the input gradient and the weight gradient) in dtype t.
 double gemm_rate(int64_t d, DType t) {
-  Tensor x({d, d}, t), w({d, d}, t), y({d, d});
-  return 2.0 * double(d * d * d) /
-         best_seconds([&] { ops::linear_forward(y.data<float>(), cpu::Mat(x.raw(), t), cpu::Mat(w.raw(), t),
-                                                nullptr, d, d, d); });
+  Tensor x({d, d}, t), w({d, d}, t), y({d, d}), dy({d, d}), dx({d, d}), dw({d, d});
+  const cpu::Mat X(x.raw(), t), W(w.raw(), t);
+  return 6.0 * double(d * d * d) / best_seconds([&] {
+           ops::linear_forward(y.data<float>(), X, W, nullptr, d, d, d);
+           ops::linear_backward(dx.data<float>(), dw.data<float>(), nullptr, dy.data<float>(), X,
+                                W, d, d, d);
+         });
 }
 
 }  // namespace
@@ -58,7 +62,7 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
   p.name = "cpu";
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  // GEMM efficiency: fp32 rates by size; the peak is the best rate seen, the curve
+  // GEMM efficiency: fp32 rates by size (forward + backward); the peak is the best rate seen, the curve
   // max x d / (d + half) fitted to the rest (relative least squares over a grid).
   const std::vector<int64_t> sizes = {16, 32, 64, 128, 256, 512, 1024};
   std::vector<double> rates;
@@ -79,30 +83,52 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
         p.gemm_half_dim = half;
       }
     }
-  // 16-bit GEMMs (native kernels where the CPU has them, else widened): the peak that the
-  // same curve gives their rate at 512.
+  // 16-bit linear layers (native kernels where the CPU has them, else widened; the backward's
+  // rounding included): the peak that the same curve gives their rate at 512.
   const double at512 = p.gemm_max_efficiency * 512.0 / (512.0 + p.gemm_half_dim);
   p.peak_bf16 = gemm_rate(512, DType::BF16) / at512;
   p.peak_fp16 = gemm_rate(512, DType::F16) / at512;
-  // The attention core is taken at the GEMM efficiency of a 64-wide head, all s^2 work done.
-  p.attention_efficiency = p.gemm_max_efficiency * 64.0 / (64.0 + p.gemm_half_dim);
-  p.attention_causal_fraction = 1.0;
-  // Memory bandwidth: y = a x + y over 64 MiB arrays (3 x 4 bytes moved per element).
+  // The attention core: causal forward + backward of 4 heads of 64 over 512 tokens; the
+  // kernel is flash-style (the masked half skipped), so its efficiency is of that half's FLOPs.
   {
-    const int64_t len = int64_t(16) << 20;
-    std::vector<float> xs(size_t(len), 1.f), ys(size_t(len), 2.f);
+    const int64_t S = 512, NH = 4, HD = 64, W = NH * HD;
+    Tensor q({S, W}), k({S, W}), v({S, W}), out({S, W}), lse({NH * S}), dout({S, W}),
+        dq({S, W}), dk({S, W}), dv({S, W});
+    auto heads = [&](Tensor& t) { return cpu::Heads{t.raw(), DType::F32, W, HD, 1}; };
+    cpu::AttentionShape a;
+    a.B = 1, a.Sq = S, a.Sk = S, a.NH = NH, a.NKV = NH, a.HD = HD;
     const double s = best_seconds([&] {
-      float* x = xs.data();
-      float* y = ys.data();
-#pragma omp parallel for
-      for (int64_t i = 0; i < len; ++i) y[i] = 0.5f * x[i] + y[i];
+      ops::attention_forward(out.data<float>(), lse.data<float>(), heads(q), heads(k), heads(v), a);
+      ops::attention_backward(heads(dq), heads(dk), heads(dv), dout.data<float>(),
+                              out.data<float>(), heads(q), heads(k), heads(v), lse.data<float>(),
+                              a);
     });
-    p.memory_bandwidth = 12.0 * double(len) / s;
+    p.attention_causal_fraction = 0.5;
+    p.attention_efficiency = std::min(
+        1.0, 3.0 * 4.0 * double(S * S * W) * p.attention_causal_fraction / (s * p.peak_fp32));
+  }
+  // Elementwise work at the bandwidth the CPU's kernels reach (compute-bound ones, GELU's tanh,
+  // included): LayerNorm and GELU forward and backward over 2048 x 1024, counted as the 40
+  // bytes per element they move nominally.
+  {
+    const int64_t N = 2048, C = 1024;
+    Tensor x({N, C}), y({N, C}), dy({N, C}), dx({N, C}), w({C}), b({C}), dw({C}), db({C}),
+        mean({N}), rstd({N});
+    const double s = best_seconds([&] {
+      ops::layernorm_forward(y.data<float>(), mean.data<float>(), rstd.data<float>(),
+                             x.data<float>(), w.data<float>(), b.data<float>(), N, C, 1e-5f);
+      ops::layernorm_backward(dx.data<float>(), dw.data<float>(), db.data<float>(),
+                              dy.data<float>(), x.data<float>(), w.data<float>(),
+                              mean.data<float>(), rstd.data<float>(), N, C);
+      ops::gelu_forward(y.data<float>(), x.data<float>(), N * C);
+      ops::gelu_backward(dx.data<float>(), x.data<float>(), dy.data<float>(), N * C);
+    });
+    p.memory_bandwidth = 40.0 * double(N * C) / s;
   }
   p.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)) / n;
   p.devices_per_node = n;
   // Links: all-reduces over the ranks (one host: both link kinds are this one).
-  p.intra_node = {p.memory_bandwidth / 4, 1e-6};
+  p.intra_node = {p.memory_bandwidth, 1e-6};
   if (world && n > 1) {
     // Collectives run a fixed number of times on every rank (a count chosen by each rank's own
     // clock could differ between ranks and leave one waiting).

@@ -1,8 +1,8 @@
 // `megatron plan --profile-device` (and --device-profile cpu): this machine measured as a
 // device profile. Each rank of `mpirun -np N` runs with its share of the cores, as training
-// does, and times GEMMs of several shapes (the efficiency curve is fitted to them), a
-// memory-bound stream (bandwidth) and, with N > 1, all-reduces over the N ranks (link
-// bandwidth and latency).
+// does, and times linear layers of several sizes forward and backward (the efficiency curve is
+// fitted to them), the attention kernel, the elementwise kernels (their effective bandwidth)
+// and, with N > 1, all-reduces over the N ranks (link bandwidth and latency).
 #pragma once
 #include "comm/mpi_communicator.h"
 #include "plan/device_profile.h"
