@@ -26,7 +26,7 @@ const std::map<std::string, std::string>& builtins() {
   "description": "NVIDIA H100 SXM5 80GB; NVLink 4 inside 8-GPU nodes, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
   "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
   "memory_bandwidth_gbs": 3350,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
@@ -40,7 +40,7 @@ const std::map<std::string, std::string>& builtins() {
   "description": "NVIDIA H200 SXM 141GB; H100 arithmetic with 4.8 TB/s HBM3e; NVLink 4, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
   "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
   "memory_bandwidth_gbs": 4800,
   "memory_gib": 131.3,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
@@ -54,7 +54,7 @@ const std::map<std::string, std::string>& builtins() {
   "description": "NVIDIA A100 SXM4 80GB; NVLink 3 inside 8-GPU nodes, 8 x 200 Gb/s InfiniBand (Selene)",
   "peak_tflops": {"fp32": 19.5, "bf16": 312, "fp16": 312},
   "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
   "memory_bandwidth_gbs": 2039,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 300, "latency_us": 5},
@@ -129,6 +129,10 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.gemm_half_dim = number(j, "gemm_efficiency.half_dim", source, true);
   p.attention_efficiency = number(j, "attention.efficiency", source);
   p.attention_causal_fraction = number(j, "attention.causal_fraction", source);
+  MG_USER_CHECK(j["attention"].contains("fp32_compute") && j["attention"]["fp32_compute"].is_boolean(),
+                "device profile ", source, ": field \"attention.fp32_compute\" must be true or "
+                "false (whether the attention kernel computes in fp32 whatever the model dtype)");
+  p.attention_fp32 = j["attention"]["fp32_compute"].get<bool>();
   p.memory_bandwidth = number(j, "memory_bandwidth_gbs", source) * 1e9;
   p.memory_bytes = int64_t(number(j, "memory_gib", source) * double(int64_t(1) << 30));
   p.intra_node = {number(j, "intra_node.bandwidth_gbs", source) * 1e9,
@@ -174,7 +178,8 @@ std::string device_profile_json(const DeviceProfile& p) {
                        {"fp16", p.peak_fp16 / 1e12}}},
       {"gemm_efficiency", {{"max", p.gemm_max_efficiency}, {"half_dim", p.gemm_half_dim}}},
       {"attention", {{"efficiency", p.attention_efficiency},
-                     {"causal_fraction", p.attention_causal_fraction}}},
+                     {"causal_fraction", p.attention_causal_fraction},
+                     {"fp32_compute", p.attention_fp32}}},
       {"memory_bandwidth_gbs", p.memory_bandwidth / 1e9},
       {"memory_gib", double(p.memory_bytes) / double(int64_t(1) << 30)},
       {"intra_node", {{"bandwidth_gbs", p.intra_node.bandwidth / 1e9},

@@ -104,6 +104,7 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
                               a);
     });
     p.attention_causal_fraction = 0.5;
+    p.attention_fp32 = true;  // the CPU kernel computes in fp32 for every model dtype
     p.attention_efficiency = std::min(
         1.0, 3.0 * 4.0 * double(S * S * W) * p.attention_causal_fraction / (s * p.peak_fp32));
   }

@@ -72,7 +72,8 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     const double S_keys = double(d.S) * double(spec.cp_size);
     const double attn_flops = 4.0 * double(d.B) * double(d.S) * S_keys * double(d.NH_local()) *
                               double(d.HD()) * p.attention_causal_fraction;
-    const double attention = attn_flops / (p.peak(dt) * p.attention_efficiency);
+    const double attention =
+        attn_flops / (p.peak(p.attention_fp32 ? DType::F32 : dt) * p.attention_efficiency);
     // Elementwise passes over the rows: norms, residual adds, bias/activation, RoPE, dropout
     // (f32 residual stream, the GEMM inputs in the model dtype).
     // (the residual-stream ones on this rank's rows: a TP share under SP).
