@@ -16,54 +16,60 @@ namespace {
 
 using json = nlohmann::json;
 
-// Datasheet peaks and links; gemm_efficiency, attention.efficiency and exposed_comm_fraction are
-// the calibration constants, fitted on the first half of formulas.md's weak-scaling table
-// (docs/planner.md, bench/plan_weak_scaling.sh). A100 and H200 reuse the H100's constants.
+// The calibration constants, fitted on the first half of formulas.md's weak-scaling table
+// with the H100's datasheet figures (docs/planner.md, bench/plan_weak_scaling.py;
+// attention.efficiency and exposed_comm_fraction held fixed there). The A100 and H200
+// profiles reuse them: no published table calibrates those separately.
+constexpr const char* kCalibration = R"json({
+  "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
+  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
+  "exposed_comm_fraction": 0.3,
+  "dp_exposed_fraction": 0.5
+})json";
+
+// Datasheet peaks, memory and links of each built-in, completed by kCalibration.
 const std::map<std::string, std::string>& builtins() {
-  static const std::map<std::string, std::string> profiles = {
-      {"h100-sxm", R"json({
+  static const std::map<std::string, std::string> profiles = [] {
+    const std::map<std::string, const char*> hardware = {
+        {"h100-sxm", R"json({
   "name": "h100-sxm",
   "description": "NVIDIA H100 SXM5 80GB; NVLink 4 inside 8-GPU nodes, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
-  "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
   "memory_bandwidth_gbs": 3350,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 50, "latency_us": 10},
-  "devices_per_node": 8,
-  "exposed_comm_fraction": 0.3,
-  "dp_exposed_fraction": 0.5
+  "devices_per_node": 8
 })json"},
-      {"h200", R"json({
+        {"h200", R"json({
   "name": "h200",
   "description": "NVIDIA H200 SXM 141GB; H100 arithmetic with 4.8 TB/s HBM3e; NVLink 4, 8 x 400 Gb/s InfiniBand",
   "peak_tflops": {"fp32": 67, "bf16": 989, "fp16": 989},
-  "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
   "memory_bandwidth_gbs": 4800,
   "memory_gib": 131.3,
   "intra_node": {"bandwidth_gbs": 450, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 50, "latency_us": 10},
-  "devices_per_node": 8,
-  "exposed_comm_fraction": 0.3,
-  "dp_exposed_fraction": 0.5
+  "devices_per_node": 8
 })json"},
-      {"a100-80gb", R"json({
+        {"a100-80gb", R"json({
   "name": "a100-80gb",
   "description": "NVIDIA A100 SXM4 80GB; NVLink 3 inside 8-GPU nodes, 8 x 200 Gb/s InfiniBand (Selene)",
   "peak_tflops": {"fp32": 19.5, "bf16": 312, "fp16": 312},
-  "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
   "memory_bandwidth_gbs": 2039,
   "memory_gib": 80,
   "intra_node": {"bandwidth_gbs": 300, "latency_us": 5},
   "inter_node": {"bandwidth_gbs": 25, "latency_us": 10},
-  "devices_per_node": 8,
-  "exposed_comm_fraction": 0.3,
-  "dp_exposed_fraction": 0.5
+  "devices_per_node": 8
 })json"},
-  };
+    };
+    std::map<std::string, std::string> out;
+    for (const auto& [name, text] : hardware) {
+      json j = json::parse(text);
+      j.merge_patch(json::parse(kCalibration));
+      out[name] = j.dump(2);
+    }
+    return out;
+  }();
   return profiles;
 }
 

@@ -86,19 +86,25 @@ DeviceProfile ideal_profile() {
   return p;
 }
 
-TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
+// A GPT-2 shape of L layers, hidden 256, 8 heads, seq S, batch 8 in micro-batches of mbs.
+TrainConfig gpt(int64_t L, int64_t S, int64_t vocab, int64_t mbs) {
   TrainConfig c;
-  c.model.num_layers = 4;
+  c.model.num_layers = L;
   c.model.hidden_size = 256;
   c.model.num_attention_heads = 8;
-  c.model.seq_length = 128;
-  c.model.max_position_embeddings = 128;
-  c.model.vocab_size = 1000;
-  c.micro_batch_size = 2;
+  c.model.seq_length = S;
+  c.model.max_position_embeddings = S;
+  c.model.vocab_size = vocab;
+  c.micro_batch_size = mbs;
   c.global_batch_size = 8;
   c.train_iters = 1;
   c.mock_data = true;
   c.lr = 1e-3;
+  return c;
+}
+
+TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
+  TrainConfig c = gpt(4, 128, 1000, 2);
   c.bf16 = true;
   c.finalize_and_validate(1);
   const DeviceProfile p = ideal_profile();
@@ -116,18 +122,7 @@ TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
 }
 
 TEST(PlanStep, TensorParallelismSplitsTheGemmWork) {
-  TrainConfig c;
-  c.model.num_layers = 2;
-  c.model.hidden_size = 256;
-  c.model.num_attention_heads = 8;
-  c.model.seq_length = 64;
-  c.model.max_position_embeddings = 64;
-  c.model.vocab_size = 1024;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 4;
-  c.train_iters = 1;
-  c.mock_data = true;
-  c.lr = 1e-3;
+  TrainConfig c = gpt(2, 64, 1024, 1);
   TrainConfig tp2 = c;
   tp2.parallel.tensor_model_parallel_size = 2;
   c.finalize_and_validate(1);
