@@ -22,7 +22,7 @@ using json = nlohmann::json;
 // profiles reuse them: no published table calibrates those separately.
 constexpr const char* kCalibration = R"json({
   "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "causal_fraction": 0.5, "fp32_compute": false},
+  "attention": {"efficiency": 0.5, "half_dim": 0, "causal_fraction": 0.5, "fp32_compute": false},
   "exposed_comm_fraction": 0.3,
   "dp_exposed_fraction": 0.5
 })json";
@@ -135,6 +135,7 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.gemm_half_dim = number(j, "gemm_efficiency.half_dim", source, true);
   p.attention_efficiency = number(j, "attention.efficiency", source);
   p.attention_causal_fraction = number(j, "attention.causal_fraction", source);
+  p.attention_half_dim = number(j, "attention.half_dim", source, true);
   MG_USER_CHECK(j["attention"].contains("fp32_compute") && j["attention"]["fp32_compute"].is_boolean(),
                 "device profile ", source, ": field \"attention.fp32_compute\" must be true or "
                 "false (whether the attention kernel computes in fp32 whatever the model dtype)");
@@ -184,6 +185,7 @@ std::string device_profile_json(const DeviceProfile& p) {
                        {"fp16", p.peak_fp16 / 1e12}}},
       {"gemm_efficiency", {{"max", p.gemm_max_efficiency}, {"half_dim", p.gemm_half_dim}}},
       {"attention", {{"efficiency", p.attention_efficiency},
+                     {"half_dim", p.attention_half_dim},
                      {"causal_fraction", p.attention_causal_fraction},
                      {"fp32_compute", p.attention_fp32}}},
       {"memory_bandwidth_gbs", p.memory_bandwidth / 1e9},

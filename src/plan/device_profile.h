@@ -25,7 +25,9 @@ struct DeviceProfile {
   double gemm_max_efficiency = 0, gemm_half_dim = 0;
   // The attention core (QK^T, softmax, .V) as a fraction of the dtype's peak, and the share of
   // its s^2 work the kernel does (0.5: causal blocks skipped, as flash attention does).
-  double attention_efficiency = 0, attention_causal_fraction = 1;
+  // With attention_half_dim the efficiency falls off with the head dim as the GEMMs' does with
+  // theirs: attention_efficiency x HD / (HD + attention_half_dim).
+  double attention_efficiency = 0, attention_causal_fraction = 1, attention_half_dim = 0;
   bool attention_fp32 = false;  // the kernel computes in fp32 whatever the model dtype (CPU)
   double memory_bandwidth = 0;  // bytes/s: elementwise ops, the optimizer step
   int64_t memory_bytes = 0;     // per device

@@ -53,7 +53,7 @@ Plan make_plan(TrainConfig cfg, int world, const DeviceProfile& profile) {
   const RankGrid grid = cfg.rank_grid();
   const bool host = cfg.device == "cpu";
   for (int r = 0; r < grid.pp; ++r) {
-    RankGrid::Coord c;
+    RankGrid::Coord c{};
     c.pp = r;
     StagePlan s{r, grid.rank_of(c), rank_memory(cfg, grid.rank_of(c))};
     const int64_t total = s.memory.total(host);

@@ -72,8 +72,10 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     const double S_keys = double(d.S) * double(spec.cp_size);
     const double attn_flops = 4.0 * double(d.B) * double(d.S) * S_keys * double(d.NH_local()) *
                               double(d.HD()) * p.attention_causal_fraction;
+    const double hd = double(d.HD());
     const double attention =
-        attn_flops / (p.peak(p.attention_fp32 ? DType::F32 : dt) * p.attention_efficiency);
+        attn_flops / (p.peak(p.attention_fp32 ? DType::F32 : dt) * p.attention_efficiency * hd /
+                      (hd + p.attention_half_dim));
     // Elementwise passes over the rows: norms, residual adds, bias/activation, RoPE, dropout
     // (f32 residual stream, the GEMM inputs in the model dtype).
     // (the residual-stream ones on this rank's rows: a TP share under SP).
@@ -220,7 +222,7 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   std::vector<StepParts> per_rank(size_t(grid.pp));
   std::vector<double> last_backward(size_t(grid.pp), 0), first_forward(size_t(grid.pp), 0);
   for (int r = 0; r < grid.pp; ++r) {
-    RankGrid::Coord c;
+    RankGrid::Coord c{};
     c.pp = r;
     for (const StageSpec& spec : train_chunk_specs(cfg, grid.rank_of(c))) {
       const ChunkTime t = chunk_time(cfg, spec, p);
@@ -258,7 +260,7 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   // Data parallelism: the gradients reduced over DP x CP (reduce-scatter + all-gather of the
   // params under the distributed optimizer), exposed past the last micro-batch's backward when
   // overlapped; then the optimizer streams its state once.
-  RankGrid::Coord c0;
+  RankGrid::Coord c0{};
   c0.pp = int(crit);
   const StoreSpec store = train_store_spec(cfg, grid.rank_of(c0));
   const ParamLayout layout = store_layout(cfg.model, store);
