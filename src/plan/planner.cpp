@@ -51,7 +51,8 @@ Plan make_plan(TrainConfig cfg, int world, const DeviceProfile& profile) {
   Plan plan;
   plan.world = world;
   const RankGrid grid = cfg.rank_grid();
-  const bool host = cfg.device == "cpu";
+  plan.with_host = cfg.device == "cpu";
+  const bool host = plan.with_host;
   for (int r = 0; r < grid.pp; ++r) {
     RankGrid::Coord c{};
     c.pp = r;
@@ -161,7 +162,7 @@ std::string train_command(const Plan& plan, const std::vector<std::string>& user
 
 std::string plan_report(const Plan& plan, const DeviceProfile& profile) {
   const TrainConfig& c = plan.cfg;
-  const bool host = c.device == "cpu";
+  const bool host = plan.with_host;
   std::string out = str_cat(
       "plan: ", c.model.num_parameters(), " parameters on ", plan.world, " x ", profile.name,
       " (", profile.description, ")\n",
@@ -207,7 +208,7 @@ std::string plan_report(const Plan& plan, const DeviceProfile& profile) {
 
 namespace {
 nlohmann::json plan_object(const Plan& plan) {
-  const bool host = plan.cfg.device == "cpu";
+  const bool host = plan.with_host;
   nlohmann::json stages = nlohmann::json::array();
   for (const StagePlan& s : plan.stages)
     stages.push_back({{"stage", s.stage}, {"world_rank", s.world_rank},

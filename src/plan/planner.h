@@ -24,6 +24,7 @@ struct StagePlan {
 struct Plan {
   TrainConfig cfg;                 // finalized for `world`
   int world = 1;
+  bool with_host = false;          // a CPU run: its host-side data indices count too
   std::vector<StagePlan> stages;   // every pipeline stage
   int64_t peak_bytes = 0;          // the largest stage's total
   int peak_stage = 0;

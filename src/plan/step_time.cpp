@@ -140,6 +140,15 @@ std::vector<std::pair<std::string, double>> StepParts::named() const {
           {"DP grad reduce", dp_comm}, {"optimizer", optimizer}};
 }
 
+void StepParts::add_compute(const StepParts& o, double scale) {
+  gemm += scale * o.gemm;
+  attention += scale * o.attention;
+  elementwise += scale * o.elementwise;
+  tp_comm += scale * o.tp_comm;
+  cp_comm += scale * o.cp_comm;
+  ep_comm += scale * o.ep_comm;
+}
+
 PipelineRun simulate_pipeline(const ScheduleShape& shape,
                               const std::vector<std::vector<std::pair<double, double>>>& times,
                               double p2p) {
@@ -227,14 +236,7 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
     for (const StageSpec& spec : train_chunk_specs(cfg, grid.rank_of(c))) {
       const ChunkTime t = chunk_time(cfg, spec, p);
       times[size_t(r)].push_back({t.forward, t.backward});
-      StepParts& s = per_rank[size_t(r)];
-      const double n = double(M);
-      s.gemm += n * t.parts.gemm;
-      s.attention += n * t.parts.attention;
-      s.elementwise += n * t.parts.elementwise;
-      s.tp_comm += n * t.parts.tp_comm;
-      s.cp_comm += n * t.parts.cp_comm;
-      s.ep_comm += n * t.parts.ep_comm;
+      per_rank[size_t(r)].add_compute(t.parts, double(M));
       last_backward[size_t(r)] += t.backward;
       first_forward[size_t(r)] += t.forward;
     }

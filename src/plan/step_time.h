@@ -22,6 +22,8 @@ struct StepParts {
   double pp_p2p = 0, bubble = 0;                    // pipeline transfers and idle time
   double dp_comm = 0, optimizer = 0;                // after the last backward
   std::vector<std::pair<std::string, double>> named() const;
+  // += scale x o's compute and TP/CP/EP parts (those a micro-batch's chunk has).
+  void add_compute(const StepParts& o, double scale);
 };
 
 struct StepEstimate {
