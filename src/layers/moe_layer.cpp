@@ -250,8 +250,8 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
   // Every TP rank routes the full rows.
   const void* x = c.ln2.raw();
   if (d.sp) {
-    tp::gather_from_sp_region_forward(g, c.ln2.raw(), c.ln2_full.raw(), d.local_rows() * H, t);
-    x = c.ln2_full.raw();
+    tp::gather_from_sp_region_forward(g, c.ln2.raw(), s.ln_full.raw(), d.local_rows() * H, t);
+    x = s.ln_full.raw();
   }
   float* logits = c.moe_logits.data<float>();
   MoeRouting& r = c.routing;
@@ -393,7 +393,11 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     tp::reduce_scatter_to_sp_backward(g, dy, s.full.data<float>(), R * H);
     dy_full = s.full.data<float>();
   }
-  const void* x = d.sp ? c.ln2_full.raw() : c.ln2.raw();
+  const void* x = c.ln2.raw();  // under SP gathered again, as forward did (only the rows saved)
+  if (d.sp) {
+    tp::gather_from_sp_region_forward(g, c.ln2.raw(), s.ln_full.raw(), R * H, t);
+    x = s.ln_full.raw();
+  }
   float* dx_full = s.moe_full.data<float>();
   if (d.spec.ffn > 0) {  // shared experts; their input gradient sets dx_full
     ops::linear_backward(s.d_act.data<float>(), static_cast<float*>(gw.fc2_w), gw.fc2_b, dy_full,

@@ -85,6 +85,15 @@ ops::AttentionShape attention_shape(const tp::TPGroup& g, const ops::FusedQKV& v
   return a;
 }
 
+// The norm output a column-parallel GEMM's weight gradient reads: under sequence parallelism
+// this rank's saved rows gathered again (into the scratch forward gathered them into).
+cpu::Mat gathered_norm(const tp::TPGroup& g, const Tensor& ln, LayerScratch& s,
+                       const LayerDims& d) {
+  if (!d.sp) return act(ln);
+  tp::gather_from_sp_region_forward(g, ln.raw(), s.ln_full.raw(), ln.numel(), ln.dtype());
+  return act(s.ln_full);
+}
+
 bool context_parallel(const LayerInputs& in) { return in.cp && in.cp->comm->size() > 1; }
 
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
@@ -94,7 +103,7 @@ ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
 }  // namespace
 
 std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
-  const int64_t R = d.local_rows(), N = d.rows(), H = d.H, full = d.sp ? N : 0;
+  const int64_t R = d.local_rows(), N = d.rows(), H = d.H;
   const int64_t mean_rows = rms(d) ? 0 : R;
   const bool qk = d.spec.qk_layernorm;
   const int64_t q_rows = qk ? N * d.NH_local() : 0, k_rows = qk ? N * d.NG_local() : 0;
@@ -104,7 +113,6 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
   return {{&C::ln1, "ln1", {R, H}, t},
           {&C::ln1_mean, "ln1_mean", {mean_rows}, f},
           {&C::ln1_rstd, "ln1_rstd", {R}, f},
-          {&C::ln1_full, "ln1_full", {full, H}, t},
           {&C::qkv, "qkv", {N, d.qkv_local()}, t},
           {&C::q_pre, "q_pre", {q_rows, d.HD()}, f},
           {&C::q_mean, "q_mean", {q_mean}, f},
@@ -118,7 +126,6 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
           {&C::ln2, "ln2", {R, H}, t},
           {&C::ln2_mean, "ln2_mean", {mean_rows}, f},
           {&C::ln2_rstd, "ln2_rstd", {R}, f},
-          {&C::ln2_full, "ln2_full", {full, H}, t},
           {&C::fc1, "fc1", {N, d.fc1_local()}, t},
           {&C::act, "act", {N, d.F_local()}, t},
           {&C::moe_logits, "moe_logits", {d.spec.is_moe() ? N : 0, d.num_experts()}, f},
@@ -140,6 +147,7 @@ std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d) {
   const DType f = DType::F32;
   using S = LayerScratch;
   return {{&S::full, "full", {N, d.H}, f},
+          {&S::ln_full, "ln_full", {d.sp ? N : 0, d.H}, d.dtype},
           {&S::d_ln, "d_ln", {d.local_rows(), d.H}, f},
           {&S::d_qkv, "d_qkv", {N, d.qkv_local()}, f},
           {&S::d_attn, "d_attn", {N, d.attn_local()}, f},
@@ -171,7 +179,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   float* full = s.full.data<float>();
   // Attention block.
   norm_forward(c.ln1, c.ln1_mean, c.ln1_rstd, x, w.ln1_w, w.ln1_b, d);
-  tp::column_parallel_forward(g, store(c.qkv), c.ln1.raw(), c.ln1_full.raw(),
+  tp::column_parallel_forward(g, store(c.qkv), c.ln1.raw(), s.ln_full.raw(),
                               weight(w.qkv_w, d), w.qkv_b, {N, H, d.qkv_local()});
   const ops::FusedQKV v = qkv_views(c.qkv, d);
   if (d.spec.qk_layernorm) {
@@ -204,7 +212,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   norm_forward(c.ln2, c.ln2_mean, c.ln2_rstd, c.x_mid.data<float>(), w.ln2_w, w.ln2_b, d);
   if (d.spec.is_moe())
     return moe_forward(g, y, c.x_mid.data<float>(), w, c, s, d, in, drop ? &mlp_drop : nullptr);
-  tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), c.ln2_full.raw(), weight(w.fc1_w, d),
+  tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), s.ln_full.raw(), weight(w.fc1_w, d),
                               w.fc1_b, {N, H, d.fc1_local()});
   if (swiglu(d))
     ops::swiglu_forward(store(c.act), act(c.fc1), N, d.F_local());
@@ -222,8 +230,6 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                                 const LayerInputs& in) {
   const int64_t H = d.H, N = d.rows();
   float* full = s.full.data<float>();
-  const cpu::Mat ln2_used = act(d.sp ? c.ln2_full : c.ln2);
-  const cpu::Mat ln1_used = act(d.sp ? c.ln1_full : c.ln1);
   // Under dropout a block's output gradient is the residual's through the mask (into d_ln,
   // free until the block's norm backward).
   const bool drop = hidden_dropout_on(in);
@@ -247,7 +253,8 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
       ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(),
                          N * d.F_local(), ops::GradWrite::Set);
     tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
-                                 s.d_fc1.data<float>(), ln2_used, weight(w.fc1_w, d),
+                                 s.d_fc1.data<float>(), gathered_norm(g, c.ln2, s, d),
+                                 weight(w.fc1_w, d),
                                  {N, H, d.fc1_local()});
   }
   norm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(), c.x_mid.data<float>(),
@@ -278,7 +285,8 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                        gw.k_ln_b, s, d);
   }
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
-                               s.d_qkv.data<float>(), ln1_used, weight(w.qkv_w, d),
+                               s.d_qkv.data<float>(), gathered_norm(g, c.ln1, s, d),
+                               weight(w.qkv_w, d),
                                {N, H, d.qkv_local()});
   norm_backward(d_resid, gw.ln1_w, gw.ln1_b, s.d_ln.data<float>(), x, w.ln1_w, c.ln1_mean,
                 c.ln1_rstd, d);

@@ -6,7 +6,8 @@
 // grouped-query (NG K/V heads shared by NH query heads; GPT-2 is NG = NH) with optional RoPE on Q
 // and K; biases are optional. Activations are sequence-first [S, B, H]; with sequence
 // parallelism x, x_mid and y hold this rank's S/TP rows and the norm outputs are gathered before
-// the column-parallel GEMMs. forward() fills a named cache of saved activations; backward()
+// the column-parallel GEMMs; as in Megatron, only this rank's rows of a norm output are saved and
+// backward gathers them again for the weight gradient (into scratch shared by every layer). forward() fills a named cache of saved activations; backward()
 // consumes it and ADDS into the parameter grads and into the incoming residual gradient.
 // Mixed precision (LayerDims::dtype bf16/f16): GEMM weights and the saved GEMM inputs and
 // outputs (norm outputs, QKV, attention output, FC1, activation) are stored in 16 bits; GEMMs
@@ -130,7 +131,6 @@ struct LayerInputs {
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).
 struct LayerCache {
   Tensor ln1, ln1_mean, ln1_rstd;  // (R, H) [dtype], (R), (R); RMSNorm: no mean
-  Tensor ln1_full;                 // (S*B, H) [dtype] gathered norm output (sequence parallel)
   Tensor qkv;                      // (S*B, (NH + 2 NG) HD / TP) [dtype], Q and K after RoPE
   Tensor q_pre, q_mean, q_rstd;    // --qk-layernorm: (S*B*NH/TP, HD) Q heads before their norm,
   Tensor k_pre, k_mean, k_rstd;    // (S*B*NH/TP), (S*B*NH/TP); the same for the K heads (NG/TP)
@@ -139,7 +139,6 @@ struct LayerCache {
   Tensor attn;                     // (S*B, NH HD / TP) [dtype] attention output
   Tensor x_mid;                    // (R, H) residual stream after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (R, H) [dtype], (R), (R)
-  Tensor ln2_full;                 // (S*B, H) [dtype] (sequence parallel only)
   Tensor fc1;                      // (S*B, F/TP or 2F/TP) [dtype] pre-activation
   Tensor act;                      // (S*B, F/TP) [dtype] GELU / SwiGLU output
   // A MoE layer (M = S*B*topk routed rows, the first routing.rows() used; F_e the expert width):
@@ -168,6 +167,7 @@ int64_t layer_cache_bytes(const LayerDims& d);
 // Scratch reused by every layer's forward and backward.
 struct LayerScratch {
   Tensor full;            // (S*B, H) row-parallel partial sums / full-sequence grads
+  Tensor ln_full;         // (S*B, H) [dtype] a gathered norm output (sequence parallel only)
   Tensor d_ln;            // (R, H)
   Tensor d_qkv;           // (S*B, (NH + 2 NG) HD / TP)
   Tensor d_attn;          // (S*B, NH HD / TP)

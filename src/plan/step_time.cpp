@@ -82,8 +82,11 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     const double elementwise =
         (double(d.local_rows()) * 40.0 * double(H) +
          double(N) * act * (3.0 * double(d.fc1_local()) + 2.0 * double(d.qkv_local()))) / bw;
-    // TP: 2 all-reduces (or all-gather + reduce-scatter under SP) forward, 2 backward.
+    // TP: 2 all-reduces (or all-gather + reduce-scatter under SP) forward, 2 backward; under SP
+    // backward also gathers the 2 saved norm outputs again (their rows alone are kept).
     const double tp = 2.0 * ring_all_reduce(double(N * H) * act, grid.tp, tp_link);
+    const double tp_bwd =
+        tp + (sd.sp ? 2.0 * ring_gather_or_scatter(double(N * H) * act, grid.tp, tp_link) : 0.0);
     // CP (p2p ring): K and V of each other rank's share pass by once forward, twice backward.
     const double cp =
         spec.cp_size > 1
@@ -98,14 +101,14 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     // Backward: twice the forward's GEMM and attention work (input and weight gradients), the
     // same collectives again (CP: twice), and the recomputed forward when full recompute is on.
     const bool again = l - begin < recomputed;
-    const double bwd = 2.0 * fwd_compute + x * (tp + 2.0 * cp + ep) + (again ? fwd : 0.0);
+    const double bwd = 2.0 * fwd_compute + x * (tp_bwd + 2.0 * cp + ep) + (again ? fwd : 0.0);
     t.forward += fwd;
     t.backward += bwd;
     const double k = again ? 4.0 : 3.0;
     t.parts.gemm += k * gemm;
     t.parts.attention += k * attention;
     t.parts.elementwise += k * elementwise;
-    t.parts.tp_comm += (again ? 3.0 : 2.0) * x * tp;
+    t.parts.tp_comm += x * ((again ? 2.0 : 1.0) * tp + tp_bwd);
     t.parts.cp_comm += (again ? 4.0 : 3.0) * x * cp;
     t.parts.ep_comm += (again ? 3.0 : 2.0) * x * ep;
   }

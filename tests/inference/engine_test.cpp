@@ -190,7 +190,9 @@ TEST(Engine, GreedyTokensAndLogprobsFollowTheFullForward) {
   for (int64_t t = 0; t + 1 < S; ++t) {
     const float* row = logits.data() + t * V;
     const float* top = std::max_element(row, row + cfg.vocab_size);
-    if (t >= 5) EXPECT_EQ(all[size_t(t + 1)], int32_t(top - row)) << "position " << t + 1;
+    if (t >= 5) {
+      EXPECT_EQ(all[size_t(t + 1)], int32_t(top - row)) << "position " << t + 1;
+    }
     double sum = 0;
     for (int64_t v = 0; v < cfg.vocab_size; ++v) sum += std::exp(double(row[v]) - *top);
     EXPECT_NEAR(c.logprobs[size_t(t)], row[all[size_t(t + 1)]] - *top - std::log(sum), 1e-5)

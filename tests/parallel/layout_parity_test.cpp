@@ -512,10 +512,12 @@ TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
   const int64_t b = 2, s = 16, h = 32, t = 2, L_stage = 2, V = 512, M = 4;
   const int64_t bsh = b * s * h;
   // Layers: all-gather + reduce-scatter pairs, the same 8 b s h (t-1)/t total as the
-  // all-reduces they replace. Embedding: all-reduce forward, all-gather of the scattered
-  // gradient backward. Finalize: SP-partial grads (2 LayerNorms = 4h, 2 row-parallel biases
-  // = 2h per layer) all-reduced over TP once per step.
-  const int64_t tp_elems = M * (L_stage * 8 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t +
+  // all-reduces they replace, plus, as in Megatron, 2 all-gathers backward of the norm outputs
+  // whose rows alone were saved (the column-parallel weight gradients' inputs). Embedding:
+  // all-reduce forward, all-gather of the scattered gradient backward. Finalize: SP-partial
+  // grads (2 LayerNorms = 4h, 2 row-parallel biases = 2h per layer) all-reduced over TP once
+  // per step.
+  const int64_t tp_elems = M * (L_stage * 10 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t +
                                 bsh * (t - 1) / t) +
                            2 * (t - 1) * (6 * h * L_stage) / t;
   EXPECT_EQ(field(r.log, "tp comm bytes"), 4 * tp_elems);

@@ -132,8 +132,10 @@ TEST(PlanStep, TensorParallelismSplitsTheGemmWork) {
 }
 
 TEST(PlanProfile, BuiltinsParseAndErrorsNameTheField) {
-  for (const std::string& name : builtin_profile_names())
-    if (name != "cpu") EXPECT_GT(load_device_profile(name).peak_bf16, 0) << name;
+  for (const std::string& name : builtin_profile_names()) {
+    if (name == "cpu") continue;
+    EXPECT_GT(load_device_profile(name).peak_bf16, 0) << name;
+  }
   const DeviceProfile h100 = load_device_profile("h100-sxm");
   EXPECT_DOUBLE_EQ(h100.peak_bf16, 989e12);  // formulas.md's quoted peak
   EXPECT_EQ(h100.memory_bytes, int64_t(80) << 30);
