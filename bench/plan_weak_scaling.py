@@ -93,8 +93,8 @@ def main():
                 capture_output=True, text=True, check=True).stdout)
             best = None
             for mx, half, attn, exposed, dp in itertools.product(
-                    [0.50, 0.54, 0.58, 0.62, 0.66, 0.70, 0.74, 0.78, 0.82, 0.86, 0.90],
-                    [0, 64, 128, 256, 512, 1024, 1536, 2048], ATTENTION, EXPOSED,
+                    [0.50, 0.54, 0.58, 0.62, 0.66, 0.70, 0.74, 0.78, 0.82, 0.86, 0.90, 0.94, 0.98],
+                    [0, 128, 256, 512, 1024, 1536, 2048, 3072, 4096], ATTENTION, EXPOSED,
                     [0.0, 0.25, 0.5, 0.75, 1.0]):
                 prof = dict(from_builtin)
                 prof["gemm_efficiency"] = {"max": mx, "half_dim": half}

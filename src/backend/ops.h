@@ -58,6 +58,10 @@ struct Heads {
 // multi-head attention). Query t sits at position q_pos0 + t, key t at k_pos0 + t; with causal,
 // a query sees the keys at positions <= its own (context parallelism and a KV cache shift the
 // two offsets).
+// The CPU kernel's causal query block: each block of this many query rows computes the keys up to
+// its last row, (n + 1) / 2n of the square for n blocks.
+constexpr int64_t kAttentionQueryBlock = 64;
+
 struct AttentionShape {
   int64_t B, Sq, Sk, NH, NKV, HD;
   int64_t q_pos0 = 0, k_pos0 = 0;

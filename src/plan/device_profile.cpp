@@ -21,10 +21,11 @@ using json = nlohmann::json;
 // attention.efficiency and exposed_comm_fraction held fixed there). The A100 and H200
 // profiles reuse them: no published table calibrates those separately.
 constexpr const char* kCalibration = R"json({
-  "gemm_efficiency": {"max": 0.82, "half_dim": 1024},
-  "attention": {"efficiency": 0.5, "half_dim": 0, "causal_fraction": 0.5, "fp32_compute": false},
+  "gemm_efficiency": {"max": 0.94, "half_dim": 3072},
+  "attention": {"efficiency": 0.5, "half_dim": 0, "causal_fraction": 0.5, "fp32_compute": false,
+                "causal_block": 0, "dropout_ns_per_element": 0},
   "exposed_comm_fraction": 0.3,
-  "dp_exposed_fraction": 0.5
+  "dp_exposed_fraction": 0.25
 })json";
 
 // Datasheet peaks, memory and links of each built-in, completed by kCalibration.
@@ -102,9 +103,14 @@ double DeviceProfile::peak(DType t) const {
 
 double DeviceProfile::gemm_seconds(int64_t M, int64_t N, int64_t K, DType t) const {
   if (M <= 0 || N <= 0 || K <= 0) return 0;
-  const double d = double(std::min({M, N, K}));
+  // The shape's size: the harmonic mean of its dimensions (a cube's side; a small one weighs).
+  const double d = 3.0 / (1.0 / double(M) + 1.0 / double(N) + 1.0 / double(K));
   const double efficiency = gemm_max_efficiency * d / (d + gemm_half_dim);
   return 2.0 * double(M) * double(N) * double(K) / (peak(t) * efficiency);
+}
+
+double DeviceProfile::attention_fraction(int64_t S_keys) const {
+  return std::min(1.0, attention_causal_fraction + attention_causal_block / (2.0 * double(S_keys)));
 }
 
 std::vector<std::string> builtin_profile_names() {
@@ -136,10 +142,12 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.attention_efficiency = number(j, "attention.efficiency", source);
   p.attention_causal_fraction = number(j, "attention.causal_fraction", source);
   p.attention_half_dim = number(j, "attention.half_dim", source, true);
+  p.attention_causal_block = number(j, "attention.causal_block", source, true);
   MG_USER_CHECK(j["attention"].contains("fp32_compute") && j["attention"]["fp32_compute"].is_boolean(),
                 "device profile ", source, ": field \"attention.fp32_compute\" must be true or "
                 "false (whether the attention kernel computes in fp32 whatever the model dtype)");
   p.attention_fp32 = j["attention"]["fp32_compute"].get<bool>();
+  p.attention_dropout_seconds = number(j, "attention.dropout_ns_per_element", source, true) * 1e-9;
   p.memory_bandwidth = number(j, "memory_bandwidth_gbs", source) * 1e9;
   p.memory_bytes = int64_t(number(j, "memory_gib", source) * double(int64_t(1) << 30));
   p.intra_node = {number(j, "intra_node.bandwidth_gbs", source) * 1e9,
@@ -187,7 +195,9 @@ std::string device_profile_json(const DeviceProfile& p) {
       {"attention", {{"efficiency", p.attention_efficiency},
                      {"half_dim", p.attention_half_dim},
                      {"causal_fraction", p.attention_causal_fraction},
-                     {"fp32_compute", p.attention_fp32}}},
+                     {"causal_block", p.attention_causal_block},
+                     {"fp32_compute", p.attention_fp32},
+                     {"dropout_ns_per_element", p.attention_dropout_seconds * 1e9}}},
       {"memory_bandwidth_gbs", p.memory_bandwidth / 1e9},
       {"memory_gib", double(p.memory_bytes) / double(int64_t(1) << 30)},
       {"intra_node", {{"bandwidth_gbs", p.intra_node.bandwidth / 1e9},

@@ -20,7 +20,7 @@ struct DeviceProfile {
   std::string name, description;
   double peak_fp32 = 0, peak_bf16 = 0, peak_fp16 = 0;  // FLOP/s, dense
   // Achievable GEMM efficiency (of the dtype's peak) for an (M x K) . (K x N) product:
-  // gemm_max_efficiency x d / (d + gemm_half_dim) with d = min(M, N, K): small dimensions
+  // gemm_max_efficiency x d / (d + gemm_half_dim) with d = 3 / (1/M + 1/N + 1/K): small dimensions
   // starve the units (calibration constants).
   double gemm_max_efficiency = 0, gemm_half_dim = 0;
   // The attention core (QK^T, softmax, .V) as a fraction of the dtype's peak, and the share of
@@ -28,7 +28,16 @@ struct DeviceProfile {
   // With attention_half_dim the efficiency falls off with the head dim as the GEMMs' does with
   // theirs: attention_efficiency x HD / (HD + attention_half_dim).
   double attention_efficiency = 0, attention_causal_fraction = 1, attention_half_dim = 0;
+  // A kernel that computes the causal keys per block of this many query rows does
+  // causal_fraction + block / (2 S) of the square (0: causal_fraction whatever S).
+  double attention_causal_block = 0;
+  // The share of the S_q x S_k score square the kernel computes.
+  double attention_fraction(int64_t S_keys) const;
   bool attention_fp32 = false;  // the kernel computes in fp32 whatever the model dtype (CPU)
+  // Seconds per attention score element to draw and apply the attention-dropout mask (forward,
+  // and again in backward) when --attention-dropout > 0: the CPU kernel hashes each element;
+  // 0 where the fused GPU kernel's draws are inside attention_efficiency.
+  double attention_dropout_seconds = 0;
   double memory_bandwidth = 0;  // bytes/s: elementwise ops, the optimizer step
   int64_t memory_bytes = 0;     // per device
   LinkProfile intra_node, inter_node;

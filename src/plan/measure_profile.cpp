@@ -88,33 +88,41 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
   const double at512 = p.gemm_max_efficiency * 512.0 / (512.0 + p.gemm_half_dim);
   p.peak_bf16 = gemm_rate(512, DType::BF16) / at512;
   p.peak_fp16 = gemm_rate(512, DType::F16) / at512;
-  // The attention core: the causal flash-style kernel (the masked half skipped, so efficiency
-  // is of that half's FLOPs) forward + backward over 512 tokens, 256 channels as heads of 32
-  // and of 128; max x HD / (HD + half) through both points.
+  // The attention core: the causal flash-style kernel (the masked blocks skipped, so efficiency
+  // is of the blocks' FLOPs) forward + backward over 512 tokens, 256 channels as heads of 32
+  // and of 128; max x HD / (HD + half) through both points. Then heads of 32 again with
+  // attention dropout 0.1: the extra time per score element drawn (forward and backward).
   {
     const int64_t S = 512, W = 256;
-    auto efficiency = [&](int64_t HD) {
+    auto seconds = [&](int64_t HD, bool dropout) {
       const int64_t NH = W / HD;
       Tensor q({S, W}), k({S, W}), v({S, W}), out({S, W}), lse({NH * S}), dout({S, W}),
           dq({S, W}), dk({S, W}), dv({S, W});
       auto heads = [&](Tensor& t) { return cpu::Heads{t.raw(), DType::F32, W, HD, 1}; };
       cpu::AttentionShape a;
       a.B = 1, a.Sq = S, a.Sk = S, a.NH = NH, a.NKV = NH, a.HD = HD;
-      const double s = best_seconds([&] {
+      if (dropout) a.dropout.key = {1234u, 5678u, uint32_t(0.1 * 4294967296.0), 1.f / 0.9f};
+      return best_seconds([&] {
         ops::attention_forward(out.data<float>(), lse.data<float>(), heads(q), heads(k),
                                heads(v), a);
         ops::attention_backward(heads(dq), heads(dk), heads(dv), dout.data<float>(),
                                 out.data<float>(), heads(q), heads(k), heads(v),
                                 lse.data<float>(), a);
       });
-      return 3.0 * 4.0 * double(S * S * W) * 0.5 / (s * p.peak_fp32);
     };
+    auto efficiency = [&](int64_t HD) {
+      return 3.0 * 4.0 * double(S * S * W) * p.attention_fraction(S) /
+             (seconds(HD, false) * p.peak_fp32);
+    };
+    p.attention_causal_fraction = 0.5;
+    p.attention_causal_block = double(cpu::kAttentionQueryBlock);
     const double e32 = efficiency(32), e128 = efficiency(128), r = e128 / e32;
     // e(HD) = max HD / (HD + half): r = 4 (32 + half) / (128 + half).
     p.attention_half_dim = r > 1 && r < 4 ? 128.0 * (r - 1) / (4 - r) : 0.0;
     p.attention_efficiency = std::min(1.0, e128 * (128.0 + p.attention_half_dim) / 128.0);
-    p.attention_causal_fraction = 0.5;
     p.attention_fp32 = true;  // the CPU kernel computes in fp32 for every model dtype
+    const double drawn = 2.0 * double(S * S * (W / 32)) * p.attention_fraction(S);
+    p.attention_dropout_seconds = std::max(0.0, seconds(32, true) - seconds(32, false)) / drawn;
   }
   // Elementwise work at the bandwidth the CPU's kernels reach (compute-bound ones, GELU's tanh,
   // included): LayerNorm and GELU forward and backward over 2048 x 1024, counted as the 40

@@ -71,11 +71,15 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     // (under CP, S is the local length of the CP share).
     const double S_keys = double(d.S) * double(spec.cp_size);
     const double attn_flops = 4.0 * double(d.B) * double(d.S) * S_keys * double(d.NH_local()) *
-                              double(d.HD()) * p.attention_causal_fraction;
+                              double(d.HD()) * p.attention_fraction(int64_t(S_keys));
     const double hd = double(d.HD());
     const double attention =
         attn_flops / (p.peak(p.attention_fp32 ? DType::F32 : dt) * p.attention_efficiency * hd /
                       (hd + p.attention_half_dim));
+    // Attention dropout: its mask drawn over the computed scores forward and again backward.
+    const double dropout = m.attention_dropout > 0.f ? attn_flops / (4.0 * hd) *
+                                                           p.attention_dropout_seconds
+                                                     : 0.0;
     // Elementwise passes over the rows: norms, residual adds, bias/activation, RoPE, dropout
     // (f32 residual stream, the GEMM inputs in the model dtype).
     // (the residual-stream ones on this rank's rows: a TP share under SP).
@@ -96,17 +100,18 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
             : 0;
     const double ep = d.ep > 1 ? ep_bytes / ep_link.bandwidth + 2.0 * ep_link.latency : 0;
     const double x = p.exposed_comm_fraction;
-    const double fwd_compute = gemm + attention + elementwise;
+    const double fwd_compute = gemm + attention + dropout + elementwise;
     const double fwd = fwd_compute + x * (tp + cp + ep);
     // Backward: twice the forward's GEMM and attention work (input and weight gradients), the
     // same collectives again (CP: twice), and the recomputed forward when full recompute is on.
     const bool again = l - begin < recomputed;
-    const double bwd = 2.0 * fwd_compute + x * (tp_bwd + 2.0 * cp + ep) + (again ? fwd : 0.0);
+    const double bwd = 2.0 * fwd_compute - dropout + x * (tp_bwd + 2.0 * cp + ep) +
+                       (again ? fwd : 0.0);
     t.forward += fwd;
     t.backward += bwd;
     const double k = again ? 4.0 : 3.0;
     t.parts.gemm += k * gemm;
-    t.parts.attention += k * attention;
+    t.parts.attention += k * attention + (k - 1.0) * dropout;
     t.parts.elementwise += k * elementwise;
     t.parts.tp_comm += x * ((again ? 2.0 : 1.0) * tp + tp_bwd);
     t.parts.cp_comm += (again ? 4.0 : 3.0) * x * cp;

@@ -121,6 +121,33 @@ TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
               c.model.train_flops_per_token() * B * s, 1e-6 * c.model.train_flops_per_token() * B * s);
 }
 
+// Attention dropout draws its mask over every computed score (B NH s^2 x causal fraction per
+// layer) forward and again backward, at the profile's seconds per element.
+TEST(PlanStep, AttentionDropoutDrawsEachScoreForwardAndBackward) {
+  TrainConfig c = gpt(4, 128, 1000, 2);
+  c.finalize_and_validate(1);
+  TrainConfig none = c;
+  none.model.attention_dropout = 0.f;
+  DeviceProfile p = ideal_profile();
+  p.attention_causal_fraction = 0.5;
+  p.attention_dropout_seconds = 3e-9;
+  const StepEstimate e = estimate_step(c, p), e0 = estimate_step(none, p);
+  const double B = 8, s = 128, l = 4, NH = 8, drawn = B * NH * s * s * 0.5 * l;
+  EXPECT_NEAR(e.parts.attention - e0.parts.attention, 2 * drawn * 3e-9, 1e-9);
+  EXPECT_NEAR(e.iteration_seconds - e0.iteration_seconds, 2 * drawn * 3e-9, 1e-9);
+  // A kernel computing the causal keys per block of 64 query rows (the CPU's): 2 blocks of
+  // 128 rows compute (1 + 2) / 4 of the square.
+  p.attention_causal_block = 64;
+  const StepEstimate blocked = estimate_step(c, p);
+  none.model.attention_dropout = 0.f;
+  EXPECT_NEAR(blocked.parts.attention - estimate_step(none, p).parts.attention,
+              2 * drawn * 1.5 * 3e-9, 1e-9);
+  EXPECT_NEAR(blocked.parts.attention / e.parts.attention, 1.5, 1e-9);
+  p.attention_causal_block = 0;
+  p.attention_dropout_seconds = 0;  // a GPU profile: inside the kernel's efficiency
+  EXPECT_DOUBLE_EQ(estimate_step(c, p).iteration_seconds, e0.iteration_seconds);
+}
+
 TEST(PlanStep, TensorParallelismSplitsTheGemmWork) {
   TrainConfig c = gpt(2, 64, 1024, 1);
   TrainConfig tp2 = c;

@@ -34,7 +34,7 @@ namespace mg::cpu {
 
 namespace {
 
-constexpr int64_t kRows = 64;
+constexpr int64_t kRows = kAttentionQueryBlock;
 constexpr int64_t kCols = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
