@@ -24,6 +24,7 @@ constexpr const char* kCalibration = R"json({
   "gemm_efficiency": {"max": 0.94, "half_dim": 3072},
   "attention": {"efficiency": 0.5, "half_dim": 0, "causal_fraction": 0.5, "fp32_compute": false,
                 "causal_block": 0, "dropout_ns_per_element": 0},
+  "elementwise_efficiency": 1,
   "exposed_comm_fraction": 0.3,
   "dp_exposed_fraction": 0.25
 })json";
@@ -149,6 +150,7 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.attention_fp32 = j["attention"]["fp32_compute"].get<bool>();
   p.attention_dropout_seconds = number(j, "attention.dropout_ns_per_element", source, true) * 1e-9;
   p.memory_bandwidth = number(j, "memory_bandwidth_gbs", source) * 1e9;
+  p.elementwise_efficiency = number(j, "elementwise_efficiency", source);
   p.memory_bytes = int64_t(number(j, "memory_gib", source) * double(int64_t(1) << 30));
   p.intra_node = {number(j, "intra_node.bandwidth_gbs", source) * 1e9,
                   number(j, "intra_node.latency_us", source, true) * 1e-6};
@@ -162,6 +164,7 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.exposed_comm_fraction = number(j, "exposed_comm_fraction", source, true);
   p.dp_exposed_fraction = number(j, "dp_exposed_fraction", source, true);
   MG_USER_CHECK(p.gemm_max_efficiency <= 1 && p.attention_efficiency <= 1 &&
+                    p.elementwise_efficiency <= 1 &&
                     p.attention_causal_fraction <= 1 && p.exposed_comm_fraction <= 1 &&
                     p.dp_exposed_fraction <= 1,
                 "device profile ", source, ": efficiencies and fractions are at most 1");
@@ -199,6 +202,7 @@ std::string device_profile_json(const DeviceProfile& p) {
                      {"fp32_compute", p.attention_fp32},
                      {"dropout_ns_per_element", p.attention_dropout_seconds * 1e9}}},
       {"memory_bandwidth_gbs", p.memory_bandwidth / 1e9},
+      {"elementwise_efficiency", p.elementwise_efficiency},
       {"memory_gib", double(p.memory_bytes) / double(int64_t(1) << 30)},
       {"intra_node", {{"bandwidth_gbs", p.intra_node.bandwidth / 1e9},
                       {"latency_us", p.intra_node.latency * 1e6}}},

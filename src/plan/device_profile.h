@@ -38,7 +38,11 @@ struct DeviceProfile {
   // and again in backward) when --attention-dropout > 0: the CPU kernel hashes each element;
   // 0 where the fused GPU kernel's draws are inside attention_efficiency.
   double attention_dropout_seconds = 0;
-  double memory_bandwidth = 0;  // bytes/s: elementwise ops, the optimizer step
+  double memory_bandwidth = 0;  // bytes/s streamed (the optimizer step)
+  // The share of memory_bandwidth the elementwise kernels (norms, activations, residual adds,
+  // the loss) reach, counted in their nominal bytes: 1 where they stream (GPUs); below 1 where
+  // they are compute-bound (a CPU core's GELU).
+  double elementwise_efficiency = 1;
   int64_t memory_bytes = 0;     // per device
   LinkProfile intra_node, inter_node;
   int64_t devices_per_node = 1;

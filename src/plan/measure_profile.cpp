@@ -41,12 +41,13 @@ double best_seconds(Fn fn) {
 }
 
 // FLOP/s of a d x d x d linear layer's forward and backward (the mix of GEMMs training runs:
-// the output, the input gradient and the weight gradient) in dtype t.
+// the output, the input gradient and the weight gradient) in dtype t, the output stored in t as
+// a 16-bit model stores its saved GEMM outputs.
 double gemm_rate(int64_t d, DType t) {
-  Tensor x({d, d}, t), w({d, d}, t), y({d, d}), dy({d, d}), dx({d, d}), dw({d, d});
+  Tensor x({d, d}, t), w({d, d}, t), y({d, d}, t), dy({d, d}), dx({d, d}), dw({d, d});
   const cpu::Mat X(x.raw(), t), W(w.raw(), t);
   return 6.0 * double(d * d * d) / best_seconds([&] {
-           ops::linear_forward(y.data<float>(), X, W, nullptr, d, d, d);
+           ops::linear_forward({y.raw(), t}, X, W, nullptr, d, d, d);
            ops::linear_backward(dx.data<float>(), dw.data<float>(), nullptr, dy.data<float>(), X,
                                 W, d, d, d);
          });
@@ -124,9 +125,20 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
     const double drawn = 2.0 * double(S * S * (W / 32)) * p.attention_fraction(S);
     p.attention_dropout_seconds = std::max(0.0, seconds(32, true) - seconds(32, false)) / drawn;
   }
-  // Elementwise work at the bandwidth the CPU's kernels reach (compute-bound ones, GELU's tanh,
+  // Streamed bandwidth: the Adam step over 4M fp32 parameters (param, grad, both moments: 28
+  // bytes each), the optimizer's own kernel.
+  {
+    const int64_t n_params = int64_t(4) << 20;
+    Tensor param({n_params}), grad({n_params}), m({n_params}), v({n_params});
+    const double s = best_seconds([&] {
+      ops::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(),
+                        v.data<float>(), n_params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+    });
+    p.memory_bandwidth = 28.0 * double(n_params) / s;
+  }
+  // Elementwise work at the rate the CPU's kernels reach (compute-bound ones, GELU's tanh,
   // included): LayerNorm and GELU forward and backward over 2048 x 1024, counted as the 40
-  // bytes per element they move nominally.
+  // bytes per element they move nominally, as a share of the streamed bandwidth.
   {
     const int64_t N = 2048, C = 1024;
     Tensor x({N, C}), y({N, C}), dy({N, C}), dx({N, C}), w({C}), b({C}), dw({C}), db({C}),
@@ -140,7 +152,9 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
       ops::gelu_forward(y.data<float>(), x.data<float>(), N * C);
       ops::gelu_backward(dx.data<float>(), x.data<float>(), dy.data<float>(), N * C);
     });
-    p.memory_bandwidth = 40.0 * double(N * C) / s;
+    const double rate = 40.0 * double(N * C) / s;
+    p.memory_bandwidth = std::max(p.memory_bandwidth, rate);
+    p.elementwise_efficiency = rate / p.memory_bandwidth;
   }
   p.memory_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE)) / n;
   p.devices_per_node = n;

@@ -38,7 +38,7 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
   const RankGrid grid = cfg.rank_grid();
   const LayerDims sd = stage_dims(m, cfg.micro_batch_size, spec);
   const DType dt = spec.dtype;
-  const double act = double(dtype_size(dt)), bw = p.memory_bandwidth;
+  const double act = double(dtype_size(dt)), bw = p.memory_bandwidth * p.elementwise_efficiency;
   const int64_t begin = spec.shard.layer_begin,
                 end = spec.shard.layer_end < 0 ? m.num_layers : spec.shard.layer_end;
   const int64_t layers = end - begin;
