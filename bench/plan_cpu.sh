@@ -21,16 +21,26 @@ GPT="--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 \
  --log-interval 1 --eval-iters 0"
 LLAMA="$GPT --normalization RMSNorm --swiglu --ffn-hidden-size 704 --position-embedding-type rope \
  --untie-embeddings-and-output-weights --disable-bias-linear --group-query-attention --num-query-groups 4"
+# The median iteration time after the first two of one training run; a failed run, or one with
+# fewer than 6 timed iterations, stops the script naming the layout.
+median_ms() {
+  local np=$1; shift
+  local log
+  log=$($MPI -np "$np" "$BIN" train "$@" < /dev/null 2>&1) ||
+    { echo "plan_cpu.sh: training failed (np $np: $*):" >&2; echo "$log" | tail -5 >&2; exit 1; }
+  echo "$log" | sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -n +3 |
+    sort -n | awk -v what="np $np: $*" '{v[NR]=$1}
+      END {if (NR < 6) {print "plan_cpu.sh: only " NR " timed iterations (" what ")" > "/dev/stderr"; exit 1}
+           print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
+}
 echo "| layout | measured ms/iter | planned ms/iter | error |"
 echo "|---|---|---|---|"
 while IFS='|' read -r np flags; do
   [ -z "$np" ] && continue
   eval "set -- $flags"
-  measured=$(for run in 1 2; do
-      $MPI -np "$np" "$BIN" train "$@" < /dev/null 2>&1 |
-        sed -n 's/.*elapsed time per iteration (ms): *\([0-9.]*\).*/\1/p' | tail -n +3 |
-        sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
-    done | sort -n | head -1 | awk '{printf "%.1f", $1}')
+  first=$(median_ms "$np" "$@")
+  second=$(median_ms "$np" "$@")
+  measured=$(printf '%s\n%s\n' "$first" "$second" | sort -n | head -1 | awk '{printf "%.1f", $1}')
   planned=$("$BIN" plan --json --device-profile "$TMP/cpu$np.json" --num-gpus "$np" "$@" 2>/dev/null |
     /usr/bin/python3 -c 'import json,sys; print("%.1f" % (1000*json.load(sys.stdin)["step"]["iteration_seconds"]))')
   echo "| np $np:$(echo "$flags" | sed -e "s/\$GPT//; s/\$LLAMA/llama/") | $measured | $planned | $(/usr/bin/python3 -c "print('%+.1f%%' % (100*($planned/$measured-1)))") |"
