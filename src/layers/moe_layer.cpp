@@ -248,11 +248,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
   const DType t = d.dtype;
   // Every TP rank routes the full rows.
-  const void* x = c.ln2.raw();
-  if (d.sp) {
-    tp::gather_from_sp_region_forward(g, c.ln2.raw(), s.ln_full.raw(), d.local_rows() * H, t);
-    x = s.ln_full.raw();
-  }
+  const void* x = gathered_norm(g, c.ln2, s, d).data;
   float* logits = c.moe_logits.data<float>();
   MoeRouting& r = c.routing;
   {
@@ -393,11 +389,7 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     tp::reduce_scatter_to_sp_backward(g, dy, s.full.data<float>(), R * H);
     dy_full = s.full.data<float>();
   }
-  const void* x = c.ln2.raw();  // under SP gathered again, as forward did (only the rows saved)
-  if (d.sp) {
-    tp::gather_from_sp_region_forward(g, c.ln2.raw(), s.ln_full.raw(), R * H, t);
-    x = s.ln_full.raw();
-  }
+  const void* x = gathered_norm(g, c.ln2, s, d).data;  // gathered again: only rows were saved
   float* dx_full = s.moe_full.data<float>();
   if (d.spec.ffn > 0) {  // shared experts; their input gradient sets dx_full
     ops::linear_backward(s.d_act.data<float>(), static_cast<float*>(gw.fc2_w), gw.fc2_b, dy_full,

@@ -85,15 +85,6 @@ ops::AttentionShape attention_shape(const tp::TPGroup& g, const ops::FusedQKV& v
   return a;
 }
 
-// The norm output a column-parallel GEMM's weight gradient reads: under sequence parallelism
-// this rank's saved rows gathered again (into the scratch forward gathered them into).
-cpu::Mat gathered_norm(const tp::TPGroup& g, const Tensor& ln, LayerScratch& s,
-                       const LayerDims& d) {
-  if (!d.sp) return act(ln);
-  tp::gather_from_sp_region_forward(g, ln.raw(), s.ln_full.raw(), ln.numel(), ln.dtype());
-  return act(s.ln_full);
-}
-
 bool context_parallel(const LayerInputs& in) { return in.cp && in.cp->comm->size() > 1; }
 
 // Q, K and V of this rank's groups inside the fused QKV rows (values or f32 gradients).
@@ -101,6 +92,13 @@ ops::FusedQKV qkv_views(const Tensor& t, const LayerDims& d) {
   return ops::fused_qkv(t.raw(), t.dtype(), d.B, d.S, d.NH_local(), d.NG_local(), d.HD());
 }
 }  // namespace
+
+cpu::Mat gathered_norm(const tp::TPGroup& g, const Tensor& ln, LayerScratch& s,
+                       const LayerDims& d) {
+  if (!d.sp) return act(ln);
+  tp::gather_from_sp_region_forward(g, ln.raw(), s.ln_full.raw(), ln.numel(), ln.dtype());
+  return act(s.ln_full);
+}
 
 std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
   const int64_t R = d.local_rows(), N = d.rows(), H = d.H;

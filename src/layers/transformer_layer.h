@@ -6,9 +6,10 @@
 // grouped-query (NG K/V heads shared by NH query heads; GPT-2 is NG = NH) with optional RoPE on Q
 // and K; biases are optional. Activations are sequence-first [S, B, H]; with sequence
 // parallelism x, x_mid and y hold this rank's S/TP rows and the norm outputs are gathered before
-// the column-parallel GEMMs; as in Megatron, only this rank's rows of a norm output are saved and
-// backward gathers them again for the weight gradient (into scratch shared by every layer). forward() fills a named cache of saved activations; backward()
-// consumes it and ADDS into the parameter grads and into the incoming residual gradient.
+// the column-parallel GEMMs; as in Megatron, only this rank's rows of a norm output are saved
+// and backward gathers them again for the weight gradient (into scratch shared by every layer).
+// forward() fills a named cache of saved activations; backward() consumes it and ADDS into the
+// parameter grads and into the incoming residual gradient.
 // Mixed precision (LayerDims::dtype bf16/f16): GEMM weights and the saved GEMM inputs and
 // outputs (norm outputs, QKV, attention output, FC1, activation) are stored in 16 bits; GEMMs
 // accumulate in fp32; norms, softmax, RoPE, activations and the residual stream compute in fp32
@@ -193,6 +194,11 @@ struct LayerScratch {
 // The scratch's shapes and dtypes (as layer_cache_decls for the cache), and their bytes.
 std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d);
 int64_t layer_scratch_bytes(const LayerDims& d);
+
+// A saved norm output (R, H) as the column-parallel GEMMs read it: under sequence parallelism
+// every TP rank's rows, gathered into s.ln_full; otherwise ln itself.
+cpu::Mat gathered_norm(const tp::TPGroup& g, const Tensor& ln, LayerScratch& s,
+                       const LayerDims& d);
 
 // y (R, H) from x (R, H).
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,

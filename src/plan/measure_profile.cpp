@@ -114,19 +114,18 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
                                 lse.data<float>(), a);
       });
     };
-    auto efficiency = [&](int64_t HD) {
-      return 3.0 * 4.0 * double(S * S * W) * p.attention_fraction(S) /
-             (seconds(HD, false) * p.peak_fp32);
-    };
     p.attention_causal_fraction = 0.5;
     p.attention_causal_block = double(cpu::kAttentionQueryBlock);
-    const double e32 = efficiency(32), e128 = efficiency(128), r = e128 / e32;
+    const double flops = 3.0 * 4.0 * double(S * S * W) * p.attention_fraction(S);
+    const double s32 = seconds(32, false);
+    const double e32 = flops / (s32 * p.peak_fp32);
+    const double e128 = flops / (seconds(128, false) * p.peak_fp32), r = e128 / e32;
     // e(HD) = max HD / (HD + half): r = 4 (32 + half) / (128 + half).
     p.attention_half_dim = r > 1 && r < 4 ? 128.0 * (r - 1) / (4 - r) : 0.0;
     p.attention_efficiency = std::min(1.0, e128 * (128.0 + p.attention_half_dim) / 128.0);
     p.attention_fp32 = true;  // the CPU kernel computes in fp32 for every model dtype
     const double drawn = 2.0 * double(S * S * (W / 32)) * p.attention_fraction(S);
-    p.attention_dropout_seconds = std::max(0.0, seconds(32, true) - seconds(32, false)) / drawn;
+    p.attention_dropout_seconds = std::max(0.0, seconds(32, true) - s32) / drawn;
   }
   // Streamed bandwidth: the Adam step over 4M fp32 parameters (param, grad, both moments: 28
   // bytes each), the optimizer's own kernel.

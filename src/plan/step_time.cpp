@@ -100,13 +100,12 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
             : 0;
     const double ep = d.ep > 1 ? ep_bytes / ep_link.bandwidth + 2.0 * ep_link.latency : 0;
     const double x = p.exposed_comm_fraction;
-    const double fwd_compute = gemm + attention + dropout + elementwise;
-    const double fwd = fwd_compute + x * (tp + cp + ep);
+    const double compute = gemm + attention + elementwise;
+    const double fwd = compute + dropout + x * (tp + cp + ep);
     // Backward: twice the forward's GEMM and attention work (input and weight gradients), the
     // same collectives again (CP: twice), and the recomputed forward when full recompute is on.
     const bool again = l - begin < recomputed;
-    const double bwd = 2.0 * fwd_compute - dropout + x * (tp_bwd + 2.0 * cp + ep) +
-                       (again ? fwd : 0.0);
+    const double bwd = 2.0 * compute + dropout + x * (tp_bwd + 2.0 * cp + ep) + (again ? fwd : 0.0);
     t.forward += fwd;
     t.backward += bwd;
     const double k = again ? 4.0 : 3.0;
