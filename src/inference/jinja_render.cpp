@@ -2,10 +2,17 @@
 // values (True, None, ['a', 1]), truthiness, + on strings and lists, Python's // and %, slices,
 // the string and dict methods templates call, Jinja's filters and tests, and loop variables.
 // Loop bodies get a scope per iteration (a set inside does not leak out; namespace() objects
-// carry state across, as in Jinja). Output and loop work are bounded.
+// carry state across, as in Jinja).
+//
+// Whatever the template, a render ends soon, in bounded memory and stack: every value an
+// expression yields is paid for by its size from a work budget (so a value can grow to
+// at most the budget, a loop that copies or scans values stops once it has done that much), and
+// no value nests deeper than kMaxNesting. Names and parts of them (messages[i].role) are read
+// in place, not copied, so a loop over a long conversation stays linear in its length.
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -18,6 +25,14 @@ namespace {
 const Value kUndefined = Value(Value::value_t::discarded);
 
 bool undefined(const Value& v) { return v.is_discarded(); }
+
+// Work units: a list or dict entry, 16 bytes of a string, a character made a string of its own,
+// a loop iteration (8). A render may spend kBaseWork plus a unit per 16 bytes it may output
+// (a unit is at most about 150 ns and 80 bytes of memory here, a few times the time under the
+// sanitizers).
+constexpr int64_t kBaseWork = int64_t(1) << 20;
+constexpr int64_t kWorkPerOutputByte = 16;  // bytes of allowed text per unit of budget
+constexpr int kMaxNesting = 128;  // lists and dicts inside each other
 
 [[noreturn]] void fail(int line, const std::string& what) {
   throw TemplateError(str_cat("line ", line, ": ", what));
@@ -44,18 +59,23 @@ bool truthy(const Value& v) {
 }
 
 // A string's characters as Python sees them: code points (each its UTF-8 bytes; a byte that
-// starts no valid sequence counts alone).
+// starts no valid sequence counts alone). char_bytes: the length of the one at byte i.
+size_t char_bytes(const std::string& s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+  if (i + n > s.size()) n = 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 1;
+  return n;
+}
+size_t char_count(const std::string& s) {
+  size_t count = 0;
+  for (size_t i = 0; i < s.size(); i += char_bytes(s, i)) ++count;
+  return count;
+}
 std::vector<std::string> chars(const std::string& s) {
   std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-    if (i + n > s.size()) n = 1;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 1;
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
+  for (size_t i = 0, n = 0; i < s.size(); i += n) out.push_back(s.substr(i, n = char_bytes(s, i)));
   return out;
 }
 
@@ -120,15 +140,17 @@ std::string dumps(const Value& v, int64_t indent, int64_t depth = 0) {
     const double d = v.get<double>();
     return std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
   }
+  // Strings (keys too) that are not valid UTF-8 get U+FFFD where a byte is bad.
+  auto scalar = [](const Value& x) { return x.dump(-1, ' ', false, Value::error_handler_t::replace); };
   if (undefined(v)) return "null";
-  if (!v.is_array() && !v.is_object()) return v.dump(-1, ' ', false, Value::error_handler_t::replace);
+  if (!v.is_array() && !v.is_object()) return scalar(v);
   if (v.empty()) return v.is_array() ? "[]" : "{}";
   const std::string pad = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
   std::string out = v.is_array() ? "[" : "{";
   bool first = true;
   for (auto it = v.begin(); it != v.end(); ++it, first = false) {
     out += first ? pad : (indent >= 0 ? "," + pad : ", ");
-    if (v.is_object()) out += Value(it.key()).dump() + ": ";
+    if (v.is_object()) out += scalar(Value(it.key())) + ": ";
     out += dumps(*it, indent, depth + 1);
   }
   if (indent >= 0) out += "\n" + std::string(size_t(indent * depth), ' ');
@@ -137,9 +159,11 @@ std::string dumps(const Value& v, int64_t indent, int64_t depth = 0) {
 
 std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
   size_t b = 0, e = s.size();
+  bool set[256] = {};
+  for (const char c : chars) set[static_cast<unsigned char>(c)] = true;
   auto in = [&](char c) {
-    return chars.empty() ? std::isspace(static_cast<unsigned char>(c)) != 0
-                         : chars.find(c) != std::string::npos;
+    const unsigned char u = static_cast<unsigned char>(c);
+    return chars.empty() ? std::isspace(u) != 0 : set[u];
   };
   while (left && b < e && in(s[b])) ++b;
   while (right && e > b && in(s[e - 1])) --e;
@@ -148,7 +172,9 @@ std::string strip(const std::string& s, const std::string& chars, bool left, boo
 
 class Renderer {
  public:
-  Renderer(const Value& vars, size_t max_output) : max_output_(max_output) {
+  Renderer(const Value& vars, size_t max_output)
+      : max_output_(max_output), work_budget_(kBaseWork + int64_t(max_output) / kWorkPerOutputByte) {
+    charge(weight(vars, 0, 1), 1);  // also refuses variables nested too deeply
     scopes_.emplace_back();
     for (auto it = vars.begin(); it != vars.end(); ++it) scopes_.back()[it.key()] = *it;
   }
@@ -165,6 +191,24 @@ class Renderer {
       fail(line, str_cat("the rendered text exceeds ", max_output_, " bytes"));
     out_ += s;
   }
+  void charge(int64_t units, int line) {
+    if ((work_ += units) > work_budget_)
+      fail(line, "the template does too much work (values or loops too large)");
+  }
+  // A value's size in work units; fails past kMaxNesting (printing, comparing and tojson recurse).
+  static int64_t weight(const Value& v, int depth, int line) {
+    if (depth > kMaxNesting) fail(line, str_cat("a value nested more than ", kMaxNesting, " deep"));
+    if (v.is_string()) return 1 + int64_t(v.get_ref<const std::string&>().size() / 16);
+    int64_t w = 1;
+    if (v.is_object())
+      for (auto it = v.begin(); it != v.end(); ++it) w += 1 + int64_t(it.key().size() / 16) + weight(*it, depth + 1, line);
+    else if (v.is_array())
+      for (const Value& x : v) w += weight(x, depth + 1, line);
+    return w;
+  }
+  // Work proportional to finding a needle of m bytes in n (std::string::find's worst case).
+  void charge_search(size_t n, size_t m, int line) { charge(int64_t(n / 16 + 1) * int64_t(m + 1), line); }
+
   Value* find(const std::string& name) {
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
       if (auto it = s->find(name); it != s->end()) return &it->second;
@@ -175,14 +219,14 @@ class Renderer {
     for (const Node& n : nodes) {
       switch (n.kind) {
         case Node::Text: emit(n.text, n.line); break;
-        case Node::Output: emit(str(eval(*n.expr)), n.line); break;
+        case Node::Output: emit(str(*hold(*n.expr)), n.line); break;
         case Node::Break: return Flow::Break;
         case Node::Continue: return Flow::Continue;
         case Node::Set: set(n); break;
         case Node::If: {
           const std::vector<Node>* body = &n.else_body;
           for (const auto& [cond, b] : n.branches)
-            if (truthy(eval(*cond))) {
+            if (truthy(*hold(*cond, false))) {
               body = &b;
               break;
             }
@@ -208,14 +252,15 @@ class Renderer {
   }
 
   void loop(const Node& n) {
-    Value seq = eval(*n.expr);
+    const Held held = hold(*n.expr);
+    const Value& seq = *held;
     std::vector<Value> items;
     if (seq.is_array()) {
       items.assign(seq.begin(), seq.end());
     } else if (seq.is_object()) {
       for (auto it = seq.begin(); it != seq.end(); ++it) items.push_back(it.key());
     } else if (seq.is_string()) {
-      for (const std::string& c : chars(seq.get<std::string>())) items.push_back(c);
+      for (const std::string& c : chars_of(seq, n.line)) items.push_back(c);
     } else if (!undefined(seq)) {
       fail(n.line, str_cat("cannot loop over a ", type_name(seq)));
     }
@@ -234,7 +279,7 @@ class Renderer {
       for (const Value& item : items) {
         scopes_.emplace_back();
         bind(scopes_.back(), item);
-        const bool keep = truthy(eval(*n.filter));
+        const bool keep = truthy(*hold(*n.filter, false));
         scopes_.pop_back();
         if (keep) kept.push_back(item);
       }
@@ -245,19 +290,28 @@ class Renderer {
       return;
     }
     const int64_t len = int64_t(items.size());
+    // One scope for the loop, emptied of the body's names before each iteration; `loop` is
+    // updated in place (this is most of an iteration's cost).
+    scopes_.emplace_back();
+    Value loop_vars = Value::object();
     for (int64_t i = 0; i < len; ++i) {
-      if (++iterations_ > 10000000) fail(n.line, "more than 10^7 loop iterations");
-      scopes_.emplace_back();
-      bind(scopes_.back(), items[size_t(i)]);
-      scopes_.back()["loop"] = Value{{"index", i + 1}, {"index0", i}, {"revindex", len - i},
-                                     {"revindex0", len - i - 1}, {"first", i == 0},
-                                     {"last", i == len - 1}, {"length", len},
-                                     {"previtem", i > 0 ? items[size_t(i - 1)] : kUndefined},
-                                     {"nextitem", i + 1 < len ? items[size_t(i + 1)] : kUndefined}};
+      charge(8, n.line);
+      std::map<std::string, Value>& scope = scopes_.back();
+      scope.clear();
+      bind(scope, items[size_t(i)]);
+      if (!loop_vars.is_object()) loop_vars = Value::object();  // the body had set `loop`
+      loop_vars["index"] = i + 1, loop_vars["index0"] = i, loop_vars["revindex"] = len - i;
+      loop_vars["revindex0"] = len - i - 1, loop_vars["first"] = i == 0, loop_vars["last"] = i == len - 1;
+      loop_vars["length"] = len;
+      loop_vars["previtem"] = i > 0 ? items[size_t(i - 1)] : kUndefined;
+      loop_vars["nextitem"] = i + 1 < len ? items[size_t(i + 1)] : kUndefined;
+      Value& lv = scope["loop"];
+      lv.swap(loop_vars);
       const Flow f = block(n.body);
-      scopes_.pop_back();
+      lv.swap(loop_vars);
       if (f == Flow::Break) break;
     }
+    scopes_.pop_back();
   }
 
   // A string result within the output bound (values built in loops cannot grow without end).
@@ -273,12 +327,49 @@ class Renderer {
     fail(line, str_cat(what, " must be an integer, not ", type_name(v)));
   }
 
+  // An expression's value, read in place where the expression names one (a variable or a part
+  // of one), else computed; `whole`: the reader may look at all of it (print, compare, copy),
+  // so it pays for its size; else only at its top (truthiness, type tests, a list's length).
+  struct Held {
+    const Value* ref = nullptr;
+    Value own;
+    const Value& operator*() const { return ref ? *ref : own; }
+  };
+  Held hold(const Expr& e, bool whole = true) {
+    if (const Value* r = ref(e)) {
+      charge(whole ? weight(*r, 0, e.line) : 1, e.line);
+      return Held{r, {}};
+    }
+    return Held{nullptr, eval(e)};
+  }
+  // The value a name, or an item or attribute of a named value, denotes: nullptr for any other
+  // expression, and where the value is made, not found (a character of a string).
+  const Value* ref(const Expr& e) {
+    if (e.kind == Expr::Name) {
+      const Value* v = find(e.name);
+      return v ? v : &kUndefined;
+    }
+    if (e.kind != Expr::Attr && e.kind != Expr::Item) return nullptr;
+    const Value* obj = ref(*e.args[0]);
+    if (!obj || obj->is_string()) return nullptr;
+    return element(*obj, e.kind == Expr::Attr ? Value(e.name) : eval(*e.args[1]), e.line, e.kind == Expr::Attr);
+  }
+
+  // Every value an expression makes is paid for by its size.
   Value eval(const Expr& e) {
+    Value v = compute(e);
+    charge(weight(v, 0, e.line), e.line);
+    return v;
+  }
+  Value compute(const Expr& e) {
     switch (e.kind) {
       case Expr::Literal: return e.value;
-      case Expr::Name: {
-        const Value* v = find(e.name);
-        return v ? *v : kUndefined;
+      case Expr::Name:
+      case Expr::Attr:
+      case Expr::Item: {
+        if (const Value* r = ref(e)) return *r;
+        const Held obj = hold(*e.args[0]);  // a string, or a value an expression made
+        return item(*obj, e.kind == Expr::Attr ? Value(e.name) : eval(*e.args[1]), e.line, e.kind == Expr::Attr);
       }
       case Expr::List: {
         Value v = Value::array();
@@ -294,14 +385,12 @@ class Renderer {
         }
         return v;
       }
-      case Expr::Attr: return item(eval(*e.args[0]), Value(e.name), e.line, true);
-      case Expr::Item: return item(eval(*e.args[0]), eval(*e.args[1]), e.line, false);
       case Expr::Slice: return slice(e);
       case Expr::Call: return call(e);
       case Expr::Filter: return filter(e);
       case Expr::Test: return test(e) != e.negated;
       case Expr::Cond:
-        return truthy(eval(*e.args[0])) ? eval(*e.args[1])
+        return truthy(*hold(*e.args[0], false)) ? eval(*e.args[1])
                                         : e.args[2] ? eval(*e.args[2]) : kUndefined;
       case Expr::Unary: {
         const Value v = eval(*e.args[0]);
@@ -319,35 +408,55 @@ class Renderer {
     return kUndefined;
   }
 
-  Value item(const Value& obj, const Value& key, int line, bool attr) {
+  // obj[key], obj.key: where obj is not a string, the item itself (&kUndefined where absent).
+  static const Value* element(const Value& obj, const Value& key, int line, bool attr) {
     if (undefined(obj))
       fail(line, str_cat("cannot read ", attr ? "attribute " : "item ", repr(key), " of an undefined value"));
     if (obj.is_object() && key.is_string()) {
       auto it = obj.find(key.get<std::string>());
-      return it != obj.end() ? *it : kUndefined;
+      return it != obj.end() ? &*it : &kUndefined;
     }
-    if ((obj.is_array() || obj.is_string()) && (key.is_number_integer() || (attr && key.is_string()))) {
-      int64_t i = 0;
-      if (key.is_string()) {  // x.0 is x[0]
-        const std::string& k = key.get_ref<const std::string&>();
-        if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos || k.size() > 9) return kUndefined;
-        i = std::stoll(k);
-      } else {
-        i = key.get<int64_t>();
-      }
-      const std::vector<std::string> cs = obj.is_string() ? chars(obj.get<std::string>()) : std::vector<std::string>{};
-      const int64_t n = obj.is_array() ? int64_t(obj.size()) : int64_t(cs.size());
-      if (i < 0) i += n;
-      if (i < 0 || i >= n) return kUndefined;
-      return obj.is_array() ? obj[size_t(i)] : Value(cs[size_t(i)]);
+    if (obj.is_array())
+      if (const std::optional<int64_t> i = position(key, attr, int64_t(obj.size()))) return &obj[size_t(*i)];
+    return &kUndefined;
+  }
+  // The index key names in a sequence of n (x.0 is x[0]; negative counts from the end).
+  static std::optional<int64_t> position(const Value& key, bool attr, int64_t n) {
+    int64_t i = 0;
+    if (key.is_number_integer()) {
+      i = key.get<int64_t>();
+    } else if (attr && key.is_string()) {
+      const std::string& k = key.get_ref<const std::string&>();
+      if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos || k.size() > 9) return std::nullopt;
+      i = std::stoll(k);
+    } else {
+      return std::nullopt;
     }
-    return kUndefined;
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return std::nullopt;
+    return i;
+  }
+  Value item(const Value& obj, const Value& key, int line, bool attr) {
+    if (!obj.is_string()) return *element(obj, key, line, attr);
+    const std::string& s = obj.get_ref<const std::string&>();
+    const std::optional<int64_t> i = position(key, attr, int64_t(char_count(s)));
+    if (!i) return kUndefined;
+    size_t at = 0;
+    for (int64_t k = 0; k < *i; ++k) at += char_bytes(s, at);
+    return s.substr(at, char_bytes(s, at));
+  }
+  // chars(), paid for first: a unit per character (each becomes a string of its own).
+  std::vector<std::string> chars_of(const Value& v, int line) {
+    const std::string& s = v.get_ref<const std::string&>();
+    charge(int64_t(char_count(s)), line);
+    return chars(s);
   }
 
   Value slice(const Expr& e) {
-    const Value obj = eval(*e.args[0]);
+    const Held held = hold(*e.args[0]);
+    const Value& obj = *held;
     if (!obj.is_array() && !obj.is_string()) fail(e.line, str_cat("cannot slice a ", type_name(obj)));
-    const std::vector<std::string> cs = obj.is_string() ? chars(obj.get<std::string>()) : std::vector<std::string>{};
+    const std::vector<std::string> cs = obj.is_string() ? chars_of(obj, e.line) : std::vector<std::string>{};
     const int64_t n = obj.is_array() ? int64_t(obj.size()) : int64_t(cs.size());
     auto bound = [&](const ExprPtr& x, int64_t def) -> std::optional<int64_t> {
       if (!x) return std::nullopt;
@@ -380,11 +489,12 @@ class Renderer {
   Value binary(const Expr& e) {
     const std::string& op = e.name;
     if (op == "and" || op == "or") {
-      Value a = eval(*e.args[0]);
-      if (truthy(a) == (op == "or")) return a;
+      Held a = hold(*e.args[0], false);
+      if (truthy(*a) == (op == "or")) return a.ref ? *a.ref : std::move(a.own);  // eval pays for it
       return eval(*e.args[1]);
     }
-    const Value a = eval(*e.args[0]), b = eval(*e.args[1]);
+    const Held ha = hold(*e.args[0]), hb = hold(*e.args[1]);
+    const Value &a = *ha, &b = *hb;
     if (op == "~") return bounded(str(a) + str(b), e.line);
     if (op == "==") return equal(a, b);
     if (op == "!=") return !equal(a, b);
@@ -452,9 +562,10 @@ class Renderer {
     if (undefined(a) || undefined(b)) return undefined(a) && undefined(b);
     return a == b;
   }
-  static bool contains(const Value& hay, const Value& needle, int line) {
+  bool contains(const Value& hay, const Value& needle, int line) {
     if (hay.is_string()) {
       if (!needle.is_string()) fail(line, "'in <string>' requires a string on the left");
+      charge_search(hay.get_ref<const std::string&>().size(), needle.get_ref<const std::string&>().size(), line);
       return hay.get_ref<const std::string&>().find(needle.get_ref<const std::string&>()) != std::string::npos;
     }
     if (hay.is_array()) return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return equal(x, needle); });
@@ -506,7 +617,8 @@ class Renderer {
       fail(e.line, str_cat("'", f.name, "' is not a function this renderer knows"));
     }
     if (f.kind != Expr::Attr) fail(e.line, "only functions and methods can be called");
-    const Value obj = eval(*f.args[0]);
+    const Held held = hold(*f.args[0]);
+    const Value& obj = *held;
     const std::string& m = f.name;
     if (obj.is_string()) {
       const std::string s = obj.get<std::string>();
@@ -521,7 +633,10 @@ class Renderer {
       if (m == "startswith") return s.starts_with(arg0);
       if (m == "endswith") return s.ends_with(arg0);
       if (m == "replace" && a.size() == 2) return replace_all(s, arg0, text_of(a[1], e.line, "replace()"), e.line);
-      if (m == "split") return split(s, arg0, a.empty() || a[0].is_null(), e.line);
+      if (m == "split") {
+        charge_search(s.size(), arg0.size(), e.line);
+        return split(s, arg0, a.empty() || a[0].is_null(), e.line);
+      }
       if (m == "title" || m == "capitalize") return capitalize(s, m == "title");
       if (m == "format") fail(e.line, "str.format is not supported");
     }
@@ -540,26 +655,31 @@ class Renderer {
     fail(e.line, str_cat(type_name(obj), " has no method '", m, "' (or not with these arguments)"));
   }
 
-  std::string replace_all(std::string s, const std::string& from, const std::string& to, int line) {
+  std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int line) {
     if (from.empty()) fail(line, "replace() of an empty string is not supported");
-    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
-      s.replace(at, from.size(), to);
-      if (s.size() > max_output_) fail(line, "replace() result too long");
+    charge_search(s.size(), from.size(), line);
+    std::string out;
+    size_t done = 0;
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, done)) {
+      out.append(s, done, at - done).append(to);
+      done = at + from.size();
+      if (out.size() > max_output_) fail(line, "replace() result too long");
     }
-    return s;
+    return bounded(out.append(s, done), line);
   }
-  static Value split(const std::string& s, const std::string& sep, bool whitespace, int line) {
+  Value split(const std::string& s, const std::string& sep, bool whitespace, int line) {
     Value out = Value::array();
     if (!whitespace && sep.empty()) fail(line, "split(): empty separator");
     if (whitespace) {
       std::istringstream in(s);
-      for (std::string w; in >> w;) out.push_back(w);
+      for (std::string w; in >> w; charge(1, line)) out.push_back(w);
       return out;
     }
     size_t from = 0;
     for (size_t at = s.find(sep); at != std::string::npos; at = s.find(sep, from)) {
       out.push_back(s.substr(from, at - from));
       from = at + sep.size();
+      charge(1, line);
     }
     out.push_back(s.substr(from));
     return out;
@@ -576,13 +696,17 @@ class Renderer {
   }
 
   Value filter(const Expr& e) {
-    const Value v = eval(*e.args[0]);
-    const std::vector<Value> a = args(e, 1);
     const std::string& f = e.name;
+    const Held held = hold(*e.args[0], f != "length" && f != "count");
+    const Value& v = *held;
+    const std::vector<Value> a = args(e, 1);
     if (f == "trim") return strip(text_of(v, e.line, "trim's input"), a.empty() ? "" : str(a[0]), true, true);
     if (f == "length" || f == "count") {
       if (undefined(v)) return 0;  // Jinja's undefined is an empty iterable
-      if (v.is_string()) return int64_t(chars(v.get<std::string>()).size());
+      if (v.is_string()) {
+        charge(weight(v, 0, e.line), e.line);
+        return int64_t(char_count(v.get_ref<const std::string&>()));
+      }
       if (v.is_array() || v.is_object()) return int64_t(v.size());
       fail(e.line, str_cat("object of type ", type_name(v), " has no length"));
     }
@@ -605,8 +729,12 @@ class Renderer {
     if (f == "first" || f == "last") {
       if (v.is_array()) return v.empty() ? kUndefined : (f == "first" ? v.front() : v.back());
       if (v.is_string()) {
-        const std::vector<std::string> cs = chars(v.get<std::string>());
-        return cs.empty() ? kUndefined : Value(f == "first" ? cs.front() : cs.back());
+        const std::string& s = v.get_ref<const std::string&>();
+        if (s.empty()) return kUndefined;
+        size_t at = 0;
+        if (f == "last")
+          for (size_t next = 0; next < s.size(); next += char_bytes(s, next)) at = next;
+        return s.substr(at, char_bytes(s, at));
       }
       fail(e.line, str_cat(f, " of a ", type_name(v)));
     }
@@ -614,20 +742,23 @@ class Renderer {
       if (!v.is_array()) fail(e.line, str_cat("join of a ", type_name(v)));
       const std::string sep = a.empty() ? "" : str(a[0]);
       std::string out;
-      for (size_t i = 0; i < v.size(); ++i) out = bounded(out + (i ? sep : "") + str(v[i]), e.line);
+      for (size_t i = 0; i < v.size(); ++i) {
+        out += (i ? sep : "") + str(v[i]);
+        if (out.size() > max_output_) fail(e.line, str_cat("a string longer than ", max_output_, " bytes"));
+      }
       return out;
     }
     if (f == "list") {
       if (v.is_array()) return v;
       Value out = Value::array();
-      if (v.is_string()) for (const std::string& c : chars(v.get<std::string>())) out.push_back(c);
+      if (v.is_string()) for (const std::string& c : chars_of(v, e.line)) out.push_back(c);
       else if (v.is_object()) for (auto it = v.begin(); it != v.end(); ++it) out.push_back(it.key());
       else fail(e.line, str_cat("list of a ", type_name(v)));
       return out;
     }
     if (f == "reverse") {
       if (v.is_string()) {
-        const std::vector<std::string> cs = chars(v.get<std::string>());
+        const std::vector<std::string> cs = chars_of(v, e.line);
         std::string out;
         for (auto it = cs.rbegin(); it != cs.rend(); ++it) out += *it;
         return out;
@@ -672,9 +803,12 @@ class Renderer {
   }
 
   bool test(const Expr& e) {
-    const Value v = eval(*e.args[0]);
-    const std::vector<Value> a = args(e, 1);
     const std::string& t = e.name;
+    // The tests that compare read all of the value; the others only its type.
+    const bool whole = t == "eq" || t == "equalto" || t == "sameas" || t == "ne" || t == "in";
+    const Held held = hold(*e.args[0], whole);
+    const Value& v = *held;
+    const std::vector<Value> a = args(e, 1);
     if (t == "defined") return !undefined(v);
     if (t == "undefined") return undefined(v);
     if (t == "none") return v.is_null();
@@ -692,7 +826,8 @@ class Renderer {
     if (t == "divisibleby" && a.size() == 1) {
       const int64_t d = as_int(a[0], e.line, "divisibleby");
       if (d == 0) fail(e.line, "divisibleby 0");
-      return as_int(v, e.line, "divisibleby") % d == 0;
+      const int64_t x = as_int(v, e.line, "divisibleby");
+      return d == -1 || x % d == 0;  // INT64_MIN % -1 traps
     }
     if (t == "in" && a.size() == 1) return contains(a[0], v, e.line);
     fail(e.line, str_cat("unknown test '", t, "'"));
@@ -701,7 +836,7 @@ class Renderer {
   std::vector<std::map<std::string, Value>> scopes_;
   std::string out_;
   size_t max_output_;
-  int64_t iterations_ = 0;
+  int64_t work_budget_, work_ = 0;
 };
 
 }  // namespace

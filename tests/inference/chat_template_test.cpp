@@ -222,6 +222,7 @@ TEST(ChatTemplate, ExpressionsAndStatementsRenderAsJinja2) {
            "{{ -3 | abs }} {{ -xs | length if false else 1 }} {{ nothing | length }} {{ 'x' in nothing }} {{ none is sameas none }}",
            "{{ 'a\\u00e9\\x41\\n\\d\\101\\U0001F600' }} {{ \"it\\'s\" }}",
            "{{ 'ab'.split('') }}",
+           "{{ (-9223372036854775807 - 1) is divisibleby -1 }} {{ -6 is divisibleby -3 }} {{ 7 is divisibleby -2 }}",
            "{{ ('' * 1000000000000) | length }} {{ xs[1::9223372036854775807] }} {{ range(0, 9223372036854775807, 4611686018427387904) | list }}",
            "{{ true / 2 }} {{ 1.5 + true }} {{ false * 3 }}",
            "line one\r\nline two\n",
@@ -229,6 +230,78 @@ TEST(ChatTemplate, ExpressionsAndStatementsRenderAsJinja2) {
        })
     cases.push_back({t, t, vars});
   expect_same_as_jinja2(cases);
+}
+
+// A long agentic conversation: templates that look back at messages[i - 1] or test
+// messages[0] on every turn read them in place, so the render stays linear in the conversation
+// and within the work budget (a copy of `messages` per turn would be 4000 x 4000 entries).
+TEST(ChatTemplate, LongConversationsRenderAsJinja2) {
+  const char* kLookBack =
+      "{%- for message in messages %}{%- if message.role == 'tool' %}{%- if loop.index0 == 0 or "
+      "messages[loop.index0 - 1].role != 'tool' %}<tools>{% endif %}{{ message.content }}{%- if "
+      "loop.last or messages[loop.index0 + 1].role != 'tool' %}</tools>{% endif %}{%- else %}"
+      "<{{ message.role }}>{{ message.content | trim }}{% if messages | length > 1 and tools %}"
+      "*{% endif %}{%- endif %}{%- endfor %}";
+  Value messages = Value::array();
+  for (int i = 0; i < 4000; ++i)
+    messages.push_back({{"role", i % 3 == 0 ? "user" : i % 3 == 1 ? "tool" : "assistant"},
+                        {"content", str_cat(" turn ", i, " ", std::string(size_t(i % 50), 'x'))}});
+  const Value vars = {{"messages", messages}, {"add_generation_prompt", true},
+                      {"tools", Value::array({"t"})}, {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  expect_same_as_jinja2({{"look back", kLookBack, vars}, {"chatml", kChatMl, vars}, {"tools", kTools, vars}});
+}
+
+// Whatever the template, rendering ends in bounded time, memory and stack: a value doubling
+// in a loop, nested loops of a million iterations, quadratic searches, values nested
+// deeper than printing can recurse, all stop with a TemplateError naming the line. (Jinja2
+// itself would run out of memory or time on most of these; there is nothing to compare.)
+TEST(ChatTemplate, EveryRenderIsBounded) {
+  const Value vars = {{"messages", Value::array()}};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x + [ns.x] %}"
+       "{% endfor %}",
+       "line 1: the template does too much work"},
+      {"{% for i in range(1000000) %}\n{% for j in range(1000000) %}{% endfor %}{% endfor %}",
+       "line 2: the template does too much work"},
+      {"{% set r = range(1000000) %}{% for i in r %}{% if i in r %}{% endif %}{% endfor %}",
+       "line 1: the template does too much work"},
+      {"{% for i in range(100) %}{% set s = 'x' * 1000000 %}{% endfor %}",
+       "line 1: the template does too much work"},
+      {"{{ ('a' * 1000000) in ('a' * 999999 ~ 'b') }}", "line 1: the template does too much work"},
+      {"{% for i in range(10) %}{% set n = ('ab' * 400000).replace('b', 'c').split('a') | length %}"
+       "{% endfor %}",
+       "line 1: the template does too much work"},
+      {"{% set s = 'x' * 1000000 %}{{ s | list | length }}", "line 1: the template does too much work"},
+      {"{% set s = ',' * 1000000 %}{{ s.split(',') | length }}", "line 1: the template does too much work"},
+      {"{% set ns = namespace(x=1) %}{% for i in range(200) %}{% set ns.x = [ns.x] %}{% endfor %}",
+       "line 1: a value nested more than 128 deep"},
+  };
+  for (const auto& [tmpl, want] : cases) {
+    try {
+      const std::string out = jinja::render(jinja::parse(tmpl), vars, 1 << 20);
+      ADD_FAILURE() << tmpl << " rendered " << out.size() << " bytes";
+    } catch (const jinja::TemplateError& e) {
+      EXPECT_TRUE(std::string(e.what()).starts_with(want)) << tmpl << ": " << e.what();
+    }
+  }
+  // Variables nested too deeply are refused before anything is printed.
+  Value deep = 1;
+  for (int i = 0; i < 200; ++i) deep = Value::array({deep});
+  EXPECT_THROW(jinja::render(jinja::parse("{{ x | tojson }}"), {{"x", deep}}, 1 << 20), jinja::TemplateError);
+  // Within the budget: a million-entry join, a long output, a 100,000-iteration loop.
+  EXPECT_EQ(jinja::render(jinja::parse("{{ range(100000) | join(',') | length }}"), vars, 1 << 20), "588889");
+  EXPECT_EQ(jinja::render(jinja::parse("{% for i in range(100000) %}{% endfor %}{{ ('y' * 1000000) | length }}"),
+                          vars, 1 << 20),
+            "1000000");
+  // Reading one character of a long string does not split it into characters.
+  EXPECT_EQ(jinja::render(jinja::parse("{% set s = 'ab' * 500000 %}{{ s[-1] }}{{ s[0] }}{{ s | last }}{{ s | length }}"),
+                          vars, 1 << 20),
+            "bab1000000");
+  // tojson of a key that is not UTF-8 (a fuzzer's find: it threw nlohmann's type_error): the
+  // bad byte becomes U+FFFD, as for string values.
+  EXPECT_EQ(jinja::render(jinja::parse("{{ {'a\xfa': 1} | tojson }} {{ x | tojson }}"),
+                          {{"x", {{"b\xfa", "c\xfa"}}}}, 1 << 20),
+            "{\"a\xef\xbf\xbd\": 1} {\"b\xef\xbf\xbd\": \"c\xef\xbf\xbd\"}");
 }
 
 // What serve reads: tokenizer_config.json's template and its special tokens; a template that
