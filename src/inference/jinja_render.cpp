@@ -11,9 +11,11 @@
 // in place, not copied, so a loop over a long conversation stays linear in its length.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "core/error.h"
 #include "inference/jinja.h"
@@ -26,13 +28,16 @@ const Value kUndefined = Value(Value::value_t::discarded);
 
 bool undefined(const Value& v) { return v.is_discarded(); }
 
-// Work units: a list or dict entry, 16 bytes of a string, a character made a string of its own,
-// a loop iteration (8). A render may spend kBaseWork plus a unit per 16 bytes it may output
-// (a unit is at most about 150 ns and 80 bytes of memory here, a few times the time under the
-// sanitizers).
+// Work units: a list or dict entry, 16 bytes of a string read, copied or searched, a dict
+// lookup per 32 keys, a string split out of a string (kPieceWork), a loop iteration (8). A
+// render may spend kBaseWork, plus a unit per 16 bytes it may output, plus 8 per unit of its
+// variables' size.
 constexpr int64_t kBaseWork = int64_t(1) << 20;
 constexpr int64_t kWorkPerOutputByte = 16;  // bytes of allowed text per unit of budget
-constexpr int kMaxNesting = 128;  // lists and dicts inside each other
+constexpr int64_t kWorkPerVariableUnit = 8;  // budget per unit of the variables' size
+constexpr int64_t kPieceWork = 4;   // a string split out of a string (its own allocation)
+constexpr int kMaxNesting = 128;    // lists and dicts inside each other
+constexpr int kMaxEvalDepth = 400;  // hold() and eval() calls inside each other
 
 [[noreturn]] void fail(int line, const std::string& what) {
   throw TemplateError(str_cat("line ", line, ": ", what));
@@ -134,27 +139,33 @@ std::string repr(const Value& v) {
 }
 
 // Python's json.dumps with its default separators (", ", ": "), keys in insertion order and
-// non-ASCII kept: Hugging Face's tojson filter. indent >= 0: one item per line.
-std::string dumps(const Value& v, int64_t indent, int64_t depth = 0) {
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    return std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
-  }
+// non-ASCII kept: Hugging Face's tojson filter. indent >= 0: one item per line. Appends to out;
+// past `limit` bytes, a TemplateError.
+void dumps(const Value& v, int64_t indent, int64_t depth, std::string& out, size_t limit, int line) {
   // Strings (keys too) that are not valid UTF-8 get U+FFFD where a byte is bad.
   auto scalar = [](const Value& x) { return x.dump(-1, ' ', false, Value::error_handler_t::replace); };
-  if (undefined(v)) return "null";
-  if (!v.is_array() && !v.is_object()) return scalar(v);
-  if (v.empty()) return v.is_array() ? "[]" : "{}";
-  const std::string pad = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
-  std::string out = v.is_array() ? "[" : "{";
-  bool first = true;
-  for (auto it = v.begin(); it != v.end(); ++it, first = false) {
-    out += first ? pad : (indent >= 0 ? "," + pad : ", ");
-    if (v.is_object()) out += scalar(Value(it.key())) + ": ";
-    out += dumps(*it, indent, depth + 1);
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
+  } else if (undefined(v)) {
+    out += "null";
+  } else if (!v.is_array() && !v.is_object()) {
+    out += scalar(v);
+  } else if (v.empty()) {
+    out += v.is_array() ? "[]" : "{}";
+  } else {
+    const std::string pad = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
+    out += v.is_array() ? "[" : "{";
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it, first = false) {
+      out += first ? pad : (indent >= 0 ? "," + pad : ", ");
+      if (v.is_object()) out += scalar(Value(it.key())) + ": ";
+      dumps(*it, indent, depth + 1, out, limit, line);
+    }
+    if (indent >= 0) out += "\n" + std::string(size_t(indent * depth), ' ');
+    out += v.is_array() ? "]" : "}";
   }
-  if (indent >= 0) out += "\n" + std::string(size_t(indent * depth), ' ');
-  return out + (v.is_array() ? "]" : "}");
+  if (out.size() > limit) fail(line, str_cat("tojson's text is longer than ", limit, " bytes"));
 }
 
 std::string strip(const std::string& s, const std::string& chars, bool left, bool right) {
@@ -174,7 +185,11 @@ class Renderer {
  public:
   Renderer(const Value& vars, size_t max_output)
       : max_output_(max_output), work_budget_(kBaseWork + int64_t(max_output) / kWorkPerOutputByte) {
-    charge(weight(vars, 0, 1), 1);  // also refuses variables nested too deeply
+    if (!vars.is_object()) throw TemplateError("the template's variables must be a JSON object");
+    // A template may read each variable a few times over: the budget grows with their size.
+    const int64_t size = weight(vars, 0, 1);  // also refuses variables nested too deeply
+    work_budget_ += kWorkPerVariableUnit * size;
+    charge(size, 1);
     scopes_.emplace_back();
     for (auto it = vars.begin(); it != vars.end(); ++it) scopes_.back()[it.key()] = *it;
   }
@@ -206,8 +221,16 @@ class Renderer {
       for (const Value& x : v) w += weight(x, depth + 1, line);
     return w;
   }
-  // Work proportional to finding a needle of m bytes in n (std::string::find's worst case).
-  void charge_search(size_t n, size_t m, int line) { charge(int64_t(n / 16 + 1) * int64_t(m + 1), line); }
+  // needle in hay from byte `from` on (npos: absent), in time linear in both: glibc's memmem
+  // (Two-Way past a short search), unlike std::string::find's quadratic worst case.
+  // Paid for by the bytes it passed.
+  size_t search(const std::string& hay, const std::string& needle, size_t from, int line) {
+    from = std::min(from, hay.size());
+    const void* p = memmem(hay.data() + from, hay.size() - from, needle.data(), needle.size());
+    const size_t at = p ? size_t(static_cast<const char*>(p) - hay.data()) : std::string::npos;
+    charge(1 + int64_t(((p ? at : hay.size()) - from + needle.size()) / 16), line);
+    return at;
+  }
 
   Value* find(const std::string& name) {
     for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
@@ -299,7 +322,7 @@ class Renderer {
       std::map<std::string, Value>& scope = scopes_.back();
       scope.clear();
       bind(scope, items[size_t(i)]);
-      if (!loop_vars.is_object()) loop_vars = Value::object();  // the body had set `loop`
+      if (!loop_vars.is_object() || (i > 0 && loop_vars.size() != 9)) loop_vars = Value::object();  // the body set `loop`
       loop_vars["index"] = i + 1, loop_vars["index0"] = i, loop_vars["revindex"] = len - i;
       loop_vars["revindex0"] = len - i - 1, loop_vars["first"] = i == 0, loop_vars["last"] = i == len - 1;
       loop_vars["length"] = len;
@@ -330,33 +353,76 @@ class Renderer {
   // An expression's value, read in place where the expression names one (a variable or a part
   // of one), else computed; `whole`: the reader may look at all of it (print, compare, copy),
   // so it pays for its size; else only at its top (truthiness, type tests, a list's length).
+  // `and`, `or`, `not` and `x if c else y` pass the reading on to the operand that decides.
   struct Held {
     const Value* ref = nullptr;
     Value own;
     const Value& operator*() const { return ref ? *ref : own; }
+    const Value* operator->() const { return &**this; }
   };
   Held hold(const Expr& e, bool whole = true) {
-    if (const Value* r = ref(e)) {
-      charge(whole ? weight(*r, 0, e.line) : 1, e.line);
-      return Held{r, {}};
+    const Depth depth(*this, e.line);
+    switch (e.kind) {
+      case Expr::Name: {
+        const Value* v = find(e.name);
+        return in_place(v ? v : &kUndefined, whole, e.line);
+      }
+      case Expr::Attr:
+      case Expr::Item: {
+        const bool attr = e.kind == Expr::Attr;
+        const Held obj = hold(*e.args[0], false);
+        const Value key = attr ? Value(e.name) : eval(*e.args[1]);
+        if (obj->is_object()) charge(1 + int64_t(obj->size() / 32), e.line);  // a linear search
+        if (obj->is_string()) charge(weight(*obj, 0, e.line), e.line);        // a walk
+        if (obj.ref && !obj->is_string()) return in_place(element(*obj.ref, key, e.line, attr), whole, e.line);
+        Value v = item(*obj, key, e.line, attr);
+        charge(weight(v, 0, e.line), e.line);
+        return Held{nullptr, std::move(v)};
+      }
+      case Expr::Binary:
+        if (e.name == "and" || e.name == "or") {
+          Held a = hold(*e.args[0], false);
+          if (truthy(*a) != (e.name == "or")) return hold(*e.args[1], whole);
+          if (whole && a.ref) charge(weight(*a.ref, 0, e.line), e.line);
+          return a;
+        }
+        break;
+      case Expr::Cond:
+        if (truthy(*hold(*e.args[0], false))) return hold(*e.args[1], whole);
+        return e.args[2] ? hold(*e.args[2], whole) : Held{&kUndefined, {}};
+      case Expr::Unary:
+        if (e.name == "not") return Held{nullptr, !truthy(*hold(*e.args[0], false))};
+        break;
+      default: break;
     }
     return Held{nullptr, eval(e)};
   }
-  // The value a name, or an item or attribute of a named value, denotes: nullptr for any other
-  // expression, and where the value is made, not found (a character of a string).
-  const Value* ref(const Expr& e) {
-    if (e.kind == Expr::Name) {
-      const Value* v = find(e.name);
-      return v ? v : &kUndefined;
-    }
-    if (e.kind != Expr::Attr && e.kind != Expr::Item) return nullptr;
-    const Value* obj = ref(*e.args[0]);
-    if (!obj || obj->is_string()) return nullptr;
-    return element(*obj, e.kind == Expr::Attr ? Value(e.name) : eval(*e.args[1]), e.line, e.kind == Expr::Attr);
+  Held in_place(const Value* v, bool whole, int line) {
+    charge(whole ? weight(*v, 0, line) : 1, line);
+    return Held{v, {}};
   }
+  static bool decided_by_hold(const Expr& e) {  // the kinds hold() evaluates itself
+    return e.kind == Expr::Name || e.kind == Expr::Attr || e.kind == Expr::Item || e.kind == Expr::Cond ||
+           (e.kind == Expr::Binary && (e.name == "and" || e.name == "or")) ||
+           (e.kind == Expr::Unary && e.name == "not");
+  }
+  // Expressions nest at most kMaxEvalDepth deep as they are evaluated (chains of . [] | and
+  // operators are not bounded by the parser's nesting limit).
+  struct Depth {
+    Renderer& r;
+    Depth(Renderer& renderer, int line) : r(renderer) {
+      if (++r.depth_ > kMaxEvalDepth) fail(line, str_cat("an expression nested more than ", kMaxEvalDepth, " deep"));
+    }
+    ~Depth() { --r.depth_; }
+  };
 
   // Every value an expression makes is paid for by its size.
   Value eval(const Expr& e) {
+    if (decided_by_hold(e)) {  // paid for there
+      Held h = hold(e);
+      return h.ref ? *h.ref : std::move(h.own);
+    }
+    const Depth depth(*this, e.line);
     Value v = compute(e);
     charge(weight(v, 0, e.line), e.line);
     return v;
@@ -364,13 +430,6 @@ class Renderer {
   Value compute(const Expr& e) {
     switch (e.kind) {
       case Expr::Literal: return e.value;
-      case Expr::Name:
-      case Expr::Attr:
-      case Expr::Item: {
-        if (const Value* r = ref(e)) return *r;
-        const Held obj = hold(*e.args[0]);  // a string, or a value an expression made
-        return item(*obj, e.kind == Expr::Attr ? Value(e.name) : eval(*e.args[1]), e.line, e.kind == Expr::Attr);
-      }
       case Expr::List: {
         Value v = Value::array();
         for (const ExprPtr& a : e.args) v.push_back(eval(*a));
@@ -389,12 +448,8 @@ class Renderer {
       case Expr::Call: return call(e);
       case Expr::Filter: return filter(e);
       case Expr::Test: return test(e) != e.negated;
-      case Expr::Cond:
-        return truthy(*hold(*e.args[0], false)) ? eval(*e.args[1])
-                                        : e.args[2] ? eval(*e.args[2]) : kUndefined;
       case Expr::Unary: {
         const Value v = eval(*e.args[0]);
-        if (e.name == "not") return !truthy(v);
         if (v.is_number_integer()) {
           const int64_t x = v.get<int64_t>();
           if (e.name == "-" && x == INT64_MIN) fail(e.line, "integer overflow");
@@ -404,6 +459,10 @@ class Renderer {
         fail(e.line, str_cat("bad operand type for unary ", e.name, ": ", type_name(v)));
       }
       case Expr::Binary: return binary(e);
+      case Expr::Name:
+      case Expr::Attr:
+      case Expr::Item:
+      case Expr::Cond: break;  // eval() hands these to hold()
     }
     return kUndefined;
   }
@@ -445,10 +504,10 @@ class Renderer {
     for (int64_t k = 0; k < *i; ++k) at += char_bytes(s, at);
     return s.substr(at, char_bytes(s, at));
   }
-  // chars(), paid for first: a unit per character (each becomes a string of its own).
+  // chars(), paid for first: each character becomes a string of its own (kPieceWork).
   std::vector<std::string> chars_of(const Value& v, int line) {
     const std::string& s = v.get_ref<const std::string&>();
-    charge(int64_t(char_count(s)), line);
+    charge(kPieceWork * int64_t(char_count(s)), line);
     return chars(s);
   }
 
@@ -456,8 +515,13 @@ class Renderer {
     const Held held = hold(*e.args[0]);
     const Value& obj = *held;
     if (!obj.is_array() && !obj.is_string()) fail(e.line, str_cat("cannot slice a ", type_name(obj)));
-    const std::vector<std::string> cs = obj.is_string() ? chars_of(obj, e.line) : std::vector<std::string>{};
-    const int64_t n = obj.is_array() ? int64_t(obj.size()) : int64_t(cs.size());
+    // An ASCII string is sliced by bytes; any other is split into its characters first.
+    const bool ascii = obj.is_string() && std::all_of(obj.get_ref<const std::string&>().begin(),
+                                                      obj.get_ref<const std::string&>().end(),
+                                                      [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    const std::vector<std::string> cs =
+        obj.is_string() && !ascii ? chars_of(obj, e.line) : std::vector<std::string>{};
+    const int64_t n = obj.is_array() ? int64_t(obj.size()) : ascii ? int64_t(obj.get_ref<const std::string&>().size()) : int64_t(cs.size());
     auto bound = [&](const ExprPtr& x, int64_t def) -> std::optional<int64_t> {
       if (!x) return std::nullopt;
       const Value v = eval(*x);
@@ -480,6 +544,7 @@ class Renderer {
     std::string text;
     for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (obj.is_array()) out.push_back(obj[size_t(i)]);
+      else if (ascii) text += obj.get_ref<const std::string&>()[size_t(i)];
       else text += cs[size_t(i)];
       if (__builtin_add_overflow(i, step, &i)) break;
     }
@@ -488,11 +553,6 @@ class Renderer {
 
   Value binary(const Expr& e) {
     const std::string& op = e.name;
-    if (op == "and" || op == "or") {
-      Held a = hold(*e.args[0], false);
-      if (truthy(*a) == (op == "or")) return a.ref ? *a.ref : std::move(a.own);  // eval pays for it
-      return eval(*e.args[1]);
-    }
     const Held ha = hold(*e.args[0]), hb = hold(*e.args[1]);
     const Value &a = *ha, &b = *hb;
     if (op == "~") return bounded(str(a) + str(b), e.line);
@@ -541,8 +601,12 @@ class Renderer {
         r = op == "//" ? q : m;
       } else if (op == "**") {
         if (y < 0) return std::pow(double(x), double(y));
-        r = 1;
-        for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(r, x, &r);
+        if (x == 0 || x == 1) r = y == 0 ? 1 : x;
+        else if (x == -1) r = y % 2 == 0 ? 1 : -1;
+        else {  // |x| >= 2 overflows within 63 steps
+          r = 1;
+          for (int64_t i = 0; i < y && !overflow; ++i) overflow = __builtin_mul_overflow(r, x, &r);
+        }
       }
       if (overflow) fail(e.line, "integer overflow");
       return r;
@@ -565,8 +629,7 @@ class Renderer {
   bool contains(const Value& hay, const Value& needle, int line) {
     if (hay.is_string()) {
       if (!needle.is_string()) fail(line, "'in <string>' requires a string on the left");
-      charge_search(hay.get_ref<const std::string&>().size(), needle.get_ref<const std::string&>().size(), line);
-      return hay.get_ref<const std::string&>().find(needle.get_ref<const std::string&>()) != std::string::npos;
+      return search(hay.get_ref<const std::string&>(), needle.get_ref<const std::string&>(), 0, line) != std::string::npos;
     }
     if (hay.is_array()) return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return equal(x, needle); });
     if (hay.is_object()) return needle.is_string() && hay.contains(needle.get<std::string>());
@@ -634,7 +697,6 @@ class Renderer {
       if (m == "endswith") return s.ends_with(arg0);
       if (m == "replace" && a.size() == 2) return replace_all(s, arg0, text_of(a[1], e.line, "replace()"), e.line);
       if (m == "split") {
-        charge_search(s.size(), arg0.size(), e.line);
         return split(s, arg0, a.empty() || a[0].is_null(), e.line);
       }
       if (m == "title" || m == "capitalize") return capitalize(s, m == "title");
@@ -657,10 +719,9 @@ class Renderer {
 
   std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int line) {
     if (from.empty()) fail(line, "replace() of an empty string is not supported");
-    charge_search(s.size(), from.size(), line);
     std::string out;
     size_t done = 0;
-    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, done)) {
+    for (size_t at = search(s, from, 0, line); at != std::string::npos; at = search(s, from, done, line)) {
       out.append(s, done, at - done).append(to);
       done = at + from.size();
       if (out.size() > max_output_) fail(line, "replace() result too long");
@@ -672,14 +733,14 @@ class Renderer {
     if (!whitespace && sep.empty()) fail(line, "split(): empty separator");
     if (whitespace) {
       std::istringstream in(s);
-      for (std::string w; in >> w; charge(1, line)) out.push_back(w);
+      for (std::string w; in >> w; charge(kPieceWork, line)) out.push_back(w);
       return out;
     }
     size_t from = 0;
-    for (size_t at = s.find(sep); at != std::string::npos; at = s.find(sep, from)) {
+    for (size_t at = search(s, sep, 0, line); at != std::string::npos; at = search(s, sep, from, line)) {
       out.push_back(s.substr(from, at - from));
       from = at + sep.size();
-      charge(1, line);
+      charge(kPieceWork, line);
     }
     out.push_back(s.substr(from));
     return out;
@@ -719,7 +780,13 @@ class Renderer {
     if (f == "string") return str(v);
     if (f == "tojson") {
       const Value indent = kwarg(e, "indent", a, 0, nullptr);
-      return dumps(v, indent.is_number_integer() ? indent.get<int64_t>() : -1);
+      // Python: indent=None is one line, indent <= 0 a newline per item without spaces.
+      int64_t spaces = -1;
+      if (indent.is_number_integer()) spaces = std::max<int64_t>(0, indent.get<int64_t>());
+      if (spaces > int64_t(max_output_ / (kMaxNesting + 2))) fail(e.line, "tojson's indent is too large");
+      std::string out;
+      dumps(v, spaces, 0, out, max_output_, e.line);
+      return out;
     }
     if (f == "default" || f == "d") {
       const bool boolean = truthy(kwarg(e, "boolean", a, 1, false));
@@ -833,10 +900,14 @@ class Renderer {
     fail(e.line, str_cat("unknown test '", t, "'"));
   }
 
+  // loop() holds a reference into its scope across nested loops' emplace_back: moving a map
+  // keeps its nodes, and vector moves (not copies) maps whose move cannot throw.
+  static_assert(std::is_nothrow_move_constructible_v<std::map<std::string, Value>>);
   std::vector<std::map<std::string, Value>> scopes_;
   std::string out_;
   size_t max_output_;
   int64_t work_budget_, work_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

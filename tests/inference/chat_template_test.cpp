@@ -223,6 +223,8 @@ TEST(ChatTemplate, ExpressionsAndStatementsRenderAsJinja2) {
            "{{ 'a\\u00e9\\x41\\n\\d\\101\\U0001F600' }} {{ \"it\\'s\" }}",
            "{{ 'ab'.split('') }}",
            "{{ (-9223372036854775807 - 1) is divisibleby -1 }} {{ -6 is divisibleby -3 }} {{ 7 is divisibleby -2 }}",
+           "{{ 1 ** 9223372036854775807 }} {{ (-1) ** 9223372036854775807 }} {{ 0 ** 9223372036854775807 }} {{ (-1) ** 4 }} {{ 0 ** 0 }} {{ 2 ** 62 }} {{ true ** 5 }}",
+           "{{ d | tojson(indent=0) }} {{ xs | tojson(indent=-3) }} {{ d | tojson(indent=1) }}",
            "{{ ('' * 1000000000000) | length }} {{ xs[1::9223372036854775807] }} {{ range(0, 9223372036854775807, 4611686018427387904) | list }}",
            "{{ true / 2 }} {{ 1.5 + true }} {{ false * 3 }}",
            "line one\r\nline two\n",
@@ -241,13 +243,20 @@ TEST(ChatTemplate, LongConversationsRenderAsJinja2) {
       "messages[loop.index0 - 1].role != 'tool' %}<tools>{% endif %}{{ message.content }}{%- if "
       "loop.last or messages[loop.index0 + 1].role != 'tool' %}</tools>{% endif %}{%- else %}"
       "<{{ message.role }}>{{ message.content | trim }}{% if messages | length > 1 and tools %}"
-      "*{% endif %}{%- endif %}{%- endfor %}";
+      "*{% endif %}{% if not tools or (tools if loop.first else none) %}!{% endif %}{%- endif %}"
+      "{%- endfor %}";
   Value messages = Value::array();
   for (int i = 0; i < 4000; ++i)
     messages.push_back({{"role", i % 3 == 0 ? "user" : i % 3 == 1 ? "tool" : "assistant"},
                         {"content", str_cat(" turn ", i, " ", std::string(size_t(i % 50), 'x'))}});
+  // Twenty tools of about 1 KB each: `... and tools` on every turn reads only their truth.
+  Value tools = Value::array();
+  for (int i = 0; i < 20; ++i)
+    tools.push_back({{"type", "function"},
+                     {"function", {{"name", str_cat("tool_", i)}, {"description", std::string(1000, 'd')},
+                                   {"parameters", {{"x", {{"type", "string"}}}}}}}});
   const Value vars = {{"messages", messages}, {"add_generation_prompt", true},
-                      {"tools", Value::array({"t"})}, {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+                      {"tools", tools}, {"bos_token", "<s>"}, {"eos_token", "</s>"}};
   expect_same_as_jinja2({{"look back", kLookBack, vars}, {"chatml", kChatMl, vars}, {"tools", kTools, vars}});
 }
 
@@ -267,7 +276,6 @@ TEST(ChatTemplate, EveryRenderIsBounded) {
        "line 1: the template does too much work"},
       {"{% for i in range(100) %}{% set s = 'x' * 1000000 %}{% endfor %}",
        "line 1: the template does too much work"},
-      {"{{ ('a' * 1000000) in ('a' * 999999 ~ 'b') }}", "line 1: the template does too much work"},
       {"{% for i in range(10) %}{% set n = ('ab' * 400000).replace('b', 'c').split('a') | length %}"
        "{% endfor %}",
        "line 1: the template does too much work"},
@@ -293,6 +301,27 @@ TEST(ChatTemplate, EveryRenderIsBounded) {
   EXPECT_EQ(jinja::render(jinja::parse("{% for i in range(100000) %}{% endfor %}{{ ('y' * 1000000) | length }}"),
                           vars, 1 << 20),
             "1000000");
+  // Searches take linear time (glibc's memmem), so the worst case of a naive search is cheap.
+  EXPECT_EQ(jinja::render(jinja::parse("{{ ('a' * 1000000) in ('a' * 999999 ~ 'b') }} "
+                                       "{{ ('a' * 500000 ~ 'b').split('a' * 1000 ~ 'b') | length }}"),
+                          vars, 1 << 20),
+            "False 2");
+  // Chains of . [] and | deeper than the renderer recurses, an indent that would make
+  // gigabytes, both refused.
+  std::string chain = "{{ s";
+  for (int i = 0; i < 1000; ++i) chain += " | trim";
+  EXPECT_THROW(jinja::render(jinja::parse(chain + " }}"), {{"s", "x"}}, 1 << 20), jinja::TemplateError);
+  try {
+    jinja::render(jinja::parse("{{ [1] | tojson(indent=9223372036854775807) }}"), vars, 1 << 20);
+    ADD_FAILURE() << "a huge indent was taken";
+  } catch (const jinja::TemplateError& e) {
+    EXPECT_STREQ(e.what(), "line 1: tojson's indent is too large");
+  }
+  // A body that sets `loop` does not change the next iteration's loop variables.
+  EXPECT_EQ(jinja::render(jinja::parse("{% for x in [1, 2, 3] %}[{{ loop.a }}|{{ loop.index }}]"
+                                       "{% set loop = {'a': 1} %}{% endfor %}"),
+                          vars, 1 << 20),
+            "[|1][|2][|3]");
   // Reading one character of a long string does not split it into characters.
   EXPECT_EQ(jinja::render(jinja::parse("{% set s = 'ab' * 500000 %}{{ s[-1] }}{{ s[0] }}{{ s | last }}{{ s | length }}"),
                           vars, 1 << 20),
