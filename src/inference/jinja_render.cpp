@@ -29,7 +29,8 @@ const Value kUndefined = Value(Value::value_t::discarded);
 bool undefined(const Value& v) { return v.is_discarded(); }
 
 // Work units: a list or dict entry, 16 bytes of a string read, copied or searched, a dict
-// lookup per 32 keys, a string split out of a string (kPieceWork), a loop iteration (8). A
+// lookup per 32 keys (times the key's 16-byte blocks), a variable lookup per 4 scopes, an
+// evaluation step, a string split out of a string (kPieceWork), a loop iteration (8). A
 // render may spend kBaseWork, plus a unit per 16 bytes it may output, plus 8 per unit of its
 // variables' size.
 constexpr int64_t kBaseWork = int64_t(1) << 20;
@@ -232,10 +233,18 @@ class Renderer {
     return at;
   }
 
-  Value* find(const std::string& name) {
-    for (auto s = scopes_.rbegin(); s != scopes_.rend(); ++s)
-      if (auto it = s->find(name); it != s->end()) return &it->second;
-    return nullptr;
+  // A variable, innermost scope first; paid for by the scopes walked and the name's length.
+  Value* find(const std::string& name, int line) {
+    int64_t walked = 0;
+    Value* found = nullptr;
+    for (auto s = scopes_.rbegin(); s != scopes_.rend() && !found; ++s, ++walked)
+      if (auto it = s->find(name); it != s->end()) found = &it->second;
+    charge(walked / 4 + int64_t(name.size() / 16), line);
+    return found;
+  }
+  // A dict lookup: ordered_json searches its keys in order, comparing the key with each.
+  void charge_lookup(const Value& dict, size_t key_bytes, int line) {
+    charge(int64_t(1 + dict.size() / 32) * int64_t(1 + key_bytes / 16), line);
   }
 
   Flow block(const std::vector<Node>& nodes) {
@@ -268,9 +277,10 @@ class Renderer {
       scopes_.back()[n.targets[0]] = std::move(v);
       return;
     }
-    Value* ns = find(n.targets[0]);
+    Value* ns = find(n.targets[0], n.line);
     if (!ns || !ns->is_object() || !ns->contains("__namespace__"))
       fail(n.line, str_cat("cannot assign attribute on '", n.targets[0], "': not a namespace()"));
+    charge_lookup(*ns, n.targets[1].size(), n.line);
     (*ns)[n.targets[1]] = std::move(v);
   }
 
@@ -364,7 +374,7 @@ class Renderer {
     const Depth depth(*this, e.line);
     switch (e.kind) {
       case Expr::Name: {
-        const Value* v = find(e.name);
+        const Value* v = find(e.name, e.line);
         return in_place(v ? v : &kUndefined, whole, e.line);
       }
       case Expr::Attr:
@@ -372,7 +382,7 @@ class Renderer {
         const bool attr = e.kind == Expr::Attr;
         const Held obj = hold(*e.args[0], false);
         const Value key = attr ? Value(e.name) : eval(*e.args[1]);
-        if (obj->is_object()) charge(1 + int64_t(obj->size() / 32), e.line);  // a linear search
+        if (obj->is_object()) charge_lookup(*obj, key.is_string() ? key.get_ref<const std::string&>().size() : 0, e.line);
         if (obj->is_string()) charge(weight(*obj, 0, e.line), e.line);        // a walk
         if (obj.ref && !obj->is_string()) return in_place(element(*obj.ref, key, e.line, attr), whole, e.line);
         Value v = item(*obj, key, e.line, attr);
@@ -412,6 +422,7 @@ class Renderer {
     Renderer& r;
     Depth(Renderer& renderer, int line) : r(renderer) {
       if (++r.depth_ > kMaxEvalDepth) fail(line, str_cat("an expression nested more than ", kMaxEvalDepth, " deep"));
+      r.charge(1, line);  // every step pays (a chain of `not`s makes nothing else)
     }
     ~Depth() { --r.depth_; }
   };
