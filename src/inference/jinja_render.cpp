@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "data/unicode.h"
 #include "inference/jinja.h"
 
 namespace mg::jinja {
@@ -67,12 +68,9 @@ bool truthy(const Value& v) {
 // A string's characters as Python sees them: code points (each its UTF-8 bytes; a byte that
 // starts no valid sequence counts alone). char_bytes: the length of the one at byte i.
 size_t char_bytes(const std::string& s, size_t i) {
-  const unsigned char c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
-  if (i + n > s.size()) n = 1;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 1;
-  return n;
+  char32_t cp = 0;
+  const size_t n = unicode::decode_one(s, i, cp);
+  return n > 0 ? n : 1;
 }
 size_t char_count(const std::string& s) {
   size_t count = 0;
@@ -211,6 +209,7 @@ class Renderer {
     if ((work_ += units) > work_budget_)
       fail(line, "the template does too much work (values or loops too large)");
   }
+  void pay_for(const Value& v, int line) { charge(weight(v, 0, line), line); }
   // A value's size in work units; fails past kMaxNesting (printing, comparing and tojson recurse).
   static int64_t weight(const Value& v, int depth, int line) {
     if (depth > kMaxNesting) fail(line, str_cat("a value nested more than ", kMaxNesting, " deep"));
@@ -349,8 +348,11 @@ class Renderer {
 
   // A string result within the output bound (values built in loops cannot grow without end).
   std::string bounded(std::string s, int line) const {
-    if (s.size() > max_output_) fail(line, str_cat("a string longer than ", max_output_, " bytes"));
+    check_length(s, line);
     return s;
+  }
+  void check_length(const std::string& s, int line) const {
+    if (s.size() > max_output_) fail(line, str_cat("a string longer than ", max_output_, " bytes"));
   }
   static double number(const Value& v) { return v.is_boolean() ? double(v.get<bool>()) : v.get<double>(); }
 
@@ -383,17 +385,17 @@ class Renderer {
         const Held obj = hold(*e.args[0], false);
         const Value key = attr ? Value(e.name) : eval(*e.args[1]);
         if (obj->is_object()) charge_lookup(*obj, key.is_string() ? key.get_ref<const std::string&>().size() : 0, e.line);
-        if (obj->is_string()) charge(weight(*obj, 0, e.line), e.line);        // a walk
+        if (obj->is_string()) pay_for(*obj, e.line);        // a walk
         if (obj.ref && !obj->is_string()) return in_place(element(*obj.ref, key, e.line, attr), whole, e.line);
         Value v = item(*obj, key, e.line, attr);
-        charge(weight(v, 0, e.line), e.line);
+        pay_for(v, e.line);
         return Held{nullptr, std::move(v)};
       }
       case Expr::Binary:
         if (e.name == "and" || e.name == "or") {
           Held a = hold(*e.args[0], false);
           if (truthy(*a) != (e.name == "or")) return hold(*e.args[1], whole);
-          if (whole && a.ref) charge(weight(*a.ref, 0, e.line), e.line);
+          if (whole && a.ref) pay_for(*a.ref, e.line);
           return a;
         }
         break;
@@ -408,7 +410,8 @@ class Renderer {
     return Held{nullptr, eval(e)};
   }
   Held in_place(const Value* v, bool whole, int line) {
-    charge(whole ? weight(*v, 0, line) : 1, line);
+    if (whole) pay_for(*v, line);
+    else charge(1, line);
     return Held{v, {}};
   }
   static bool decided_by_hold(const Expr& e) {  // the kinds hold() evaluates itself
@@ -435,7 +438,7 @@ class Renderer {
     }
     const Depth depth(*this, e.line);
     Value v = compute(e);
-    charge(weight(v, 0, e.line), e.line);
+    pay_for(v, e.line);
     return v;
   }
   Value compute(const Expr& e) {
@@ -527,12 +530,11 @@ class Renderer {
     const Value& obj = *held;
     if (!obj.is_array() && !obj.is_string()) fail(e.line, str_cat("cannot slice a ", type_name(obj)));
     // An ASCII string is sliced by bytes; any other is split into its characters first.
-    const bool ascii = obj.is_string() && std::all_of(obj.get_ref<const std::string&>().begin(),
-                                                      obj.get_ref<const std::string&>().end(),
-                                                      [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-    const std::vector<std::string> cs =
-        obj.is_string() && !ascii ? chars_of(obj, e.line) : std::vector<std::string>{};
-    const int64_t n = obj.is_array() ? int64_t(obj.size()) : ascii ? int64_t(obj.get_ref<const std::string&>().size()) : int64_t(cs.size());
+    const std::string* text_in = obj.is_string() ? &obj.get_ref<const std::string&>() : nullptr;
+    const bool ascii = text_in && std::all_of(text_in->begin(), text_in->end(),
+                                              [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    const std::vector<std::string> cs = text_in && !ascii ? chars_of(obj, e.line) : std::vector<std::string>{};
+    const int64_t n = !text_in ? int64_t(obj.size()) : ascii ? int64_t(text_in->size()) : int64_t(cs.size());
     auto bound = [&](const ExprPtr& x, int64_t def) -> std::optional<int64_t> {
       if (!x) return std::nullopt;
       const Value v = eval(*x);
@@ -555,7 +557,7 @@ class Renderer {
     std::string text;
     for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (obj.is_array()) out.push_back(obj[size_t(i)]);
-      else if (ascii) text += obj.get_ref<const std::string&>()[size_t(i)];
+      else if (ascii) text += (*text_in)[size_t(i)];
       else text += cs[size_t(i)];
       if (__builtin_add_overflow(i, step, &i)) break;
     }
@@ -776,7 +778,7 @@ class Renderer {
     if (f == "length" || f == "count") {
       if (undefined(v)) return 0;  // Jinja's undefined is an empty iterable
       if (v.is_string()) {
-        charge(weight(v, 0, e.line), e.line);
+        pay_for(v, e.line);
         return int64_t(char_count(v.get_ref<const std::string&>()));
       }
       if (v.is_array() || v.is_object()) return int64_t(v.size());
@@ -822,7 +824,7 @@ class Renderer {
       std::string out;
       for (size_t i = 0; i < v.size(); ++i) {
         out += (i ? sep : "") + str(v[i]);
-        if (out.size() > max_output_) fail(e.line, str_cat("a string longer than ", max_output_, " bytes"));
+        check_length(out, e.line);
       }
       return out;
     }
