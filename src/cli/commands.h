@@ -8,7 +8,7 @@
 #include "cli/option_table.h"
 #include "data/preprocess.h"
 #include "inference/generate.h"
-#include "inference/server.h"
+#include "serve/server.h"
 #include "train/train_config.h"
 
 namespace mg {

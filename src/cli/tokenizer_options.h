@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cli/option_table.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mg {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace mg {
 

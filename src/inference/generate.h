@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "model/config.h"
 
 namespace mg {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint_config.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "model/config.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"

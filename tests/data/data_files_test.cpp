@@ -17,7 +17,7 @@
 #include "data/indexed_dataset.h"
 #include "data/npy.h"
 #include "data/preprocess.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 

@@ -1,11 +1,11 @@
-// libFuzzer target: a request body of the inference server (inference/api.h), parsed and
+// libFuzzer target: a request body of the inference server (serve/api.h), parsed and
 // validated as `megatron serve` does before anything reaches the engine. Input: the first byte
 // picks the endpoint (PUT /api, POST /completions, POST /v1/completions, POST
 // /v1/chat/completions through a ChatML-style template), the rest is the body.
 // A bad body must end in an ApiError (or a UsageError from the tokenizer); an accepted one must
 // give prompts inside the vocabulary and the context, and sampling the engine accepts.
 #include "fuzz_util.h"
-#include "inference/api.h"
+#include "serve/api.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mg;

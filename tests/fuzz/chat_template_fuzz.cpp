@@ -1,9 +1,9 @@
-// libFuzzer target: a chat template (inference/jinja.h), as `megatron serve` reads it from a
+// libFuzzer target: a chat template (text/jinja.h), as `megatron serve` reads it from a
 // tokenizer_config.json or --chat-template, parsed and rendered with a conversation. Whatever
 // the template, the result is text of bounded size or a TemplateError: no crash, no hang, no
 // unbounded memory or recursion.
 #include "fuzz_util.h"
-#include "inference/jinja.h"
+#include "text/jinja.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mg;

@@ -4,7 +4,7 @@
 // a UsageError naming the file; accepted ones must encode any text to ids inside the vocabulary.
 #include <memory>
 
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <map>
 
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
-#include "data/unicode.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "text/unicode.h"
 #include "fuzz_util.h"
 
 namespace {

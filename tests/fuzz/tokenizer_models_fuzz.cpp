@@ -7,8 +7,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "data/hf_tokenizer.h"
-#include "data/tiktoken_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tiktoken_tokenizer.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

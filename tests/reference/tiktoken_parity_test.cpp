@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "data/tiktoken_tokenizer.h"
+#include "tokenizer/tiktoken_tokenizer.h"
 #include "testing/subprocess.h"
 #include "testing/temp_dir.h"
 #include "testing/tokenizer_corpus.h"

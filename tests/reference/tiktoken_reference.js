@@ -1,4 +1,4 @@
-// The JavaScript reference for TikTokenizer (tests/data/tiktoken_parity_test.cpp), from the npm
+// The JavaScript reference for TikTokenizer (tests/reference/tiktoken_parity_test.cpp), from the npm
 // package js-tiktoken (installed by scripts/setup.sh).
 //   node tiktoken_reference.js vocab ENCODING > vocab.json
 //     writes ENCODING's ranks in Megatron's TikTokenizer format: a JSON list of {"rank",

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/unicode.h"
+#include "text/unicode.h"
 
 namespace mg::testing {
 
