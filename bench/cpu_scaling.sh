@@ -3,7 +3,7 @@
 # seq 256, 1024 and 2048: tokens/s, MFU against the FMA-loop fp32 peak, peak resident memory
 # next to the formula, and the --timing-log-level 2 breakdown of the last interval.
 # Formula (bytes): params + grads + Adam state = 16 x params, plus activations: per layer
-# 64 sbh (formulas.md's 34 sbh of 16-bit activations with flash attention, less its two 1-byte
+# 64 sbh (docs/reference/formulas.md's 34 sbh of 16-bit activations with flash attention, less its two 1-byte
 # dropout masks, at 4 bytes: LN inputs 2 x 4, QKV input 4, QKV 12, attention output 4, FC1
 # input 4, FC1 output 16, GELU output 16), plus outside the layers the final LayerNorm input and
 # output-projection input (2 x 4 sbh) and the fp32 logits 4 sbV.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Tokens/s and per-step communication of one small GPT under several parallel layouts on this
 # machine (2 cores: every multi-rank layout is oversubscribed, so only relative overheads mean
-# anything), with the closed-form volumes of ../shared/specs/formulas.md beside the counted ones.
+# anything), with the closed-form volumes of docs/reference/formulas.md beside the counted ones.
 #   bench/layouts.sh            (ITERS=30 by default; the first 5 iterations are not timed)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""megatron plan against the Megatron-Core weak-scaling table (../shared/specs/formulas.md:
+"""megatron plan against the Megatron-Core weak-scaling table (docs/reference/formulas.md:
 r0.8.0 on H100, vocab 131072, seq 4096, DP 48, all overlaps on).
 
   bench/plan_weak_scaling.py [--megatron build-dev/megatron] [--fit]

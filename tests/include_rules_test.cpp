@@ -1,4 +1,4 @@
-// DESIGN.md's module table as a test: every `#include "module/..."` under src/ must name a module
+// docs/architecture.md's module table as a test: every `#include "module/..."` under src/ must name a module
 // the including one may use (the table's "may use" column, followed transitively), and the
 // graph of modules must have no cycle. A new src/ folder must be added to the table here.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 using Modules = std::set<std::string>;
 
-// Each module and the modules it may use directly, in DESIGN.md's order (arrows point down).
+// Each module and the modules it may use directly, in docs/architecture.md's order (arrows point down).
 const std::vector<std::pair<std::string, Modules>>& may_use() {
   static const std::vector<std::pair<std::string, Modules>> table = {
       {"core", {}},
@@ -130,7 +130,7 @@ TEST(IncludeRules, EveryModuleIsInTheTable) {
     if (!e.is_directory()) continue;
     EXPECT_TRUE(ok.count(e.path().filename().string()))
         << "src/" << e.path().filename().string()
-        << "/ is not in the module table of tests/include_rules_test.cpp (DESIGN.md's)";
+        << "/ is not in the module table of tests/include_rules_test.cpp (docs/architecture.md's)";
   }
 }
 
@@ -143,7 +143,7 @@ TEST(IncludeRules, IncludesPointDownTheTable) {
     ASSERT_TRUE(ok.count(i.from)) << i.file;
     EXPECT_TRUE(ok.at(i.from).count(i.to) || known_exceptions().count({i.from, i.to}))
         << i.file << ":" << i.line << ": " << i.from << "/ includes " << i.to
-        << "/, which DESIGN.md's module table does not let it use";
+        << "/, which docs/architecture.md's module table does not let it use";
   }
 }
 

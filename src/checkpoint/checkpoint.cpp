@@ -68,7 +68,6 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
   const int64_t esize = int64_t(dtype_size(t));
   char* base = static_cast<char*>(m.param_data());
   // CP ranks hold DP-like copies: the distributed optimizer shards over DP x CP.
-  const bool adam = io.cfg.optimizer == "adam";
   for (const ParamSpec& p : m.layout().params()) {
     const bool owner = counted_once(p);
     // Experts differ across EP ranks: their copies are the expert-DP ranks'.
@@ -89,8 +88,8 @@ std::vector<LocalPiece> local_pieces(const CheckpointIO& io, bool for_save, bool
           out.push_back({std::string("optim/") + what + "/" + name, &p, a - p.offset, b - a,
                          DType::F32, reinterpret_cast<char*>(ptr)});
       };
-      add(adam ? "exp_avg" : "momentum", st.exp_avg);
-      add("exp_avg_sq", st.exp_avg_sq);
+      const std::vector<const char*>& slots = io.optimizer.kind().state_slots;
+      for (size_t k = 0; k < slots.size(); ++k) add(slots[k], st.slot[k]);
       add("main_param", st.main);
     }
   }

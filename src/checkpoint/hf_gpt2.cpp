@@ -189,7 +189,7 @@ std::vector<NamedF32> params_to_hf(const std::vector<float>& params, const GPTCo
     NamedF32 t{m.hf, m.hf_shape, std::vector<float>(size_t(shape_numel(m.hf_shape)))};
     const ParamSpec& p = layout.get(m.ours);
     // HF's ln weights are gamma: zero-centred ones (--apply-layernorm-1p) are written as w + 1.
-    const float offset = is_norm_weight(m.ours) ? cfg.norm_weight_offset() : 0.f;
+    const float offset = p.traits.norm_weight ? cfg.norm_weight_offset() : 0.f;
     for (int64_t k = 0; k < p.numel(); ++k) {
       const int64_t i = hf_index(m, p.shape, k, cfg);
       if (i >= 0) t.values[size_t(i)] = params[size_t(p.offset + k)] + offset;

@@ -1,4 +1,4 @@
-// Hugging Face Llama-family tensors <-> our parameters (specs/llama-moe-cp.md §3). Each of our
+// Hugging Face Llama-family tensors <-> our parameters (docs/reference/llama-moe-cp.md §3). Each of our
 // tensors is HF row blocks stacked, then zero rows (vocabulary padding):
 //   word embedding = model.embed_tokens; output_layer = lm_head (untied only);
 //   linear_qkv = per query group g: its NH/NG q_proj heads, k_proj head g, v_proj head g

@@ -1,6 +1,6 @@
 // Hugging Face config.json of the Llama family (LlamaForCausalLM: Llama 2, 3, 3.1, 3.2;
 // MistralForCausalLM; Qwen2ForCausalLM; Qwen3ForCausalLM; MixtralForCausalLM;
-// Qwen3MoeForCausalLM) <-> our GPTConfig (specs/llama-moe-cp.md §3):
+// Qwen3MoeForCausalLM) <-> our GPTConfig (docs/reference/llama-moe-cp.md §3):
 // RMSNorm, RoPE (rotate-half; Llama 3.1's "llama3" scaling), SwiGLU, grouped-query attention,
 // no linear biases (Qwen2: a QKV bias), tied or untied output; Qwen3: --qk-layernorm; Mixtral:
 // every layer's MLP a mixture of experts (--num-experts, --moe-router-topk); Qwen3-MoE: some or

@@ -1,4 +1,4 @@
-// The option tables of the `megatron` subcommands.
+// The option tables of the `megatron` subcommands (subcommands.h runs them).
 #pragma once
 #include <set>
 #include <string>
@@ -8,6 +8,7 @@
 #include "cli/option_table.h"
 #include "data/preprocess.h"
 #include "inference/generate.h"
+#include "plan/plan_command.h"
 #include "serve/server.h"
 #include "train/train_config.h"
 
@@ -37,18 +38,7 @@ const std::vector<Option<ServeCommand>>& serve_options();
 // (--seq-length) apply; the layout, precision, device and tokenizer from `train`'s flags.
 ServeConfig serve_config(const ServeCommand& c, const std::set<std::string>& given);
 const std::vector<Option<ConvertConfig>>& convert_options();
-// `megatron plan`: its own flags and every `train` flag.
-struct PlanCommand {
-  TrainConfig train;
-  int num_gpus = 0;                 // --num-gpus / --world-size (0: 1)
-  std::string device_profile = "h100-sxm";
-  bool search = false;
-  int top = 5;
-  bool json = false;
-  bool profile_device = false;
-  bool show_profile = false;
-  std::string output;
-};
+// `megatron plan`: its own flags (plan/plan_command.h) and every `train` flag.
 const std::vector<Option<PlanCommand>>& plan_options();
 // The `train` flags of a plan command line (plan's own removed): --search's commands reuse them.
 std::vector<std::string> plan_train_args(const std::vector<std::string>& args);

@@ -1,6 +1,6 @@
 // The Communicator API: collectives and point-to-point transfers within one process group
 // (sums: fp32 or bf16; gathers: any dtype; the rest fp32), with byte counters. Counters record
-// what this rank sends under ring algorithms, the convention of formulas.md and nccl-tests' bus
+// what this rank sends under ring algorithms, the convention of docs/reference/formulas.md and nccl-tests' bus
 // bandwidth: all-reduce of n elements = 2 (p-1)/p n, reduce-scatter / all-gather of n elements
 // in total = (p-1)/p n, all-to-all of n elements sent in total (n_per_rank to each rank, this
 // one included) = (p-1)/p n, all-to-all-v = exactly the elements sent to other ranks (uneven

@@ -3,7 +3,7 @@
 // blocking calls return once that stream has finished them. Bootstrapped through MPI: rank 0 of
 // the group makes the NCCL unique id and broadcasts it over the group's MPI communicator. Built
 // only with the CUDA backend (MG_HAS_CUDA). Byte counters follow the MPI communicator's
-// (formulas.md's ring convention), so both backends report the same figures.
+// (docs/reference/formulas.md's ring convention), so both backends report the same figures.
 #pragma once
 #include <memory>
 #include <string>

@@ -1,4 +1,4 @@
-// Blends (megatron-reference.md §2.6). --data-path "w1 p1 w2 p2 ..." (weights normalized) or
+// Blends (docs/reference/megatron-reference.md §2.6). --data-path "w1 p1 w2 p2 ..." (weights normalized) or
 // "p1 p2 ..." (unweighted). A weighted blend of N samples draws from dataset i
 // ceil(ceil(N w_i) * 1.005) samples' worth (the 0.5% surplus) and interleaves them with
 // Megatron's deterministic greedy rule: sample t comes from the dataset maximizing

@@ -2,7 +2,7 @@
 // a document index (the split's sequence ids repeated per epoch, shuffled with NumPy's legacy
 // RandomState(seed); a thin final epoch shuffled separately), a sample index of
 // (document-index position, token offset) pairs for samples of S+1 tokens overlapping by one,
-// and a shuffled sample permutation. See ../shared/specs/megatron-reference.md §2.4-2.5.
+// and a shuffled sample permutation. See docs/reference/megatron-reference.md §2.4-2.5.
 #pragma once
 #include <array>
 #include <string>

@@ -1,7 +1,7 @@
 // Megatron's indexed dataset: P.bin holds the token ids of every sequence back to back; P.idx
 // holds a 34-byte header ("MMIDIDX\0\0", u64 version 1, u8 dtype code, u64 sequence count N,
 // u64 document count D = documents + 1), then i32 lengths[N], i64 byte pointers[N], i64
-// document boundaries[D] (megatron-reference.md §2.1-2.3). Little-endian, no padding.
+// document boundaries[D] (docs/reference/megatron-reference.md §2.1-2.3). Little-endian, no padding.
 #pragma once
 #include <cstdint>
 #include <cstdio>

@@ -36,7 +36,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
     for (const ParamSpec& p : layout.params()) {
       const int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel());
       if (a >= b) continue;
-      owned_runs_.push_back({a, b - a, p.weight_decay, is_embedding_or_output(p)});
+      owned_runs_.push_back({a, b - a, p.traits.weight_decay, p.traits.embedding_or_output});
       owned_ += b - a;
       if (counted_once(p))
         counted_.push_back({a, b - a});
@@ -95,7 +95,7 @@ void DistributedOptimizer::launch_reduce_scatter(size_t b) {
 
 // Every bucket goes through the same non-blocking collective whether or not it started early,
 // so overlapping does not change a bit of the result.
-void DistributedOptimizer::reduce_scatter_grads() {
+void DistributedOptimizer::reduce_grads() {
   float* G = store_.grads();
   const auto& buckets = store_.layout().buckets();
   for (size_t b = 0; b < buckets.size(); ++b)

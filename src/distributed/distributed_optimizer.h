@@ -1,4 +1,4 @@
-// Megatron's distributed optimizer (ZeRO-1 over DP, megatron-reference.md §5). The model's
+// Megatron's distributed optimizer (ZeRO-1 over DP, docs/reference/megatron-reference.md §5). The model's
 // buffers use the bucketed layout (ParamLayout::assign_buckets); DP rank d owns the d-th
 // contiguous 1/DP of every bucket and keeps optimizer state only for the parameter elements in
 // it (fp32 models: the model params are the main params, so 8 + 8/d bytes per parameter;
@@ -13,6 +13,7 @@
 
 #include "backend/dispatch.h"
 #include "distributed/grad_reducer.h"
+#include "distributed/model_optimizer.h"
 #include "model/param_store.h"
 #include "optim/optimizer.h"
 #include "parallel/process_groups.h"
@@ -26,7 +27,7 @@ std::pair<int64_t, int64_t> bucket_shard(std::pair<int64_t, int64_t> bucket, int
                                          int64_t d);
 int64_t owned_param_elements(const ParamLayout& layout, std::pair<int64_t, int64_t> shard);
 
-class DistributedOptimizer {
+class DistributedOptimizer final : public ModelOptimizer {
  public:
   // overlap_grad_reduce: each bucket's reduce-scatter starts during the last backward once its
   // grads are final. overlap_param_gather: the all-gathers started after the step are waited
@@ -35,25 +36,25 @@ class DistributedOptimizer {
   DistributedOptimizer(ParamStore& store, ProcessGroups& g, const OptimizerConfig& cfg,
                        bool overlap_grad_reduce = false, bool overlap_param_gather = false,
                        DType grad_reduce_dtype = DType::F32);
-  ~DistributedOptimizer();
+  ~DistributedOptimizer() override;
 
   // Right before the last micro-batch's backward.
-  void arm() { tracker_.arm(); }
-  // After the backward: this rank's shard of each bucket holds the DP-averaged grads. Call
-  // before the TP (sequence-parallel) and tied-embedding grad reductions.
-  void reduce_scatter_grads();
+  void arm() override { tracker_.arm(); }
+  // After the backward, the reduce-scatter: this rank's shard of each bucket holds the
+  // DP-averaged grads. Call before the TP (sequence-parallel) and tied-embedding grad reductions.
+  void reduce_grads() override;
   // Waits for every pending parameter all-gather (before reading parameters outside forward).
-  void wait_params();
-  int64_t buckets_launched_early() const { return early_; }
+  void wait_params() override;
+  std::optional<int64_t> buckets_launched_early() const override { return early_; }
   // L2 norm over all ranks' shards, each parameter counted once (collective over the world).
-  double grad_norm();
+  double grad_norm() override;
   // The grad elements grad_norm() counts on this rank (--log-num-zeros-in-grad counts the same).
-  const std::vector<ops::Range>& counted_ranges() const { return counted_; }
+  const std::vector<ops::Range>* counted_ranges() const override { return &counted_; }
   // Clip + update the owned shard, then all-gather every bucket's params.
-  void step(float lr, float wd, double grad_norm, float decoupled_lr = NAN);
-  size_t state_bytes() const { return optim_->state_bytes(); }
+  void step(float lr, float wd, double grad_norm, float decoupled_lr) override;
+  size_t state_bytes() const override { return optim_->state_bytes(); }
   // The optimizer over this rank's shard (its runs are the owned elements).
-  Optimizer& shard_optimizer() { return *optim_; }
+  Optimizer& state() override { return *optim_; }
   int64_t owned_param_elements() const { return owned_; }
 
  private:

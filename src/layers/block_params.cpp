@@ -23,36 +23,36 @@ Sharding vocab_rows() {  // vocab-parallel: rows split, their count padded for t
 }
 }  // namespace
 
+// Biases (and norms' biases) take no weight decay.
+const ParamTraits kBias{.weight_decay = false};
+
 void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t max_positions,
                       bool learned_positions, const InitScales& init) {
   out.push_back({"embedding.word_embeddings.weight", {V, H}, vocab_rows(), InitKind::Normal,
-                 init.std});
+                 init.std, {.embedding_or_output = true, .part = ModelPart::Embedding}});
   if (learned_positions)
     out.push_back({"embedding.position_embeddings.weight", {max_positions, H}, Sharding{},
-                   InitKind::Normal, init.std});
+                   InitKind::Normal, init.std, {.part = ModelPart::Embedding}});
 }
 
 void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind,
                  float weight_offset, int64_t H) {
-  MG_CHECK(prefix.ends_with("layernorm"), "norm parameter prefix ", prefix,
-           " must end in 'layernorm' (is_norm_weight finds the norms by it)");
   MG_CHECK(weight_offset == 0.f || weight_offset == 1.f, "norm weight offset ", weight_offset);
   out.push_back({prefix + ".weight", {H}, replicated_sp(),
-                 weight_offset == 0.f ? InitKind::Ones : InitKind::Zeros});
+                 weight_offset == 0.f ? InitKind::Ones : InitKind::Zeros, 0.f,
+                 {.weight_decay = false, .norm_weight = true}});
   if (kind == NormKind::LayerNorm)
-    out.push_back({prefix + ".bias", {H}, replicated_sp(), InitKind::Zeros});
+    out.push_back({prefix + ".bias", {H}, replicated_sp(), InitKind::Zeros, 0.f, kBias});
 }
-
-bool is_norm_weight(const std::string& name) { return name.ends_with("layernorm.weight"); }
 
 void attention_params(std::vector<ParamDecl>& out, const std::string& prefix, const LayerSpec& s,
                       int64_t H, const InitScales& init) {
   const int64_t QKV = s.qkv_rows(), A = s.heads * s.kv_channels;
   out.push_back({prefix + "linear_qkv.weight", {QKV, H}, split(0), InitKind::Normal, init.std});
-  if (s.qkv_bias) out.push_back({prefix + "linear_qkv.bias", {QKV}, split(0), InitKind::Zeros});
+  if (s.qkv_bias) out.push_back({prefix + "linear_qkv.bias", {QKV}, split(0), InitKind::Zeros, 0.f, kBias});
   out.push_back({prefix + "linear_proj.weight", {H, A}, split(1), InitKind::Normal, init.out_std});
   if (s.linear_bias)
-    out.push_back({prefix + "linear_proj.bias", {H}, replicated_sp(), InitKind::Zeros});
+    out.push_back({prefix + "linear_proj.bias", {H}, replicated_sp(), InitKind::Zeros, 0.f, kBias});
   if (s.qk_layernorm) {  // over HD channels of this rank's heads: grads partial across TP
     const size_t first = out.size();
     norm_params(out, prefix + "q_layernorm", s.norm, s.norm_weight_offset, s.kv_channels);
@@ -70,11 +70,11 @@ void mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, const La
   out.push_back({prefix + "linear_fc1.weight", {s.fc1_rows(), H}, split(0, stride),
                  InitKind::Normal, init.std});
   if (s.linear_bias)
-    out.push_back({prefix + "linear_fc1.bias", {s.fc1_rows()}, split(0, stride), InitKind::Zeros});
+    out.push_back({prefix + "linear_fc1.bias", {s.fc1_rows()}, split(0, stride), InitKind::Zeros, 0.f, kBias});
   out.push_back({prefix + "linear_fc2.weight", {H, s.ffn}, split(1), InitKind::Normal,
                  init.out_std});
   if (s.linear_bias)
-    out.push_back({prefix + "linear_fc2.bias", {H}, replicated_sp(), InitKind::Zeros});
+    out.push_back({prefix + "linear_fc2.bias", {H}, replicated_sp(), InitKind::Zeros, 0.f, kBias});
 }
 
 namespace {
@@ -87,10 +87,10 @@ void expert_mlp_params(std::vector<ParamDecl>& out, const std::string& prefix, c
   out.push_back({prefix + "linear_fc1.weight", {fc1_rows, H}, split(0, stride), InitKind::Normal,
                  init.std});
   if (s.linear_bias)
-    out.push_back({prefix + "linear_fc1.bias", {fc1_rows}, split(0, stride), InitKind::Zeros});
+    out.push_back({prefix + "linear_fc1.bias", {fc1_rows}, split(0, stride), InitKind::Zeros, 0.f, kBias});
   out.push_back({prefix + "linear_fc2.weight", {H, ffn}, split(1), InitKind::Normal,
                  init.out_std});
-  if (s.linear_bias) out.push_back({prefix + "linear_fc2.bias", {H}, Sharding{}, InitKind::Zeros});
+  if (s.linear_bias) out.push_back({prefix + "linear_fc2.bias", {H}, Sharding{}, InitKind::Zeros, 0.f, kBias});
 }
 }  // namespace
 
@@ -111,6 +111,7 @@ void moe_params(std::vector<ParamDecl>& out, const std::string& prefix, const La
 void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const LayerSpec& s,
                               int64_t H, const InitScales& init) {
   const std::string p = "decoder.layers." + std::to_string(layer) + ".";
+  const size_t first = out.size();
   norm_params(out, p + "input_layernorm", s.norm, s.norm_weight_offset, H);
   attention_params(out, p + "self_attention.", s, H, init);
   norm_params(out, p + "pre_mlp_layernorm", s.norm, s.norm_weight_offset, H);
@@ -118,6 +119,7 @@ void transformer_layer_params(std::vector<ParamDecl>& out, int64_t layer, const 
     moe_params(out, p + "mlp.", s, H, init);
   else
     mlp_params(out, p + "mlp.", s, H, init);
+  for (size_t i = first; i < out.size(); ++i) out[i].traits.layer = layer;
 }
 
 void output_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, bool tied_copy,
@@ -125,7 +127,8 @@ void output_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, bool tied_
   Sharding s = vocab_rows();
   s.tied_copy = tied_copy;
   out.push_back({"output_layer.weight", {V, H}, s, tied_copy ? InitKind::Zeros : InitKind::Normal,
-                 tied_copy ? 0.f : init.std});
+                 tied_copy ? 0.f : init.std,
+                 {.embedding_or_output = true, .part = ModelPart::Head}});
 }
 
 }  // namespace mg

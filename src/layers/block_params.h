@@ -13,12 +13,29 @@ namespace mg {
 
 enum class InitKind { Normal, Zeros, Ones };
 
+// Where a parameter sits in the model (the pipeline's pre-process, a decoder layer, the
+// post-process: final norm and output layer).
+enum class ModelPart { Embedding, Layer, Head };
+
+// What the optimizer, the model and the converters treat a parameter by: declared with it by
+// the block that owns it, never parsed back from its name.
+struct ParamTraits {
+  bool weight_decay = true;          // false for biases and norms (Megatron's 1-D rule)
+  bool norm_weight = false;          // a norm's scale (stored minus 1 under --apply-layernorm-1p)
+  bool embedding_or_output = false;  // Megatron's is_embedding_or_output_parameter: the word
+                                     // embedding (every copy) and the untied output layer
+                                     // (--decoupled-lr's learning rate)
+  ModelPart part = ModelPart::Layer;
+  int64_t layer = -1;                // ModelPart::Layer: the global decoder layer index
+};
+
 struct ParamDecl {
   std::string name;     // full name, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
   Shape global_shape;   // [out, in] for linear weights, as Megatron stores them
   Sharding sharding;
   InitKind init = InitKind::Zeros;
   float init_std = 0.f;  // for InitKind::Normal
+  ParamTraits traits;
 };
 
 // Init scales: weights N(0, std), output projections (linear_proj, linear_fc2) N(0, out_std)
@@ -35,8 +52,6 @@ void embedding_params(std::vector<ParamDecl>& out, int64_t V, int64_t H, int64_t
 // --apply-layernorm-1p). prefix names a norm: it ends in "layernorm".
 void norm_params(std::vector<ParamDecl>& out, const std::string& prefix, NormKind kind,
                  float weight_offset, int64_t H);
-// Whether a parameter is a norm's weight (the gamma or zero-centred w of norm_params).
-bool is_norm_weight(const std::string& name);
 // Self-attention: linear_qkv [(NH + 2 NG) HD, H] in Megatron's per-group row order (a group's
 // NH/NG query heads, then its K head, then its V head), split by whole groups; linear_proj
 // [H, NH HD] split by input columns; with qk_layernorm, q_layernorm and k_layernorm over HD.

@@ -134,7 +134,7 @@ int64_t GPTConfig::rotary_dim() const {
 }
 
 // Megatron's RotaryEmbedding: inv_freq[j] = 1 / base^(2j/dim); with --use-rope-scaling, Llama
-// 3.1's rule (../shared/specs/llama-moe-cp.md section 2): low frequencies (long wavelengths)
+// 3.1's rule (docs/reference/llama-moe-cp.md section 2): low frequencies (long wavelengths)
 // divided by the factor, high ones kept, a smooth blend between.
 std::vector<float> GPTConfig::rope_inv_freq() const {
   const int64_t dim = rotary_dim();
@@ -255,7 +255,7 @@ ModelDims GPTConfig::layout_dims(int64_t tp_size) const {
 
 int64_t GPTConfig::num_parameters() const { return shard_param_count(*this).elements; }
 
-// The convention the benchmarks report (full attention, as in issue 7 / formulas.md):
+// The convention the benchmarks report (full attention, as in issue 7 / docs/reference/formulas.md):
 // 6 FLOPs per parameter per token (2 forward, 4 backward) plus 12 * L * NH * HD * S for the
 // attention core (Q K^T and P V, forward and backward, without halving for the causal mask).
 double GPTConfig::train_flops_per_token() const {

@@ -127,15 +127,13 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   }
   layer_param_ids_.resize(size_t(num_layers_));
   for (int i = 0; i < int(layout_.params().size()); ++i) {
-    const std::string& n = layout_.params()[size_t(i)].name;
-    if (n.starts_with("decoder.layers.")) {
-      const int64_t layer = std::stoll(n.substr(15));
-      layer_param_ids_[size_t(layer - sh.layer_begin)].push_back(i);
-    } else if (n.starts_with("embedding.")) {
+    const ParamTraits& t = layout_.params()[size_t(i)].traits;
+    if (t.part == ModelPart::Layer)
+      layer_param_ids_[size_t(t.layer - sh.layer_begin)].push_back(i);
+    else if (t.part == ModelPart::Embedding)
       embedding_params_.push_back(i);
-    } else {  // final LayerNorm, tied output-layer copy
+    else  // final norm, output layer (or its tied copy)
       head_params_.push_back(i);
-    }
   }
   MG_CHECK(spec.recompute_method.empty() || spec.recompute_method == "uniform" ||
                spec.recompute_method == "block",
@@ -538,20 +536,17 @@ size_t GPTModel::allocated_activation_bytes() const {
   auto add_cache = [&](const LayerCache& c, const LayerDims& d) {
     for (const ActivationDecl& a : layer_cache_decls(d)) add(c.*a.member);
   };
+  // The same declarations the constructor allocated from.
+  const std::vector<TensorDecl<Slot>> slot_tensors = slot_decls(cfg_, dims_, spec_);
   for (const Slot& s : slots_) {
     for (const Tensor& t : s.resid) add(t);
     for (size_t l = 0; l < s.caches.size(); ++l)
       if (s.caches[l]) add_cache(*s.caches[l], layer_dims_[l]);
-    for (const Tensor* t : {&s.tokens, &s.positions, &s.labels, &s.tokens_h, &s.positions_h,
-                            &s.labels_h, &s.mask, &s.mask_d, &s.attention_start, &s.lnf,
-                            &s.lnf_mean, &s.lnf_rstd, &s.lnf_full, &s.logits, &s.losses, &s.lse})
-      add(*t);
+    for (const TensorDecl<Slot>& d : slot_tensors) add(s.*d.member);
   }
   for (const auto& c : recompute_pool_) add_cache(*c, dims_);
   for (const auto& a : layer_scratch_decls(dims_)) add(scratch_.*a.member);
-  for (const Tensor* t : {&emb_full_, &d_resid_, &d_lnf_, &d_full_, &dlosses_,
-                          &dlosses_h_, &loss_sum_, &rope_inv_freq_, &rope_positions_, &ce_scratch_})
-    add(*t);
+  for (const TensorDecl<GPTModel>& d : buffer_decls(cfg_, dims_, spec_)) add(this->*d.member);
   return b;
 }
 

@@ -24,7 +24,7 @@ size_t ParamLayout::add(const ParamDecl& d, const ShardSpec& shard) {
   p.offset = total_;
   p.init = d.init;
   p.init_std = d.init_std;
-  p.weight_decay = p.shape.size() > 1 && !p.name.ends_with(".bias");
+  p.traits = d.traits;
   total_ += p.numel();
   params_.push_back(std::move(p));
   return params_.size() - 1;
@@ -98,7 +98,9 @@ std::vector<ParamDecl> model_param_decls(const GPTConfig& cfg, const ShardSpec& 
               d.end());
   }
   if (shard.last_stage) {
+    const size_t first = d.size();
     norm_params(d, "decoder.final_layernorm", cfg.norm(), cfg.norm_weight_offset(), H);
+    for (size_t i = first; i < d.size(); ++i) d[i].traits.part = ModelPart::Head;
     if (!cfg.tied_output() || !shard.first_stage)
       output_params(d, V, H, /*tied_copy=*/cfg.tied_output(), init);
   }

@@ -23,15 +23,9 @@ struct ParamSpec {
   int64_t offset = 0;    // elements from the start of the flat buffer
   InitKind init = InitKind::Zeros;
   float init_std = 0.f;  // for InitKind::Normal
-  bool weight_decay = false;  // false for biases and 1-D params (Megatron's rule)
+  ParamTraits traits;    // as its block declared it (weight decay, norm, layer, ...)
   int64_t numel() const { return shape_numel(shape); }
 };
-
-// Megatron's is_embedding_or_output_parameter: the word embeddings (every copy) and the untied
-// output layer, which --decoupled-lr gives a learning rate of their own.
-inline bool is_embedding_or_output(const ParamSpec& p) {
-  return p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight";
-}
 
 // Which part of the model a rank holds.
 struct ShardSpec {

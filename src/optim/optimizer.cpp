@@ -6,9 +6,25 @@
 
 namespace mg {
 
+const std::vector<OptimizerKind>& optimizer_kinds() {
+  static const std::vector<OptimizerKind> kinds = {
+      {"adam", {"exp_avg", "exp_avg_sq"}},  // AdamW's first and second moments
+      {"sgd", {"momentum"}},                // SGD's momentum buffer
+  };
+  return kinds;
+}
+
+const OptimizerKind& optimizer_kind(const std::string& name) {
+  std::string names;
+  for (const OptimizerKind& k : optimizer_kinds()) {
+    if (name == k.name) return k;
+    names += (names.empty() ? "" : " or ") + std::string(k.name);
+  }
+  throw UsageError(str_cat("--optimizer '", name, "' is not available; use ", names));
+}
+
 void OptimizerConfig::validate() const {
-  MG_USER_CHECK(kind == "adam" || kind == "sgd", "--optimizer '", kind,
-                "' is not available; use adam or sgd");
+  optimizer_kind(kind);
   MG_USER_CHECK(weight_decay >= 0.f, "--weight-decay must be >= 0 (got ", weight_decay, ")");
   MG_USER_CHECK(beta1 >= 0.f && beta1 < 1.f, "--adam-beta1 must be in [0, 1) (got ", beta1, ")");
   MG_USER_CHECK(beta2 >= 0.f && beta2 < 1.f, "--adam-beta2 must be in [0, 1) (got ", beta2, ")");
@@ -20,21 +36,21 @@ void OptimizerConfig::validate() const {
 std::vector<ParamRun> param_runs(const ParamLayout& layout) {
   std::vector<ParamRun> runs;
   for (const ParamSpec& p : layout.params()) {
-    const bool decoupled = is_embedding_or_output(p);
-    if (!runs.empty() && runs.back().decay == p.weight_decay &&
+    const bool decoupled = p.traits.embedding_or_output;
+    if (!runs.empty() && runs.back().decay == p.traits.weight_decay &&
         runs.back().decoupled == decoupled && runs.back().offset + runs.back().numel == p.offset)
       runs.back().numel += p.numel();
     else
-      runs.push_back({p.offset, p.numel(), p.weight_decay, decoupled});
+      runs.push_back({p.offset, p.numel(), p.traits.weight_decay, decoupled});
   }
   return runs;
 }
 
 Optimizer::Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DType model_dtype,
                      const void* model_params)
-    : cfg_(cfg), runs_(std::move(runs)), dtype_(model_dtype) {
+    : cfg_(cfg), kind_(optimizer_kind(cfg.kind)), runs_(std::move(runs)), dtype_(model_dtype) {
   for (const ParamRun& r : runs_) numel_ += r.numel;
-  state_ = Tensor({(cfg_.kind == "adam" ? 2 : 1) * numel_}, DType::F32, ops::device());
+  state_ = Tensor({int64_t(kind_.state_slots.size()) * numel_}, DType::F32, ops::device());
   if (dtype_ == DType::F32) return;
   MG_CHECK(model_params, "a 16-bit model needs its params to seed the fp32 main params");
   main_ = Tensor({numel_}, DType::F32, ops::device());
@@ -65,9 +81,11 @@ Optimizer::StateSlice Optimizer::state_of(int64_t offset, int64_t n) {
   for (const ParamRun& r : runs_) {
     if (offset >= r.offset && offset + n <= r.offset + r.numel) {
       const int64_t i = s + offset - r.offset;
-      float* st = state_.data<float>();
-      return {st + i, cfg_.kind == "adam" ? st + numel_ + i : nullptr,
-              main_.empty() ? nullptr : main_.data<float>() + i};
+      StateSlice out;
+      for (size_t k = 0; k < kind_.state_slots.size(); ++k)
+        out.slot[k] = state_.data<float>() + int64_t(k) * numel_ + i;
+      out.main = main_.empty() ? nullptr : main_.data<float>() + i;
+      return out;
     }
     s += r.numel;
   }

@@ -7,13 +7,27 @@
 // keeps fp32 main params for the runs (copied from the model at construction), steps them, and
 // writes them back to the model rounded to its dtype.
 #pragma once
+#include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "model/param_layout.h"
 #include "tensor/tensor.h"
 
 namespace mg {
+
+// The optimizers --optimizer names, each with its fp32 state slots per stepped element in the
+// order they are stored, named as checkpoints store them (optim/<slot>/<param>). The memory
+// estimate, the checkpoint and the planner read this table; nothing else counts slots.
+struct OptimizerKind {
+  const char* name;
+  std::vector<const char*> state_slots;
+};
+inline constexpr size_t kMaxStateSlots = 2;
+const std::vector<OptimizerKind>& optimizer_kinds();
+// The kind --optimizer names (UsageError listing the kinds for any other name).
+const OptimizerKind& optimizer_kind(const std::string& name);
 
 struct OptimizerConfig {
   std::string kind = "adam";   // --optimizer: adam | sgd
@@ -58,11 +72,14 @@ class Optimizer {
   void set_steps_taken(int64_t t) { t_ = t; }  // checkpoint load
   const std::vector<ParamRun>& runs() const { return runs_; }
   // The state of flat-buffer elements [offset, offset + n), which must lie inside one run:
-  // Adam's exp_avg / exp_avg_sq (SGD: momentum / null) and the fp32 main params (null for an
-  // f32 model, whose main params are the model's own).
+  // one pointer per state slot of the kind (optimizer_kinds(); Adam: exp_avg, exp_avg_sq; SGD:
+  // momentum) and the fp32 main params (null for an f32 model, whose main params are the
+  // model's own).
   struct StateSlice {
-    float *exp_avg, *exp_avg_sq, *main;
+    std::array<float*, kMaxStateSlots> slot{};
+    float* main = nullptr;
   };
+  const OptimizerKind& kind() const { return kind_; }
   StateSlice state_of(int64_t offset, int64_t n);
   // A 16-bit model's fp32 main params set from the model's params (a load without optimizer
   // state); nothing for an f32 model.
@@ -72,9 +89,10 @@ class Optimizer {
 
  private:
   OptimizerConfig cfg_;
+  const OptimizerKind& kind_;
   std::vector<ParamRun> runs_;
   int64_t numel_ = 0;
-  Tensor state_;  // Adam: exp_avg then exp_avg_sq; SGD: momentum
+  Tensor state_;  // the kind's slots one after the other, numel_ elements each
   DType dtype_;
   Tensor main_;   // fp32 main params of the runs, packed like state_ (16-bit models only)
   int64_t t_ = 0;

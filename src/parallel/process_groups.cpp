@@ -9,6 +9,27 @@
 
 namespace mg {
 
+std::vector<ProcessGroups::Named> ProcessGroups::named() const {
+  const std::vector<Named> all = {
+      {"world", world.get()},         {"tp", tp.get()},
+      {"pp", pp.get()},               {"dp", dp.get()},
+      {"cp", cp.get()},               {"dp_cp", dp_cp.get()},
+      {"model_parallel", model_parallel.get()}, {"embedding", embedding.get()},
+      {"ep", ep.get()},               {"edp", edp.get()},
+      {"etp_ep", etp_ep.get()},       {"expert_mp", expert_mp.get()}};
+  std::vector<Named> out;
+  for (const Named& n : all)
+    if (n.comm) out.push_back(n);
+  return out;
+}
+
+Communicator* ProcessGroups::find(std::string_view name) const {
+  for (const Named& n : named())
+    if (n.name == name) return n.comm;
+  return nullptr;
+}
+
+
 namespace {
 // Every group but the world, each made by `make` from its lists of world ranks. Every rank
 // creates every group in the same order (a collective per split).

@@ -3,6 +3,8 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "parallel/rank_grid.h"
@@ -41,6 +43,16 @@ struct ProcessGroups {
     if (expert_mp) return all_reduce_sum(*model_parallel, dense) + all_reduce_sum(*expert_mp, experts);
     return all_reduce_sum(*model_parallel, dense + ep_sum(experts));
   }
+
+  // The groups by name (the field names above), in declaration order, those this rank has
+  // (embedding is null on middle stages, the expert groups without EP or folding): what walks
+  // every group (the log line's byte counters) looks them up here, not by position.
+  struct Named {
+    std::string_view name;
+    Communicator* comm;
+  };
+  std::vector<Named> named() const;
+  Communicator* find(std::string_view name) const;  // null: this rank has no such group
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == grid.pp - 1; }

@@ -16,7 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// The calibration constants, fitted on the first half of formulas.md's weak-scaling table
+// The calibration constants, fitted on the first half of docs/reference/formulas.md's weak-scaling table
 // with the H100's datasheet figures (docs/planner.md, bench/plan_weak_scaling.py;
 // attention.efficiency and exposed_comm_fraction held fixed there). The A100 and H200
 // profiles reuse them: no published table calibrates those separately.

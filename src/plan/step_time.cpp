@@ -293,7 +293,11 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   }
   e.parts.dp_comm = dp_time * p.dp_exposed_fraction;
   const double stepped = cfg.use_distributed_optimizer ? n_params / double(dp) : n_params;
-  const double state_bytes = 4.0 + 2.0 * double(dtype_size(dt)) + 16.0 + (dt == DType::F32 ? 0 : 8);
+  // Per stepped element: its fp32 grad read, the param read and written, each fp32 state slot
+  // (optimizer_kinds()) read and written, and a 16-bit model's fp32 main param too.
+  const double slots = double(optimizer_kind(cfg.optimizer).state_slots.size());
+  const double state_bytes =
+      4.0 + 2.0 * double(dtype_size(dt)) + 8.0 * slots + (dt == DType::F32 ? 0 : 8);
   e.parts.optimizer = stepped * state_bytes / p.memory_bandwidth;
   e.iteration_seconds = run.seconds + e.parts.dp_comm + e.parts.optimizer;
   const double tokens = double(cfg.global_batch_size) * double(cfg.model.seq_length);

@@ -1,7 +1,7 @@
 // The step time of a training run, predicted: each pipeline rank's forward and backward time per
 // micro-batch from its layers' GEMM shapes (the same LayerDims the layers compute with) against
 // the device profile, the attention core, elementwise traffic at memory bandwidth, the TP / SP /
-// CP / EP collectives and PP transfers from their volumes (formulas.md) over the links; those
+// CP / EP collectives and PP transfers from their volumes (docs/reference/formulas.md) over the links; those
 // times run through the schedule table itself (pipeline/schedule_table.h) to give the pipeline's
 // length with its bubble; then the DP gradient reduction (what overlap leaves exposed) and the
 // optimizer step.
@@ -29,7 +29,7 @@ struct StepParts {
 struct StepEstimate {
   double iteration_seconds = 0;
   double tokens_per_second = 0;
-  double model_tflops_per_gpu = 0;  // model FLOPs (formulas.md, full s^2 attention) per second
+  double model_tflops_per_gpu = 0;  // model FLOPs (docs/reference/formulas.md, full s^2 attention) per second
   double mfu = 0;                   // of the profile's peak in the model dtype
   double bubble_fraction = 0;       // idle share of the pipeline part on the critical rank
   StepParts parts;

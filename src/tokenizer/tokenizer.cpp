@@ -268,4 +268,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg) {
                            kTokenizerTypesHelp));
 }
 
+int64_t tokenizer_vocab_size(TokenizerConfig& cfg, int64_t model_vocab_size,
+                             bool vocab_size_given) {
+  cfg.validate();
+  if (cfg.tokenizer_type.empty()) return 0;
+  if (cfg.tokenizer_type == "NullTokenizer" ||
+      (cfg.tokenizer_type == "TikTokenizer" && vocab_size_given))
+    cfg.vocab_size = model_vocab_size;
+  return make_tokenizer(cfg)->vocab_size();
+}
+
 }  // namespace mg

@@ -93,4 +93,11 @@ struct TokenizerConfig {
 // Throws UsageError naming the flag when the type or its files are missing.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg);
 
+// The vocabulary the tokenizer gives the model (0 without --tokenizer-type; Megatron pads it
+// afterwards). The types Megatron builds from args.vocab_size take the model's --vocab-size:
+// NullTokenizer always, TikTokenizer as its cap when the flag is given (else its own default).
+// Validates cfg and builds the tokenizer (UsageError naming the flag or file).
+int64_t tokenizer_vocab_size(TokenizerConfig& cfg, int64_t model_vocab_size,
+                             bool vocab_size_given);
+
 }  // namespace mg

@@ -80,6 +80,7 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   const StoreSpec store = train_store_spec(cfg, world_rank);
   const DType dtype = store.dtype;
   const bool low_precision = dtype != DType::F32;
+  const int64_t state_slots = int64_t(optimizer_kind(cfg.optimizer).state_slots.size());
   auto bytes = [](int64_t n, DType t) { return tensor_alloc_bytes(n, t, kWhat); };
   auto add = [](int64_t& to, int64_t b) { to = checked_add(to, b, kWhat); };
   RankMemory m;
@@ -97,8 +98,7 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
                                                           : count.elements;
     m.params = checked_bytes(count.elements, dtype, kWhat);
     m.grads = checked_bytes(count.elements, DType::F32, kWhat);
-    m.optimizer = checked_mul(stepped, (cfg.optimizer == "adam" ? 8 : 4) + (low_precision ? 4 : 0),
-                              kWhat);
+    m.optimizer = checked_mul(stepped, 4 * (state_slots + (low_precision ? 1 : 0)), kWhat);
     for (const StageSpec& chunk : chunks)
       add(m.activations, GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, chunk));
     return m;
@@ -113,7 +113,7 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     if (low_precision) add(m.params, bytes(shard_param_count(cfg.model, chunk.shard).vector_elements,
                                            DType::F32));
   // The optimizer: Adam's 2 fp32 moments (SGD's 1) per parameter it steps, + an fp32 main
-  // copy of a 16-bit model (formulas.md's bytes per parameter). The distributed optimizer steps
+  // copy of a 16-bit model (docs/reference/formulas.md's bytes per parameter). The distributed optimizer steps
   // this rank's shard of each bucket (DP x CP ranks, expert buckets expert-DP ranks) and keeps
   // each shard's reduced grads and gathered params.
   const DType reduce_dtype = cfg.parallel.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
@@ -147,7 +147,7 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     if (reduces && reduce_dtype == DType::BF16)
       for (const auto& [begin, end] : layout.buckets()) add(m.grads, bytes(end - begin, DType::BF16));
   }
-  m.optimizer = bytes(checked_mul(stepped, cfg.optimizer == "adam" ? 2 : 1, kWhat), DType::F32);
+  m.optimizer = bytes(checked_mul(stepped, state_slots, kWhat), DType::F32);
   if (low_precision) add(m.optimizer, bytes(stepped, DType::F32));
   for (const StageSpec& chunk : chunks)
     m.activations = checked_add(

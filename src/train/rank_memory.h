@@ -26,7 +26,7 @@ struct RankMemory {
   int64_t grads = 0;        // fp32 main grads (+ the distributed optimizer's reduced shard;
                             // bf16 bucket copies under --grad-reduce-in-bf16)
   int64_t optimizer = 0;    // Adam moments or SGD momentum, + fp32 main params of a 16-bit
-                            // model: formulas.md's bytes per parameter (over DP when sharded)
+                            // model: docs/reference/formulas.md's bytes per parameter (over DP when sharded)
   int64_t activations = 0;  // the stage's activation slots, caches, scratch and buffers
   int64_t data = 0;         // host: the sample and shuffle indices of the splits it reads
                             // (12 bytes a sample: data/gpt_dataset.h's int32 indices)

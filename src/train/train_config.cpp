@@ -228,8 +228,7 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
       validate_schedule(schedule_shape(b / (int64_t(micro_batch_size) * data_parallel_size)));
     validate_schedule(schedule_shape(num_micro_batches()));
   }
-  MG_USER_CHECK(optimizer == "adam" || optimizer == "sgd", "--optimizer '", optimizer,
-                "' is not available; use adam or sgd");
+  optimizer_kind(optimizer);  // UsageError naming --optimizer
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +
                         int(!std::isnan(lr_warmup_fraction)) <= 1,
                 "use only one of --lr-warmup-iters, --lr-warmup-samples, --lr-warmup-fraction");

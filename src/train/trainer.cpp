@@ -20,17 +20,15 @@
 #include "core/log.h"
 #include "core/timers.h"
 #include "core/timer.h"
-#include "distributed/distributed_optimizer.h"
 #include "distributed/finalize_grads.h"
-#include "distributed/grad_reducer.h"
+#include "distributed/model_optimizer.h"
 #include "distributed/model_stats.h"
 #include "model/gpt.h"
 #include "pipeline/schedule.h"
 #include "train/batch_source.h"
 #include "train/log_format.h"
-#include "train/pipeline_bubble.h"
+#include "train/metrics.h"
 #include "train/rank_memory.h"
-#include "train/tensorboard_log.h"
 
 namespace mg {
 
@@ -45,44 +43,6 @@ void install_sigterm_handler() {
   sigaction(SIGTERM, &sa, nullptr);
 }
 bool sigterm_received() { return g_sigterm != 0; }
-
-// Megatron's timer printout: each enabled phase as (min, max) over ranks of its ms per
-// iteration in this log interval. Returns each printed phase's max (for TensorBoard).
-std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g,
-                                                      const std::vector<double>& t,
-                                                      int64_t iters) {
-  std::vector<float> mx(t.size()), neg_mn(t.size());
-  for (size_t i = 0; i < t.size(); ++i) mx[i] = neg_mn[i] = float(1e3 * t[i] / double(iters));
-  for (float& v : neg_mn) v = -v;
-  g.world->all_reduce(mx.data(), int64_t(mx.size()), ReduceOp::Max);
-  g.world->all_reduce(neg_mn.data(), int64_t(neg_mn.size()), ReduceOp::Max);
-  std::string out = "(min, max) time across ranks (ms):";
-  std::vector<std::pair<std::string, double>> max_ms;
-  for (int p = 0; p < timers::kNumPhases; ++p) {
-    const auto phase = timers::Phase(p);
-    if (timers::level(phase) > timers::enabled_level() || mx[size_t(p)] <= 0.f) continue;
-    max_ms.emplace_back(timers::name(phase), double(mx[size_t(p)]));
-    std::string name = timers::name(phase);
-    name += ' ';
-    name.resize(48, '.');
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), ": (%.2f, %.2f)", -neg_mn[size_t(p)], mx[size_t(p)]);
-    out += "\n    " + name + buf;
-  }
-  log_line(out);
-  return max_ms;
-}
-
-// --timing-log-level 2 under PP: each stage's measured idle fraction (the mean over its ranks)
-// beside the analytic bubble. t: this rank's timer totals of the interval.
-void log_pipeline_bubble(const ProcessGroups& g, const std::vector<double>& t, int64_t v,
-                         int64_t m) {
-  std::vector<float> sums(size_t(g.grid.pp), 0.f);  // each rank adds into its stage's slot
-  sums[size_t(g.coord.pp)] = float(idle_fraction(t));
-  g.world->all_reduce(sums.data(), int64_t(sums.size()), ReduceOp::Sum);
-  log_line(bubble_line(std::vector<double>(sums.begin(), sums.end()), g.grid.world() / g.grid.pp,
-                       g.grid.pp, v, m));
-}
 
 // The last stage's mean loss, averaged over DP, delivered to every rank (a world reduction
 // that is not part of the reported TP/PP/DP volumes).
@@ -99,12 +59,6 @@ std::pair<double, double> global_loss_and_tokens(double local_sum, double local_
   const bool reporter = g.last_stage() && g.coord.tp == 0 && g.coord.cp == 0;
   return {all_reduce_sum(*g.world, reporter ? local_sum : 0.0),
           all_reduce_sum(*g.world, reporter ? local_tokens : 0.0)};
-}
-
-// Megatron's name of the load-balancing loss in the log and TensorBoard.
-const char* load_balancing_name(const GPTConfig& m) {
-  return m.moe_router_load_balancing_type == "seq_aux_loss" ? "seq_load_balancing_loss"
-                                                              : "load_balancing_loss";
 }
 
 // The step's MoE losses (StepResult's fields) from every rank's model chunks: each layer is
@@ -129,23 +83,6 @@ void moe_step_losses(const std::vector<MoeLosses>& chunks, const ProcessGroups& 
   z = m.moe_z_loss_coeff > 0 ? total(sum.z) / n : -1;
   dropped = m.moe_expert_capacity_factor > 0 ? total(sum.dropped) : -1;
 }
-
-// What one iteration's step produced.
-struct StepResult {
-  double lr = 0;          // the scheduled learning rate it used
-  double decoupled_lr = NAN;  // --decoupled-lr's schedule (embedding and output layer)
-  double loss_scale = 1;  // fp16: the loss scale it used
-  double loss = 0;        // lm loss, averaged over DP
-  double grad_norm = 0;   // before clipping (0 when skipped)
-  bool skipped = false;   // an fp16 overflow skipped the update
-  int64_t global_batch_size = 0;  // its samples (--rampup-batch-size: growing)
-  double seconds = 0;     // wall time, the step's GPU work included
-  double num_zeros = -1;    // --log-num-zeros-in-grad: zero grad elements (-1: not counted)
-  double params_norm = -1;  // --log-params-norm: L2 norm of the updated params (-1: not)
-  // MoE (-1: not logged): the load-balancing and z losses without their coefficients,
-  // averaged over MoE layers, micro-batches and DP; assignments dropped for capacity (summed).
-  double load_balancing_loss = -1, z_loss = -1, dropped_tokens = -1;
-};
 
 // One rank's training run: its pipeline stage of the model, the optimizer (plain, or
 // distributed over DP), the fp16 loss scaler, the DP grad reducer, the data, and the counters
@@ -174,12 +111,6 @@ class Trainer {
   void inject_grad_overflow(int64_t iter);
   // fp16 unscale and overflow check, grad norm, NaN guard, then the update (or a skip).
   void optimizer_phase(int64_t iter, double wd, StepResult& step);
-  // Adds the step to the result and to this log interval's sums.
-  void record(int64_t iter, const StepResult& step);
-  // Megatron's iteration line (and --timing-log-level's timers) for the interval ending at iter.
-  void log_interval(int64_t iter, const StepResult& step);
-  // The iteration's TensorBoard scalars (the last rank, every --tensorboard-log-interval).
-  void write_tensorboard(int64_t iter, const StepResult& step);
   // --eval-iters batches of `batches` (validation or test), reported as Megatron's validation
   // line; `set` names the set after training (" on validation set", " on test set").
   void evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set = "");
@@ -197,7 +128,7 @@ class Trainer {
   void finish();
 
   CheckpointIO checkpoint_io() {
-    return {*store_, optim_ ? *optim_ : dist_optim_->shard_optimizer(), g_, ckpt_cfg_,
+    return {*store_, optimizer_->state(), g_, ckpt_cfg_,
             cfg_.use_distributed_optimizer};
   }
 
@@ -217,19 +148,12 @@ class Trainer {
     for (auto& c : chunks_) t += c->take_tokens();
     return t;
   }
-  std::unique_ptr<Optimizer> optim_;
-  std::unique_ptr<DistributedOptimizer> dist_optim_;
+  // Reduces the grads over DP and steps the params (replicated or distributed).
+  std::unique_ptr<ModelOptimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
-  std::unique_ptr<GradReducer> reducer_;
-  size_t state_bytes_ = 0;  // the optimizer's state on this rank
   int64_t built_bytes_ = 0;  // tensor bytes the model, optimizer and reducer allocated
   TrainProgress progress_;  // as loaded, then as last saved
   std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
-  // The TP, PP, DP (x CP), embedding and CP groups, whose bytes each log line reports.
-  // tp, pp, dp x cp, embedding, cp, ep, expert dp (MoE under EP or folding), and folding's
-  // ETP x EP (token exchange) and expert model parallel (norms).
-  static constexpr int kCommGroups = 9;
-  Communicator* comm_groups_[kCommGroups] = {};
 
   // Counters of the run.
   TrainResult result_;
@@ -238,14 +162,8 @@ class Trainer {
   int64_t skipped_iters_ = 0;  // over the run, as checkpoints save it
   int64_t ramp_batch_ = 0;     // --rampup-batch-size: the last iteration's global batch
   int64_t last_saved_ = 0;
-  double total_seconds_ = 0;  // of every iteration but the first
   Timer run_timer_;           // from the first iteration (--exit-duration-in-mins)
-  // This log interval's sums.
-  double interval_loss_ = 0, interval_seconds_ = 0;
-  int64_t interval_iters_ = 0;
-  int64_t interval_skipped_ = 0, interval_nan_ = 0;  // Megatron counts these per interval
-  CommStats interval_comm_[kCommGroups] = {};
-  std::unique_ptr<TensorBoardWriter> tb_;  // --tensorboard-dir, on the last rank only
+  TrainMetrics metrics_;  // log lines, timers and TensorBoard
 };
 
 Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
@@ -254,8 +172,7 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
       M_(cfg.num_micro_batches()),
       ckpt_cfg_(cfg.checkpoint_config()),
       sched_(cfg.lr_schedule()),
-      comm_groups_{g.tp.get(), g.pp.get(), g.dp_cp.get(), g.embedding.get(), g.cp.get(),
-                   g.ep.get(), g.edp.get(), g.etp_ep.get(), g.expert_mp.get()} {
+      metrics_(cfg, g) {
   const bool cuda = cfg.device == "cuda";
   ops::set_device(cuda ? Device::CUDA : Device::CPU, cuda ? local_rank() : 0);
   int32_t eod = 0;
@@ -271,9 +188,7 @@ Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
   timers::set_sync(ops::on_cuda() ? &ops::synchronize : nullptr);
   timers::reset();
   log_setup();
-  tb_ = open_tensorboard(cfg.tensorboard, g.world_rank, g.grid.world());
-  if (tb_) log_line(str_cat(" > tensorboard: rank ", g.world_rank, " writes ", tb_->path()),
-                    /*all_ranks=*/true);
+  metrics_.open_tensorboard();
 }
 
 void Trainer::build_model_and_optimizer() {
@@ -293,20 +208,10 @@ void Trainer::build_model_and_optimizer() {
   store_->init(cfg.seed);
   sync_tied_embedding_params(*store_, g_);
   const DType grad_reduce_dtype = cfg.parallel.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
-  if (cfg.use_distributed_optimizer)
-    dist_optim_ = std::make_unique<DistributedOptimizer>(*store_, g_, cfg.adam,
-                                                         cfg.parallel.overlap_grad_reduce,
-                                                         cfg.parallel.overlap_param_gather,
-                                                         grad_reduce_dtype);
-  else
-    optim_ = std::make_unique<Optimizer>(store_->layout(), cfg.adam, store_->dtype(),
-                                         store_->param_data());
+  optimizer_ = make_model_optimizer(
+      *store_, g_, cfg.adam, cfg.use_distributed_optimizer,
+      {cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather, grad_reduce_dtype});
   if (cfg.fp16) scaler_ = std::make_unique<LossScaler>(cfg.loss_scaler);
-  state_bytes_ = optim_ ? optim_->state_bytes() : dist_optim_->state_bytes();
-  // Expert grads may be reduced over ranks of their own even when DP x CP is 1 (folding).
-  if ((g_.dp_cp->size() > 1 || g_.expert_dp().size() > 1) && !cfg.use_distributed_optimizer)
-    reducer_ = std::make_unique<GradReducer>(*store_, g_, cfg.parallel.overlap_grad_reduce,
-                                             grad_reduce_dtype);
 }
 
 void Trainer::load_or_init() {
@@ -367,7 +272,7 @@ void Trainer::log_setup() const {
   // The estimate the start-up check made (train/rank_memory.h) beside what was allocated.
   const RankMemory estimate = rank_memory(cfg_, g_.world_rank);
   log_line(memory_report(model.num_params() * int64_t(dtype_size(model.dtype())),
-                         model.num_params() * 4, state_bytes_, size_t(estimate.activations),
+                         model.num_params() * 4, optimizer_->state_bytes(), size_t(estimate.activations),
                          double(estimate.optimizer)));
   // The allocator's own count of what building the model, optimizer and reducer took, beside
   // the estimate made before (megatron plan prints the same estimate).
@@ -385,12 +290,13 @@ TrainResult Trainer::run() {
   for (int64_t iter = progress_.iteration + 1; iter <= cfg_.train_iters; ++iter) {
     StepResult step = train_step(iter);
     if (cfg_.log_params_norm) {
-      if (dist_optim_) dist_optim_->wait_params();
+      optimizer_->wait_params();
       step.params_norm = params_l2_norm(*store_, g_);
     }
-    record(iter, step);
-    if (tb_ && iter % cfg_.tensorboard.log_interval == 0) write_tensorboard(iter, step);
-    if (iter % cfg_.log_interval == 0 || iter == cfg_.train_iters) log_interval(iter, step);
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+    metrics_.record(iter, step, consumed_, loss_scale, result_);
+    if (iter % cfg_.log_interval == 0 || iter == cfg_.train_iters)
+      metrics_.log_interval(iter, step, consumed_, loss_scale);
     if (do_valid && iter % cfg_.eval_interval == 0)
       evaluate(iter, *valid_batches_, valid_consumed_);
     if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0)
@@ -404,8 +310,7 @@ TrainResult Trainer::run() {
 StepResult Trainer::train_step(int64_t iter) {
   Timer timer;
   fault::set_iteration(iter);
-  for (Communicator* c : comm_groups_)
-    if (c) c->reset_stats();
+  metrics_.begin_step();
   StepResult step;
   step.global_batch_size = cfg_.rampup.at(consumed_);
   if (cfg_.rampup.start > 0 && step.global_batch_size != ramp_batch_)  // upstream's lines
@@ -425,18 +330,14 @@ StepResult Trainer::train_step(int64_t iter) {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(
         chunk_ptrs_, *g_.pp, cfg_.schedule_shape(M), train_batches_->at(consumed_),
-        [&] {
-          if (reducer_) reducer_->arm();
-          if (dist_optim_) dist_optim_->arm();
-        },
+        [&] { optimizer_->arm(); },
         step.loss_scale, cfg_.calculate_per_token_loss);
   }
   for (auto& c : chunks_) c->dropout_off();
   // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
   {
     timers::Scope timer(timers::kAllGradsSync);
-    if (dist_optim_) dist_optim_->reduce_scatter_grads();
-    if (reducer_) reducer_->finish();
+    optimizer_->reduce_grads();
     finalize_grads(*store_, g_);
   }
   if (cfg_.calculate_per_token_loss) {
@@ -490,10 +391,10 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
   }
   if (!step.skipped) {
     timers::Scope timer(timers::kOptimizerClipMainGrad);
-    step.grad_norm = dist_optim_ ? dist_optim_->grad_norm() : global_grad_norm(*store_, g_);
+    step.grad_norm = optimizer_->grad_norm();
     if (cfg_.log_num_zeros_in_grad)
       step.num_zeros = double(count_zero_grads(
-          *store_, g_, dist_optim_ ? &dist_optim_->counted_ranges() : nullptr));
+          *store_, g_, optimizer_->counted_ranges()));
   }
   // Every rank holds the same loss and norm, so every rank stops here together.
   MG_USER_CHECK(!cfg_.check_for_nan_in_loss_and_grad ||
@@ -507,83 +408,9 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
                      "ranks; loss scale now ", scaler_->scale()));
   } else {
     timers::Scope timer(timers::kOptimizerInnerStep);
-    if (dist_optim_)
-      dist_optim_->step(float(step.lr), float(wd), step.grad_norm, float(step.decoupled_lr));
-    else
-      optim_->step(store_->param_data(), store_->grads(), float(step.lr), float(wd),
-                   step.grad_norm, float(step.decoupled_lr));
+    optimizer_->step(float(step.lr), float(wd), step.grad_norm, float(step.decoupled_lr));
     scheduler_samples_ += step.global_batch_size;
   }
-}
-
-void Trainer::record(int64_t iter, const StepResult& step) {
-  for (int k = 0; k < kCommGroups; ++k)
-    if (comm_groups_[k]) interval_comm_[k].p2p_bytes += comm_groups_[k]->stats().total();
-  if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++interval_nan_;
-  if (step.skipped) ++interval_skipped_;
-  result_.losses.push_back(step.loss);
-  result_.grad_norms.push_back(step.grad_norm);
-  result_.loss_scales.push_back(step.loss_scale);
-  result_.skipped.push_back(step.skipped);
-  if (iter > 1) total_seconds_ += step.seconds;
-  interval_loss_ += step.loss;
-  interval_seconds_ += step.seconds;
-  ++interval_iters_;
-}
-
-void Trainer::log_interval(int64_t iter, const StepResult& step) {
-  const double flops_per_iter =
-      cfg_.model.train_flops_per_token() * double(step.global_batch_size * cfg_.model.seq_length);
-  IterationLog l;
-  l.iteration = iter;
-  l.train_iters = cfg_.train_iters;
-  l.consumed_samples = consumed_;
-  l.ms_per_iter = 1e3 * interval_seconds_ / double(interval_iters_);
-  l.tflops = flops_per_iter / (interval_seconds_ / double(interval_iters_)) / 1e12 /
-             double(g_.grid.world());
-  l.show_throughput = cfg_.log_throughput;
-  l.lr = step.lr;
-  l.global_batch_size = step.global_batch_size;
-  l.lm_loss = interval_loss_ / double(interval_iters_);
-  l.grad_norm = step.grad_norm;
-  l.nan_iterations = interval_nan_;          // per log interval, as Megatron
-  l.skipped_iterations = interval_skipped_;
-  l.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  l.num_zeros = step.num_zeros;
-  l.params_norm = step.params_norm;
-  l.load_balancing_loss = step.load_balancing_loss;
-  l.load_balancing_name = load_balancing_name(cfg_.model);
-  l.z_loss = step.z_loss;
-  l.dropped_tokens = step.dropped_tokens;
-  l.tp_bytes = interval_comm_[0].p2p_bytes / interval_iters_;
-  l.pp_bytes = interval_comm_[1].p2p_bytes / interval_iters_;
-  // Expert gradients are data-parallel traffic too (over the expert-DP group).
-  l.dp_bytes = (interval_comm_[2].p2p_bytes + interval_comm_[6].p2p_bytes) / interval_iters_;
-  l.embedding_bytes = interval_comm_[3].p2p_bytes / interval_iters_;
-  l.cp_bytes = interval_comm_[4].p2p_bytes / interval_iters_;
-  if (g_.grid.ep > 1 || g_.grid.folded())  // the experts' token exchange (and their norms' sums)
-    l.ep_bytes = (interval_comm_[5].p2p_bytes + interval_comm_[7].p2p_bytes +
-                  interval_comm_[8].p2p_bytes) / interval_iters_;
-  log_line(format_iteration(l));
-  std::vector<std::pair<std::string, double>> timer_max_ms;
-  if (timers::enabled_level() > 0) {
-    const std::vector<double> t = timers::totals();
-    timers::reset();
-    timer_max_ms = log_timers(g_, t, interval_iters_);
-    if (timers::enabled_level() >= 2 && g_.grid.pp > 1)
-      log_pipeline_bubble(g_, t, cfg_.parallel.virtual_stages,
-                          step.global_batch_size / (cfg_.micro_batch_size * g_.grid.dp));
-  }
-  if (tb_) {
-    if (cfg_.tensorboard.log_timers)
-      write_interval_scalars(*tb_, iter, l.ms_per_iter / 1e3,
-                             cfg_.log_throughput ? std::optional(l.tflops) : std::nullopt,
-                             timer_max_ms);
-    tb_->flush();  // a killed run loses at most this interval
-  }
-  interval_loss_ = interval_seconds_ = 0;
-  interval_iters_ = interval_skipped_ = interval_nan_ = 0;
-  for (CommStats& c : interval_comm_) c = {};
 }
 
 void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, const char* set) {
@@ -602,30 +429,7 @@ void Trainer::evaluate(int64_t iter, BatchSource& batches, int64_t& consumed, co
     v = report_loss(v / double(cfg_.eval_iters), g_);
   }
   (&batches == test_batches_.get() ? result_.test_losses : result_.valid_losses).push_back(v);
-  log_line(format_validation(iter, v, set));
-  if (tb_) {  // after training too, under the same tags, as Megatron writes them
-    write_validation_scalars(*tb_, cfg_.tensorboard, iter, consumed_, v);
-    tb_->flush();
-  }
-}
-
-void Trainer::write_tensorboard(int64_t iter, const StepResult& step) {
-  TrainingScalars s;
-  s.iteration = iter;
-  s.consumed_samples = consumed_;
-  s.batch_size = step.global_batch_size;
-  s.world_size = g_.grid.world();
-  s.lr = step.lr;
-  s.lm_loss = step.loss;
-  s.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  s.grad_norm = step.grad_norm;
-  s.skipped = step.skipped;
-  s.num_zeros = step.num_zeros;
-  s.params_norm = step.params_norm;
-  s.load_balancing_loss = step.load_balancing_loss;
-  s.load_balancing_name = load_balancing_name(cfg_.model);
-  s.z_loss = step.z_loss;
-  write_training_scalars(*tb_, cfg_.tensorboard, s);
+  metrics_.log_validation(iter, v, set, consumed_);
 }
 
 void Trainer::save(int64_t iter) {
@@ -636,7 +440,7 @@ void Trainer::save(int64_t iter) {
   progress_.skipped_iterations = skipped_iters_;
   progress_.has_scaler = scaler_ != nullptr;
   if (scaler_) progress_.scaler = scaler_->state();
-  if (dist_optim_) dist_optim_->wait_params();
+  optimizer_->wait_params();
   save_checkpoint(checkpoint_io(), progress_);
   last_saved_ = iter;
 }
@@ -674,13 +478,11 @@ void Trainer::finish() {
     if (split_built(cfg_, 2))
       evaluate(cfg_.train_iters, *test_batches_, test_consumed_, " on test set");
   }
-  result_.mean_iteration_seconds =
-      cfg_.train_iters > 1 ? total_seconds_ / double(cfg_.train_iters - 1) : interval_seconds_;
-  if (dist_optim_) dist_optim_->wait_params();
-  if ((reducer_ || dist_optim_) && cfg_.parallel.overlap_grad_reduce)
-    log_line(str_cat(" > overlap-grad-reduce: ",
-                     reducer_ ? reducer_->buckets_launched_early()
-                              : dist_optim_->buckets_launched_early(),
+  result_.mean_iteration_seconds = metrics_.mean_iteration_seconds(cfg_.train_iters);
+  optimizer_->wait_params();
+  const std::optional<int64_t> early = optimizer_->buckets_launched_early();
+  if (early && cfg_.parallel.overlap_grad_reduce)
+    log_line(str_cat(" > overlap-grad-reduce: ", *early,
                      " of ", int64_t(store_->layout().buckets().size()) * cfg_.train_iters,
                      " DP buckets started during the backward"));
   struct rusage ru {};

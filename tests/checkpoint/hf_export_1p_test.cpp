@@ -45,7 +45,7 @@ void write_and_export(const std::string& ck, const std::string& hf, const GPTCon
   CheckpointWriter out(ck, c, 1, 1, dtype, {"test"});
   for (const ParamSpec& p : out.global_layout().params()) {
     std::vector<float> v(global.begin() + p.offset, global.begin() + p.offset + p.numel());
-    if (is_norm_weight(p.name))
+    if (p.traits.norm_weight)
       for (float& x : v) x -= norm_shift;
     std::vector<char> bytes(size_t(p.numel()) * dtype_size(dtype));
     cpu::cast_from_f32(bytes.data(), dtype, v.data(), p.numel());
@@ -68,7 +68,7 @@ void expect_export_adds_one(bool llama, DType dtype) {
   std::vector<float> v = testing::random_vec(size_t(layout.total_numel()), 5, -0.2f, 0.2f);
   int64_t norms = 0;
   for (const ParamSpec& p : layout.params())
-    if (is_norm_weight(p.name)) {
+    if (p.traits.norm_weight) {
       ++norms;
       for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) v[size_t(i)] += 1.f;
     }

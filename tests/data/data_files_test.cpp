@@ -2,7 +2,7 @@
 // misaligned index images, inconsistent fields), merge-datasets onto its own input, blend
 // weights, the .npy index cache, GPT-2 vocab.json / merges.txt. Each is a UsageError naming
 // the file and the field, never a silently wrong value, an internal error or a crash. The pairs
-// are written byte by byte from the spec (megatron-reference.md §2.1-2.2), not by our writer.
+// are written byte by byte from the spec (docs/reference/megatron-reference.md §2.1-2.2), not by our writer.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -159,7 +159,7 @@ TEST(ParamCount, EqualsTheLayoutOnEveryShard) {
   }
 }
 
-// The issue's --num-layers 2147483648: counted exactly (formulas.md's GPT-2 count in 128-bit
+// The issue's --num-layers 2147483648: counted exactly (docs/reference/formulas.md's GPT-2 count in 128-bit
 // arithmetic) without a 2^31-layer list.
 TEST(ParamCount, HugeLayerCountsAreCountedNotBuilt) {
   const GPTConfig c = gpt2_shape(2147483648, 16, 2, 8, 64);

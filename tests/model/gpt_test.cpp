@@ -24,7 +24,7 @@ GPTConfig tiny() {
 }
 
 TEST(GPTParams, CountEqualsFormula) {
-  // formulas.md: P = 12 l h^2 + 13 l h + V h + s h, plus the final LayerNorm's 2h.
+  // docs/reference/formulas.md: P = 12 l h^2 + 13 l h + V h + s h, plus the final LayerNorm's 2h.
   GPTConfig c;  // GPT-2 124M shape
   c.num_layers = 12;
   c.hidden_size = 768;
@@ -43,8 +43,8 @@ TEST(GPTParams, MegatronNamesAndDecayRule) {
   EXPECT_EQ(l.params().front().name, "embedding.word_embeddings.weight");
   const ParamSpec& qkv = l.get("decoder.layers.1.self_attention.linear_qkv.weight");
   EXPECT_EQ(qkv.shape, (Shape{24, 8}));
-  EXPECT_TRUE(qkv.weight_decay);
-  EXPECT_FALSE(l.get("decoder.layers.0.mlp.linear_fc1.bias").weight_decay);
+  EXPECT_TRUE(qkv.traits.weight_decay);
+  EXPECT_FALSE(l.get("decoder.layers.0.mlp.linear_fc1.bias").traits.weight_decay);
   EXPECT_FALSE(l.get("decoder.final_layernorm.weight").weight_decay);
   EXPECT_EQ(l.get("decoder.layers.0.mlp.linear_fc2.weight").shape, (Shape{8, 32}));
 }

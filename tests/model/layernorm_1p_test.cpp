@@ -76,7 +76,7 @@ void expect_same_maths(bool rms) {
   int64_t norm_elements = 0;
   for (const ParamSpec& p : plain.layout().params()) {
     ASSERT_EQ(zc.layout().get(p.name).offset, p.offset);
-    const bool norm = is_norm_weight(p.name);
+    const bool norm = p.traits.norm_weight;
     norm_elements += norm ? p.numel() : 0;
     for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
       if (p.init != InitKind::Normal) plain.params()[i] += noise[size_t(i)];
@@ -93,7 +93,7 @@ void expect_same_maths(bool rms) {
   }
   // Not vacuous: the same stored values without the offset are another model.
   for (const ParamSpec& p : plain.layout().params())
-    if (is_norm_weight(p.name))
+    if (p.traits.norm_weight)
       for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) zc.params()[i] = plain.params()[i];
   EXPECT_GT(std::fabs(forward_backward(zc, c1, B).loss - a.loss), 1e-3 * a.loss);
 }
@@ -113,7 +113,7 @@ TEST(LayerNorm1p, InitialisesNormWeightsToZero) {
     zc.init(1234);
     int64_t norm_elements = 0;
     for (const ParamSpec& p : plain.layout().params()) {
-      const bool norm = is_norm_weight(p.name);
+      const bool norm = p.traits.norm_weight;
       norm_elements += norm ? p.numel() : 0;
       for (int64_t i = p.offset; i < p.offset + p.numel(); ++i) {
         if (norm) {

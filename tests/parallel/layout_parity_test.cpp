@@ -491,7 +491,7 @@ TEST(CommVolume, TensorAndDataParallelMatchFormulas) {
   const RunOut r = train(4, "--tensor-model-parallel-size 2");
   const int64_t b = 2, s = 16, h = 32, t = 2, L = 4, V = 512, M = 2, d = 2;
   const int64_t bsh = b * s * h;
-  // formulas.md: 8 b s h (t-1)/t elements per layer per micro-batch (2 all-reduces forward, 2
+  // docs/reference/formulas.md: 8 b s h (t-1)/t elements per layer per micro-batch (2 all-reduces forward, 2
   // backward). Outside the layers: the vocab-parallel embedding's all-reduce, the output
   // layer's input-grad all-reduce, and the cross-entropy's 3 all-reduces of b*s values.
   const int64_t tp_elems = M * (L * 8 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t +
@@ -521,7 +521,7 @@ TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
                                 bsh * (t - 1) / t) +
                            2 * (t - 1) * (6 * h * L_stage) / t;
   EXPECT_EQ(field(r.log, "tp comm bytes"), 4 * tp_elems);
-  // formulas.md: b s h / t elements per micro-batch between adjacent stages with SP; the first
+  // docs/reference/formulas.md: b s h / t elements per micro-batch between adjacent stages with SP; the first
   // stage sends activations only.
   EXPECT_EQ(field(r.log, "pp comm bytes"), 4 * M * bsh / t);
   EXPECT_EQ(field(r.log, "dp comm bytes"), 0);
@@ -531,7 +531,7 @@ TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
 
 // Interleaving: rank r of P sends, per micro-batch, the activation of each of its v chunks but
 // the last virtual stage's and the input gradient of each but the first's: (2 v - [r = 0] -
-// [r = P - 1]) b s h elements (formulas.md), v times 1F1B's traffic on the middle ranks.
+// [r = P - 1]) b s h elements (docs/reference/formulas.md), v times 1F1B's traffic on the middle ranks.
 // Context parallelism: the K/V ring of every layer (context_parallel/cp_attention.h), plus the
 // loss-mask count of each micro-batch and the step's loss summed over CP (2 floats each).
 TEST(CommVolume, InterleavingAndContextParallelMatchFormulas) {
@@ -557,7 +557,7 @@ TEST(CommVolume, InterleavingAndContextParallelMatchFormulas) {
 // routing (k experts as int32 and k weights as f32 per row) and reduce-scatters the combined
 // outputs (N x H f32) forward; backward all-gathers the output gradient and reduce-scatters
 // the input gradient (N x H f32 each) and the routing weights' gradients (N x k f32): under
-// formulas.md's ring convention (EP - 1) x N x (16 H + 12 k) bytes. (The alltoall
+// docs/reference/formulas.md's ring convention (EP - 1) x N x (16 H + 12 k) bytes. (The alltoall
 // dispatcher's bytes follow the routed counts: tests/moe/ep_dispatch_test.cpp.) Plus, once per
 // step, the experts' share of the grad norm summed over EP: one double as 2 floats all-reduced,
 // 2 (EP - 1) / EP x 8 bytes.
@@ -808,7 +808,7 @@ TEST(MixedPrecision, Bf16LayoutsTrackTheSingleRankRun) {
   }
 }
 
-// formulas.md's bytes per parameter for bf16 params with fp32 grads: 18 without the
+// docs/reference/formulas.md's bytes per parameter for bf16 params with fp32 grads: 18 without the
 // distributed optimizer (2 params + 4 grads + 12 of fp32 main params and Adam moments) and
 // 6 + 12/d with it, measured from the start-up memory report of each rank 0.
 TEST(MixedPrecision, Bf16BytesPerParameterMatchTheTable) {

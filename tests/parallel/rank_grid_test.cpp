@@ -1,5 +1,5 @@
 // Megatron's rank grid against the worked 16-rank example of parallel_state's docstring
-// (TP = 2, PP = 4, DP = 2; megatron-reference.md §3) and context-parallel grids, and the stage
+// (TP = 2, PP = 4, DP = 2; docs/reference/megatron-reference.md §3) and context-parallel grids, and the stage
 // split.
 #include "parallel/rank_grid.h"
 

@@ -1,5 +1,5 @@
-// The step-time model against closed forms: the schedule simulation gives formulas.md's
-// pipeline lengths, the GEMM and attention work it times is formulas.md's FLOP count, and
+// The step-time model against closed forms: the schedule simulation gives docs/reference/formulas.md's
+// pipeline lengths, the GEMM and attention work it times is docs/reference/formulas.md's FLOP count, and
 // device profiles are parsed with errors naming the field.
 #include "plan/planner.h"
 
@@ -14,7 +14,7 @@ namespace {
 using Times = std::vector<std::vector<std::pair<double, double>>>;
 
 TEST(PlanPipeline, OneFOneBTakesMicroBatchesPlusStagesMinusOneSlots) {
-  // formulas.md: batch time (m + p - 1)(t_f + t_b) for uniform stages.
+  // docs/reference/formulas.md: batch time (m + p - 1)(t_f + t_b) for uniform stages.
   for (int P : {1, 2, 4})
     for (int64_t M : {int64_t(P), int64_t(8)}) {
       const Times t(size_t(P), {{1.0, 2.0}});
@@ -25,7 +25,7 @@ TEST(PlanPipeline, OneFOneBTakesMicroBatchesPlusStagesMinusOneSlots) {
 }
 
 TEST(PlanPipeline, InterleavingDividesTheBubbleByTheVirtualStages) {
-  // formulas.md: interleaved with v chunks, bubble (1/v)(p-1)/m: each chunk 1/v of the stage.
+  // docs/reference/formulas.md: interleaved with v chunks, bubble (1/v)(p-1)/m: each chunk 1/v of the stage.
   for (int v : {2, 4}) {
     const int P = 4;
     const int64_t M = 8;
@@ -110,10 +110,10 @@ TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
   const DeviceProfile p = ideal_profile();
   const StepEstimate e = estimate_step(c, p);
   const double B = 8, s = 128, l = 4, h = 256, V = double(c.model.padded_vocab_size());
-  // formulas.md: forward 24 B s h^2 per layer (GEMMs) + 2 B s h V (logits), backward twice.
+  // docs/reference/formulas.md: forward 24 B s h^2 per layer (GEMMs) + 2 B s h V (logits), backward twice.
   EXPECT_NEAR(e.parts.gemm * p.peak_bf16, 3 * (24 * B * s * h * h * l + 2 * B * s * h * V),
               1e-6 * e.parts.gemm * p.peak_bf16);
-  // and 4 B s^2 h per layer in the attention core (the full s^2, as formulas.md counts it).
+  // and 4 B s^2 h per layer in the attention core (the full s^2, as docs/reference/formulas.md counts it).
   EXPECT_NEAR(e.parts.attention * p.peak_bf16, 3 * 4 * B * s * s * h * l,
               1e-6 * e.parts.attention * p.peak_bf16);
   // Model TFLOP/s is train's own FLOPs per token over the predicted step.
@@ -164,7 +164,7 @@ TEST(PlanProfile, BuiltinsParseAndErrorsNameTheField) {
     EXPECT_GT(load_device_profile(name).peak_bf16, 0) << name;
   }
   const DeviceProfile h100 = load_device_profile("h100-sxm");
-  EXPECT_DOUBLE_EQ(h100.peak_bf16, 989e12);  // formulas.md's quoted peak
+  EXPECT_DOUBLE_EQ(h100.peak_bf16, 989e12);  // docs/reference/formulas.md's quoted peak
   EXPECT_EQ(h100.memory_bytes, int64_t(80) << 30);
   // A profile round-trips through its JSON.
   const DeviceProfile again = parse_device_profile(device_profile_json(h100), "x");

@@ -1,5 +1,5 @@
 """Independent NumPy implementations of Megatron's data formats and indices, written from the
-spec (megatron-reference.md §2) for the data tests.
+spec (docs/reference/megatron-reference.md §2) for the data tests.
 
 usage:
   megatron_data_reference.py write-idx JSONL PREFIX VOCAB_SIZE APPEND_EOD

@@ -300,7 +300,24 @@ TEST(Serve, TakesTheUpstreamScriptsFlags) {
                           " --num-tokens-to-generate 30 --max-batch-size 2 --fp16"
                           " --prompts 'a b' c");
     ASSERT_FALSE(s.port().empty());
-    EXPECT_EQ(s.ok("PUT", "/api", R"({"prompts": ["1 2"], "tokens_to_generate": 2})")["tokens"][0].size(), 4u);
+    // What the server promises: the prompt's tokens, then up to tokens_to_generate sampled ones,
+    // ended early only by the stop token (end of document, 499 here, not returned). Sampling
+    // is at temperature 1, so the request is seeded: without a seed it drew a fresh one, and
+    // one run in a few hundred sampled end-of-document and came back short.
+    const std::string ask = R"({"prompts": ["1 2"], "tokens_to_generate": 2, "random_seed": 7)";
+    const json a = s.ok("PUT", "/api", ask + "}");
+    const std::vector<int> tokens = a["tokens"][0];
+    ASSERT_GE(tokens.size(), 2u) << a;
+    ASSERT_LE(tokens.size(), 4u) << a;
+    EXPECT_EQ(tokens[0], 1);
+    EXPECT_EQ(tokens[1], 2);
+    for (size_t i = 2; i < tokens.size(); ++i) EXPECT_TRUE(tokens[i] >= 0 && tokens[i] < 499) << a;
+    EXPECT_EQ(s.ok("PUT", "/api", ask + "}")["tokens"], a["tokens"]);  // the seed repeats it
+    if (tokens.size() < 4) {  // it stopped: under another stop token the same draw shows why
+      const json b = s.ok("PUT", "/api", ask + R"(, "stop_token": 0})");
+      ASSERT_GT(b["tokens"][0].size(), tokens.size()) << b;
+      EXPECT_EQ(b["tokens"][0][tokens.size()], 499) << b;
+    }
     s.stop();
   }
   const std::string serve = std::string(MG_BINARY) + " serve --load " + d.str("ck") +

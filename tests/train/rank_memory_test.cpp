@@ -1,5 +1,5 @@
 // The bytes a training rank will allocate, counted before anything is: params, grads and
-// optimizer state against formulas.md's bytes per parameter (the parameter count from
+// optimizer state against docs/reference/formulas.md's bytes per parameter (the parameter count from
 // GPT-2's closed form), activations against GPTModel's own count, and the refusal of a run
 // that cannot fit, which names the bytes and the flags and allocates nothing.
 #include "train/rank_memory.h"
@@ -33,7 +33,7 @@ TrainConfig tiny_run_validated() {
   return c;
 }
 
-// formulas.md: P = 12 l h^2 + 13 l h + V h + s h + 2h for a GPT-2 shape.
+// docs/reference/formulas.md: P = 12 l h^2 + 13 l h + V h + s h + 2h for a GPT-2 shape.
 int64_t gpt2_params(const GPTConfig& m) {
   const int64_t l = m.num_layers, h = m.hidden_size, V = m.padded_vocab_size(),
                 s = m.max_positions();
@@ -61,13 +61,13 @@ TEST(RankMemory, Bf16WithTheDistributedOptimizerShardsTheState) {
   c.finalize_and_validate(4);  // DP 4
   const int64_t P = gpt2_params(c.model);
   // 1-D params (per layer two LayerNorms, 4h; biases of QKV 3h, proj h, FC1 4h and FC2 h:
-  // formulas.md's 13 l h; the final norm 2h) are also kept as f32 copies under mixed precision.
+  // docs/reference/formulas.md's 13 l h; the final norm 2h) are also kept as f32 copies under mixed precision.
   const int64_t h = 32, vectors = 4 * 13 * h + 2 * h;
   const RankMemory m = rank_memory(c, 0);
   const int64_t shard = (P + 3) / 4;
   // The bucketed layout pads each parameter to 64 elements and the bucket to 128 x DP, and
   // the allocator rounds each tensor to 64 bytes: the exact figures (equal to what train
-  // allocates: tests/plan/plan_memory_test.cpp) lie within 2% above formulas.md's.
+  // allocates: tests/plan/plan_memory_test.cpp) lie within 2% above docs/reference/formulas.md's.
   auto near = [](int64_t got, int64_t formula) {
     EXPECT_GE(got, formula);
     EXPECT_LE(double(got), 1.02 * double(formula));
