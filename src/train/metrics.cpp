@@ -53,17 +53,6 @@ void log_pipeline_bubble(const ProcessGroups& g, const std::vector<double>& t, i
                        g.grid.pp, v, m));
 }
 
-// --timing-log-level 2 under PP: each stage's measured idle fraction (the mean over its ranks)
-// beside the analytic bubble. t: this rank's timer totals of the interval.
-void log_pipeline_bubble(const ProcessGroups& g, const std::vector<double>& t, int64_t v,
-                         int64_t m) {
-  std::vector<float> sums(size_t(g.grid.pp), 0.f);  // each rank adds into its stage's slot
-  sums[size_t(g.coord.pp)] = float(idle_fraction(t));
-  g.world->all_reduce(sums.data(), int64_t(sums.size()), ReduceOp::Sum);
-  log_line(bubble_line(std::vector<double>(sums.begin(), sums.end()), g.grid.world() / g.grid.pp,
-                       g.grid.pp, v, m));
-}
-
 // Megatron's name of the load-balancing loss in the log and TensorBoard.
 const char* load_balancing_name(const GPTConfig& m) {
   return m.moe_router_load_balancing_type == "seq_aux_loss" ? "seq_load_balancing_loss"

@@ -2,7 +2,9 @@
 # Runs one libFuzzer target for ctest (tests/fuzz/CMakeLists.txt, label fuzz):
 #   run_fuzzer.sh fuzz   BINARY CORPUS ARTIFACTS  fuzzes for $MG_FUZZ_SECONDS (default 60)
 #     starting from CORPUS; new inputs go to a temporary directory (CORPUS is only read), a
-#     crashing input to ARTIFACTS/ (commit it as CORPUS/regress-<what> once fixed).
+#     crashing input to ARTIFACTS/ (commit it as CORPUS/regress-<what> once fixed). With
+#     $MG_FUZZ_SEED set (CI sets 1) libFuzzer's random choices are that seed's, so a CI run
+#     explores the same inputs whatever changed; unset, each run draws its own seed.
 #   run_fuzzer.sh replay BINARY CORPUS ARTIFACTS  runs every committed input once; fails on any
 #     crash, sanitizer report, leak of an exception other than UsageError, hang or OOM.
 set -euo pipefail
@@ -19,6 +21,7 @@ case $mode in
   fuzz)
     mkdir -p "$artifacts"
     seconds=${MG_FUZZ_SECONDS:-60}
+    [ -z "${MG_FUZZ_SEED:-}" ] || limits+=(-seed="$MG_FUZZ_SEED")
     # libFuzzer writes new inputs to the first directory only.
     timeout $((seconds + 120)) "$binary" "${limits[@]}" -max_total_time="$seconds" \
       -print_final_stats=1 -artifact_prefix="$artifacts/" "$work/new" "$corpus"

@@ -23,6 +23,45 @@ GPTConfig tiny() {
   return c;
 }
 
+// The traits each block declares with its parameters agree with the rules Megatron applies by
+// name and shape (its get_param_groups: no weight decay for biases and 1-D params; its
+// is_embedding_or_output_parameter; the layer index in decoder.layers.<i>.; norms by name), on
+// GPT-2, Llama (RMSNorm, SwiGLU, QK norms, untied) and MoE (shared experts, biases) shapes.
+TEST(GPTParams, DeclaredTraitsAgreeWithMegatronsNameRules) {
+  GPTConfig llama = tiny();
+  llama.normalization = "RMSNorm";
+  llama.swiglu = true;
+  llama.qk_layernorm = true;
+  llama.add_bias_linear = false;
+  llama.untie_embeddings_and_output_weights = true;
+  GPTConfig moe = tiny();
+  moe.num_experts = 4;
+  moe.moe_shared_expert_intermediate_size = 16;
+  int checked = 0;
+  for (const GPTConfig& c : {tiny(), llama, moe}) {
+    const ParamLayout layout = gpt_param_layout(c);
+    for (const ParamSpec& p : layout.params()) {
+      const std::string& n = p.name;
+      const bool bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
+      EXPECT_EQ(p.traits.weight_decay, p.global_shape.size() > 1 && !bias) << n;
+      EXPECT_EQ(p.traits.embedding_or_output,
+                n == "embedding.word_embeddings.weight" || n == "output_layer.weight") << n;
+      const bool norm = n.find("layernorm.weight") != std::string::npos &&
+                        n.find("layernorm.weight") + 16 == n.size();
+      EXPECT_EQ(p.traits.norm_weight, norm) << n;
+      if (n.rfind("decoder.layers.", 0) == 0) {
+        EXPECT_EQ(p.traits.part, ModelPart::Layer) << n;
+        EXPECT_EQ(p.traits.layer, std::stoll(n.substr(15))) << n;
+      } else {
+        EXPECT_EQ(p.traits.part,
+                  n.rfind("embedding.", 0) == 0 ? ModelPart::Embedding : ModelPart::Head) << n;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
 TEST(GPTParams, CountEqualsFormula) {
   // docs/reference/formulas.md: P = 12 l h^2 + 13 l h + V h + s h, plus the final LayerNorm's 2h.
   GPTConfig c;  // GPT-2 124M shape
@@ -45,7 +84,7 @@ TEST(GPTParams, MegatronNamesAndDecayRule) {
   EXPECT_EQ(qkv.shape, (Shape{24, 8}));
   EXPECT_TRUE(qkv.traits.weight_decay);
   EXPECT_FALSE(l.get("decoder.layers.0.mlp.linear_fc1.bias").traits.weight_decay);
-  EXPECT_FALSE(l.get("decoder.final_layernorm.weight").weight_decay);
+  EXPECT_FALSE(l.get("decoder.final_layernorm.weight").traits.weight_decay);
   EXPECT_EQ(l.get("decoder.layers.0.mlp.linear_fc2.weight").shape, (Shape{8, 32}));
 }
 
