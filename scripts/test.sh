@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Sets up (if needed), builds, and runs the whole test suite with ctest (docs/testing.md maps it:
-# labels, stages, times and the CI budget). Arguments pass through to the main stage's ctest and
-# skip the other stages, e.g. ./scripts/test.sh -L unit  or  -R GPT2Parity.
-# Without arguments two more stages follow, each in a build of its own:
-#  - cuda-emu: the gpu tests on the CUDA emulator (tests/cuda_emu/README.md): build-emu/ (preset
-#    cuda-emu), label cuda-emu; MG_SKIP_CUDA_EMU=1 skips it;
+# labels, stages, times and the CI budget). Two stages, each one build:
+#  - main: every test, build-emu/ (preset cuda-emu): the Release build with the CUDA backend on
+#    the emulator (tests/cuda_emu/README.md), so the gpu tests run too (label cuda-emu), and with
+#    nvcc present every .cu source is also compiled for the GPU. Arguments pass through to this
+#    stage's ctest and skip the other, e.g. ./scripts/test.sh -L unit  or  -R GPT2Parity.
 #  - sanitize: one clang build (build-sanitize/, preset sanitize) under AddressSanitizer +
 #    UndefinedBehaviorSanitizer, every report fatal, with libFuzzer's coverage: the unit and
 #    reference labels, then the libFuzzer targets (tests/fuzz), each fuzzed for $MG_FUZZ_SECONDS
@@ -36,19 +36,6 @@ summary() {
     sort -rn | head -15 | awk '{ printf "  %8.1f s  %s\n", $1, $2 }'
 }
 
-start=$SECONDS
-./scripts/setup.sh
-./scripts/build.sh
-times+=("build $((SECONDS - start))")
-if [ $# -gt 0 ]; then
-  run_ctest build main -j2 "$@"
-  exit 0
-fi
-start=$SECONDS
-run_ctest build main -j2
-times+=("main $((SECONDS - start))")
-echo "test.sh: main stage passed"
-
 # Configures build dir $1 with preset $2 once; the log stays in the build dir.
 configure() {
   mkdir -p "$1"
@@ -56,14 +43,20 @@ configure() {
     { cat "$1/configure.log" >&2; exit 1; }
 }
 
-if [ "${MG_SKIP_CUDA_EMU:-0}" != 1 ]; then
-  start=$SECONDS
-  configure build-emu cuda-emu
-  cmake --build --preset cuda-emu
-  run_ctest build-emu cuda-emu -j2 -L cuda-emu
-  times+=("cuda-emu $((SECONDS - start))")
-  echo "test.sh: cuda-emu stage passed"
+start=$SECONDS
+./scripts/setup.sh
+configure build-emu cuda-emu
+cmake --build --preset cuda-emu
+times+=("build $((SECONDS - start))")
+if [ $# -gt 0 ]; then
+  run_ctest build-emu main -j2 "$@"
+  exit 0
 fi
+start=$SECONDS
+run_ctest build-emu main -j2
+times+=("main $((SECONDS - start))")
+echo "test.sh: main stage passed"
+
 labels=()
 [ "${MG_SKIP_SANITIZERS:-0}" = 1 ] || labels+=("unit|reference")
 [ "${MG_SKIP_FUZZ:-0}" = 1 ] || labels+=(fuzz)

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "comm/mpi_communicator.h"
-#include "comm/watchdog.h"
 #include "core/error.h"
 
 namespace mg {
@@ -34,8 +33,6 @@ RankThreads set_rank_threads() {
   const RankThreads t = choose_rank_threads(hw > 0 ? hw : usable, usable, local_size(),
                                             std::getenv("OMP_NUM_THREADS"), omp_get_max_threads());
   if (!t.from_env) omp_set_num_threads(t.threads);
-  // More ranks than cores: waiting ranks sleep between polls and leave the cores to the others.
-  set_wait_sleeps(t.ranks_on_node > t.usable_cores);
   return t;
 }
 

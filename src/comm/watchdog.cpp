@@ -4,8 +4,6 @@
 // computation answers late, a stopped one never); after census_grace() the rank reports.
 #include "comm/watchdog.h"
 
-#include <cstdlib>
-
 #include <mpi.h>
 
 #include <algorithm>
@@ -39,10 +37,6 @@ TimeoutHandler g_handler = nullptr;
 // Every 64th poll reads the clock; past 1 ms the wait also answers liveness probes.
 constexpr double kProbeAfter = 1e-3;
 constexpr uint32_t kPollsPerCheck = 64;
-// With set_wait_sleeps: a wait longer than this sleeps kWaitSleep after each poll (a short
-// wait, such as one fragment of a collective in flight, still polls at full rate).
-constexpr double kSpinBeforeSleep = 100e-6, kWaitSleep = 50e-6;
-bool g_wait_sleeps = false;
 // A probe carries the tag its answer must use, new for every census: a late answer to an
 // earlier census can never be taken for an answer to this one.
 constexpr int kProbeTag = 1, kFirstAnswerTag = 2, kAnswerTags = 30000;
@@ -251,18 +245,9 @@ bool BoundedWait::pause() {
     const double t = seconds();
     if (t >= kProbeAfter) answer_probes(t);
     if (t > g_timeout) return true;
-    sleeping_ = g_wait_sleeps && t > kSpinBeforeSleep;
   }
-  if (sleeping_) sleep_seconds(kWaitSleep);
   return false;
 }
-
-void set_wait_sleeps(bool on) {
-  const char* env = std::getenv("MG_WAIT_SLEEP");
-  g_wait_sleeps = env && *env ? std::string(env) == "1" : on;
-}
-
-bool wait_sleeps() { return g_wait_sleeps; }
 
 void BoundedWait::timed_out() { report_timeout(site_, seconds()); }
 

@@ -17,13 +17,6 @@ constexpr int kCommTimeoutExitCode = 3;
 // Every wait's limit in seconds, for the whole process (Megatron's default: 10 minutes).
 void set_comm_timeout(double seconds);
 double comm_timeout();
-// Waits that sleep between polls once they have waited kSpinBeforeSleep (watchdog.cpp): for a
-// node with more ranks than cores, where a waiting rank that only yields still takes its fair
-// share of a core from the ranks with work (set_rank_threads() turns it on there; MG_WAIT_SLEEP=1
-// or 0 in the environment forces it on or off). Off by default: a rank with a core of its own
-// polls as MPI_Wait does.
-void set_wait_sleeps(bool on);
-bool wait_sleeps();
 // How long a timed-out rank waits for the census answers: 10 % of the timeout, in [1 s, 30 s].
 double census_grace();
 
@@ -76,7 +69,6 @@ class BoundedWait {
   const WaitSite* outer_;
   Clock::time_point start_;
   uint32_t polls_ = 0;
-  bool sleeping_ = false;  // waited past kSpinBeforeSleep, with set_wait_sleeps on
 };
 
 // Runs the census for a wait that lasted `waited` seconds, reports and ends the job.
