@@ -17,6 +17,8 @@ PACKAGES=(
   # The fuzz stage (tests/fuzz): clang with libFuzzer and the sanitizer runtimes, and
   # llvm-symbolizer for readable sanitizer stacks.
   clang libclang-rt-14-dev llvm
+  # scripts/check-format.sh (the suite's first step) and scripts/format.sh.
+  clang-format
   # The PyTorch reference's BLAS for bench/: without it Debian's torch falls back to the
   # netlib reference BLAS (~3 GFLOP/s instead of ~150).
   libopenblas0-pthread

@@ -11,7 +11,8 @@
 #    (under CI=true 20 s from seed $MG_FUZZ_SEED = 1; else 60 s, a random seed) and every
 #    committed input replayed. MG_SKIP_SANITIZERS=1 skips the unit and reference tests there,
 #    MG_SKIP_FUZZ=1 the fuzz label; both skip the stage.
-# At the end: each stage's time and the 15 slowest tests of the run.
+# First the sources' format is checked (scripts/check-format.sh). At the end: each stage's time
+# and the 15 slowest tests of the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 times=()   # "stage seconds"
@@ -45,6 +46,7 @@ configure() {
 
 start=$SECONDS
 ./scripts/setup.sh
+./scripts/check-format.sh  # seconds: the sources follow .clang-format (scripts/format.sh fixes)
 configure build-emu cuda-emu
 cmake --build --preset cuda-emu
 times+=("build $((SECONDS - start))")

@@ -1,7 +1,9 @@
 // The training loop of train/trainer.h in named phases. Trainer's constructor selects the
 // device, loads the data, builds the model and optimizer and resumes from --load; run() then
 // repeats the step (forward-backward, grad reductions, optimizer), its bookkeeping and log
-// line, evaluation, checkpointing and the exit decision, and finish() closes the run.
+// line, evaluation, checkpointing and the exit decision, and finish() closes the run. It is
+// assembled from components: the optimizer behind ModelOptimizer (replicated or distributed),
+// the metrics (log lines, timers, TensorBoard: train/metrics.h), the checkpoint I/O.
 #include "train/trainer.h"
 
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "backend/dispatch.h"
 #include "checkpoint/checkpoint.h"
