@@ -36,12 +36,20 @@ std::string repeat(const std::string& s, int n) {
 Value conversation() {
   Value messages = Value::array(), tools = Value::array();
   for (int i = 0; i < 4000; ++i)
-    messages.push_back({{"role", i % 3 == 0 ? "user" : i % 3 == 1 ? "tool" : "assistant"},
-                        {"content", mg::str_cat(" turn ", i, " ", std::string(size_t(i % 200), 'x'))}});
+    messages.push_back(
+        {{"role", i % 3 == 0   ? "user"
+                  : i % 3 == 1 ? "tool"
+                               : "assistant"},
+         {"content", mg::str_cat(" turn ", i, " ", std::string(size_t(i % 200), 'x'))}});
   for (int i = 0; i < 20; ++i)
-    tools.push_back({{"type", "function"},
-                     {"function", {{"name", mg::str_cat("tool_", i)}, {"description", std::string(1000, 'd')}}}});
-  return {{"messages", messages}, {"tools", tools}, {"add_generation_prompt", true}, {"bos_token", "<s>"}};
+    tools.push_back(
+        {{"type", "function"},
+         {"function",
+          {{"name", mg::str_cat("tool_", i)}, {"description", std::string(1000, 'd')}}}});
+  return {{"messages", messages},
+          {"tools", tools},
+          {"add_generation_prompt", true},
+          {"bos_token", "<s>"}};
 }
 
 std::vector<Case> cases() {
@@ -61,21 +69,24 @@ std::vector<Case> cases() {
        "'<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
        true},
       {"a list doubling in a loop",
-       "{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x + [ns.x] %}{% endfor %}", false},
+       "{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = ns.x + [ns.x] %}{% endfor %}",
+       false},
       {"10^6 x 10^6 nested loops",
        "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}", false},
       {"x in a 10^6 list, per item",
        "{% set r = range(1000000) %}{% for i in r %}{% if i in r %}{% endif %}{% endfor %}", false},
-      {"a 60 MB string split into characters", "{% set s = 'x' * 60000000 %}{{ s | list | length }}", false},
-      {"a 60 MB string split on every byte", "{% set s = ',' * 60000000 %}{{ s.split(',') | length }}", false},
+      {"a 60 MB string split into characters",
+       "{% set s = 'x' * 60000000 %}{{ s | list | length }}", false},
+      {"a 60 MB string split on every byte",
+       "{% set s = ',' * 60000000 %}{{ s.split(',') | length }}", false},
       {"tojson with indent 3000", "{{ range(100000) | list | tojson(indent=3000) }}", false},
       {"190 nested nots, 10^6 times",
        "{% for i in range(1000) %}{% for j in range(1000) %}{% if " + repeat("not ", 190) +
            "u %}{% endif %}{% endfor %}{% endfor %}",
        false},
       {"150 lookups under 97 loops, 10^6 times",
-       repeat("{% for a in [1] %}", 97) + "{% for i in range(999999) %}{% if u" + repeat(" or u", 149) +
-           " %}{% endif %}{% endfor %}" + repeat("{% endfor %}", 97),
+       repeat("{% for a in [1] %}", 97) + "{% for i in range(999999) %}{% if u" +
+           repeat(" or u", 149) + " %}{% endif %}{% endfor %}" + repeat("{% endfor %}", 97),
        false},
   };
 }
@@ -96,7 +107,8 @@ int main(int argc, char** argv) {
   const Value vars = conversation();
   if (argc == 4 && std::string(argv[1]) == "--dump") {
     const Case& c = all.at(std::stoul(argv[2]));
-    std::ofstream(argv[3]) << Value{{"cases", Value::array({{{"template", c.tmpl}, {"vars", vars}}})}}.dump();
+    std::ofstream(argv[3])
+        << Value{{"cases", Value::array({{{"template", c.tmpl}, {"vars", vars}}})}}.dump();
     return 0;
   }
   std::printf("%-3s %-42s %8s %8s  %s\n", "#", "case", "seconds", "peak MB", "result");
@@ -118,9 +130,11 @@ int main(int argc, char** argv) {
     int status = 0;
     rusage usage{};
     wait4(pid, &status, 0, &usage);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) result = "CRASHED";
-    std::printf("%-3zu %-42s %8.3f %8.1f  %s%s\n", i, all[i].name.c_str(), seconds, usage.ru_maxrss / 1024.0,
-                result.substr(0, 70).c_str(), all[i].real ? "  (Jinja2 renders it)" : "");
+    std::printf("%-3zu %-42s %8.3f %8.1f  %s%s\n", i, all[i].name.c_str(), seconds,
+                usage.ru_maxrss / 1024.0, result.substr(0, 70).c_str(),
+                all[i].real ? "  (Jinja2 renders it)" : "");
   }
 }

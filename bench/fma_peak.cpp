@@ -161,8 +161,10 @@ int main() {
   const double bf16 = amx   ? peak_gflops(chains_amx, double(kTileIters) * kTileFmas * 2)
                       : dot ? peak_gflops(chains512_bf16, double(kDotIters) * 16 * 2 * 2)
                             : fp32;
-  std::printf("fp32_peak_gflops=%.1f threads=%d simd=%s bf16_peak_gflops=%.1f bf16_unit=%s\n",
-              fp32, omp_get_max_threads(), avx512 ? "avx512" : "avx2", bf16,
-              amx ? "amx" : dot ? "avx512_bf16" : "none(fp32)");
+  std::printf("fp32_peak_gflops=%.1f threads=%d simd=%s bf16_peak_gflops=%.1f bf16_unit=%s\n", fp32,
+              omp_get_max_threads(), avx512 ? "avx512" : "avx2", bf16,
+              amx   ? "amx"
+              : dot ? "avx512_bf16"
+                    : "none(fp32)");
   return 0;
 }

@@ -20,7 +20,8 @@ double seconds_of(const std::function<void()>& f) {
   for (int r = 0; r < 5; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -31,9 +32,14 @@ int main() {
   using namespace dnnl;
   engine eng(engine::kind::cpu, 0);
   stream strm(eng);
-  struct Shape { const char* name; int64_t M, N, K; };
-  const Shape shapes[] = {{"qkv", 1024, 2304, 768}, {"fc1", 1024, 3072, 768},
-                          {"fc2", 1024, 768, 3072}, {"logits", 1024, 50304, 768}};
+  struct Shape {
+    const char* name;
+    int64_t M, N, K;
+  };
+  const Shape shapes[] = {{"qkv", 1024, 2304, 768},
+                          {"fc1", 1024, 3072, 768},
+                          {"fc2", 1024, 768, 3072},
+                          {"logits", 1024, 50304, 768}};
   std::printf("%-8s %6s %6s %6s %12s %12s %8s %10s\n", "gemm", "M", "N", "K", "fp32 GF/s",
               "bf16 GF/s", "speedup", "rel err");
   for (const Shape& s : shapes) {
@@ -59,9 +65,10 @@ int main() {
     try {
       mm = matmul(matmul::primitive_desc(matmul::desc(a16, b16, c32), eng));
     } catch (const dnnl::error&) {
-      std::printf("%-8s %6lld %6lld %6lld %12.1f  (oneDNN has no bf16 matmul on this CPU: no "
-                  "AVX512_BF16/AMX)\n", s.name, (long long)s.M, (long long)s.N, (long long)s.K,
-                  flops / t32 / 1e9);
+      std::printf(
+          "%-8s %6lld %6lld %6lld %12.1f  (oneDNN has no bf16 matmul on this CPU: no "
+          "AVX512_BF16/AMX)\n",
+          s.name, (long long)s.M, (long long)s.N, (long long)s.K, flops / t32 / 1e9);
       continue;
     }
     const double t16 = seconds_of([&] {

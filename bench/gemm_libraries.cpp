@@ -42,7 +42,8 @@ double best_of_3(F f) {
   for (int r = 0; r < 3; ++r) {
     auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -63,25 +64,23 @@ void run(const Library& lib, const Shape& s, const float* a, const float* b, flo
 int main(int argc, char** argv) {
   const int rows = argc > 1 ? std::atoi(argv[1]) : 1024;
   std::vector<Library> libs{{"onednn"}};
-  for (auto [name, path] : {std::pair{"openblas", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"},
-                            std::pair{"blis", "/usr/lib/x86_64-linux-gnu/blis-pthread/libblas.so.3"}}) {
+  for (auto [name, path] :
+       {std::pair{"openblas", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"},
+        std::pair{"blis", "/usr/lib/x86_64-linux-gnu/blis-pthread/libblas.so.3"}}) {
     void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     auto* f = h ? reinterpret_cast<Sgemm>(dlsym(h, "sgemm_")) : nullptr;
-    if (f)
-      libs.push_back({name, f});
-    else
-      std::printf("%s: not installed (%s), skipped\n", name, path);
+    if (f) libs.push_back({name, f});
+    else std::printf("%s: not installed (%s), skipped\n", name, path);
   }
   const int T = rows, V = 50304;
-  const Shape shapes[] = {
-      {"qkv_f", 0, 1, T, 2304, 768, 12},  {"qkv_di", 0, 0, T, 768, 2304, 12},
-      {"qkv_dw", 1, 0, 2304, 768, T, 12}, {"fc1_f", 0, 1, T, 3072, 768, 12},
-      {"fc1_di", 0, 0, T, 768, 3072, 12}, {"fc1_dw", 1, 0, 3072, 768, T, 12},
-      {"fc2_f", 0, 1, T, 768, 3072, 12},  {"fc2_di", 0, 0, T, 3072, 768, 12},
-      {"fc2_dw", 1, 0, 768, 3072, T, 12}, {"proj_f", 0, 1, T, 768, 768, 12},
-      {"proj_di", 0, 0, T, 768, 768, 12}, {"proj_dw", 1, 0, 768, 768, T, 12},
-      {"lm_f", 0, 1, T, V, 768, 1},       {"lm_di", 0, 0, T, 768, V, 1},
-      {"lm_dw", 1, 0, V, 768, T, 1}};
+  const Shape shapes[] = {{"qkv_f", 0, 1, T, 2304, 768, 12},  {"qkv_di", 0, 0, T, 768, 2304, 12},
+                          {"qkv_dw", 1, 0, 2304, 768, T, 12}, {"fc1_f", 0, 1, T, 3072, 768, 12},
+                          {"fc1_di", 0, 0, T, 768, 3072, 12}, {"fc1_dw", 1, 0, 3072, 768, T, 12},
+                          {"fc2_f", 0, 1, T, 768, 3072, 12},  {"fc2_di", 0, 0, T, 3072, 768, 12},
+                          {"fc2_dw", 1, 0, 768, 3072, T, 12}, {"proj_f", 0, 1, T, 768, 768, 12},
+                          {"proj_di", 0, 0, T, 768, 768, 12}, {"proj_dw", 1, 0, 768, 768, T, 12},
+                          {"lm_f", 0, 1, T, V, 768, 1},       {"lm_di", 0, 0, T, 768, V, 1},
+                          {"lm_dw", 1, 0, V, 768, T, 1}};
   std::printf("%-8s", "shape");
   for (auto& l : libs) std::printf(" %9s GF/s", l.name.c_str());
   std::printf("   max rel err vs onednn\n");

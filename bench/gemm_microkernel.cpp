@@ -104,8 +104,7 @@ static void gemm_st(int M, int N, int K, const float* A, long rsa, long csa, con
             float* c = C + (ic + ir) * ldc + jc + jr;
             const float* a = pa + ir * kc;
             const float* b = pb + jr * kc;
-            if (mr == MR && nr == NR)
-              kernel(kc, a, b, c, ldc, true);
+            if (mr == MR && nr == NR) kernel(kc, a, b, c, ldc, true);
             else {
               kernel(kc, a, b, tmp, NR, false);
               for (int i = 0; i < mr; ++i)

@@ -91,9 +91,10 @@ int main(int argc, char** argv) {
     ttft = std::min(ttft, first);
     decode = std::min(decode, seconds_since(t1));
   }
-  std::printf("megatron: model=%s params=%lld batch=%lld prompt=%lld new=%lld ttft_ms=%.1f "
-              "decode_tokens_per_s=%.1f\n",
-              name.c_str(), (long long)cfg.num_parameters(), (long long)B, (long long)P,
-              (long long)N, ttft * 1e3, double(B * (N - 1)) / decode);
+  std::printf(
+      "megatron: model=%s params=%lld batch=%lld prompt=%lld new=%lld ttft_ms=%.1f "
+      "decode_tokens_per_s=%.1f\n",
+      name.c_str(), (long long)cfg.num_parameters(), (long long)B, (long long)P, (long long)N,
+      ttft * 1e3, double(B * (N - 1)) / decode);
   return 0;
 }

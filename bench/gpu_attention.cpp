@@ -28,8 +28,8 @@ double median_ms(F f) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     cuda::synchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -58,15 +58,14 @@ void run(int64_t B, int64_t S, int64_t NH, int64_t HD) {
     const char* name = t == DType::F32 ? "f32 cuda-core" : "bf16 tensor-core";
     const cuda::Mat q{t == DType::F32 ? qkv.get() : qkv16.get(), t};
     const cuda::MatOut o{out.get(), t};
-    const double f = median_ms([&] {
-      cuda::attention_forward(o, lse.as<float>(), q, B, S, NH, HD, nullptr);
-    });
+    const double f =
+        median_ms([&] { cuda::attention_forward(o, lse.as<float>(), q, B, S, NH, HD, nullptr); });
     const double b = median_ms([&] {
-      cuda::attention_backward(dqkv.as<float>(), dout.as<float>(), {o.data, t}, q,
-                               lse.as<float>(), B, S, NH, HD, nullptr, cuda::GradWrite::Set);
+      cuda::attention_backward(dqkv.as<float>(), dout.as<float>(), {o.data, t}, q, lse.as<float>(),
+                               B, S, NH, HD, nullptr, cuda::GradWrite::Set);
     });
-    std::printf("  %-17s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s\n",
-                name, f, fwd_flops / f / 1e9, b, 2.5 * fwd_flops / b / 1e9);
+    std::printf("  %-17s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s\n", name,
+                f, fwd_flops / f / 1e9, b, 2.5 * fwd_flops / b / 1e9);
   }
 }
 

@@ -30,8 +30,9 @@ double ms_of(const std::function<void()>& f) {
   for (int r = 0; r < 15; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - t0).count());
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -93,18 +94,18 @@ void run(const char* name, int64_t G, int64_t rows, int64_t IN, int64_t OUT, DTy
     for (int64_t g = 0, r = 0; g < G; r += counts[size_t(g)], ++g)
       if (counts[size_t(g)] > 0)  // the MoE layer skips empty experts
         cpu::linear_forward({y_loop.data() + r * OUT * es, t}, {x.data() + r * IN * es, t},
-                          {wp[size_t(g)], t}, nullptr, counts[size_t(g)], IN, OUT);
+                            {wp[size_t(g)], t}, nullptr, counts[size_t(g)], IN, OUT);
   };
   auto grouped_forward = [&] {
-    cpu::grouped_linear_forward({y_grouped.data(), t}, xm, wp.data(), nullptr, counts.data(), G,
-                                IN, OUT);
+    cpu::grouped_linear_forward({y_grouped.data(), t}, xm, wp.data(), nullptr, counts.data(), G, IN,
+                                OUT);
   };
   auto loop_backward = [&] {
     for (int64_t g = 0, r = 0; g < G; r += counts[size_t(g)], ++g)
       if (counts[size_t(g)] > 0)
         cpu::linear_backward(dx.data() + r * IN, dwp[size_t(g)], nullptr, dy.data() + r * OUT,
-                           {x.data() + r * IN * es, t}, {wp[size_t(g)], t}, counts[size_t(g)],
-                           IN, OUT, cpu::GradWrite::Set);
+                             {x.data() + r * IN * es, t}, {wp[size_t(g)], t}, counts[size_t(g)], IN,
+                             OUT, cpu::GradWrite::Set);
   };
   auto grouped_backward = [&] {
     cpu::grouped_linear_backward(dx.data(), dwp.data(), nullptr, dy.data(), xm, wp.data(),
@@ -137,12 +138,13 @@ void run(const char* name, int64_t G, int64_t rows, int64_t IN, int64_t OUT, DTy
     smallest = std::min(smallest, c);
     largest = std::max(largest, c);
   }
-  std::printf("%-10s %-4s G=%-3lld rows=%-5lld (%lld..%lld, %lld empty) %4lldx%-5lld "
-              "fwd loop %7.3f grouped %7.3f ms (x%.2f) | bwd loop %7.3f grouped %7.3f ms (x%.2f) "
-              "| grouped %5.1f GF/s | max rel diff %.1e\n",
-              name, dtype_name(t), (long long)G, (long long)N, (long long)smallest,
-              (long long)largest, (long long)empty, (long long)IN, (long long)OUT, lf, gf, lf / gf,
-              lb, gb, lb / gb, 3 * flops / (gf + gb) * 1e-6, ref > 0 ? err / ref : err);
+  std::printf(
+      "%-10s %-4s G=%-3lld rows=%-5lld (%lld..%lld, %lld empty) %4lldx%-5lld "
+      "fwd loop %7.3f grouped %7.3f ms (x%.2f) | bwd loop %7.3f grouped %7.3f ms (x%.2f) "
+      "| grouped %5.1f GF/s | max rel diff %.1e\n",
+      name, dtype_name(t), (long long)G, (long long)N, (long long)smallest, (long long)largest,
+      (long long)empty, (long long)IN, (long long)OUT, lf, gf, lf / gf, lb, gb, lb / gb,
+      3 * flops / (gf + gb) * 1e-6, ref > 0 ? err / ref : err);
 }
 
 }  // namespace

@@ -39,14 +39,16 @@ const std::vector<std::pair<std::string, Modules>>& may_use() {
       {"tokenizer", {"text"}},
       {"data", {"tokenizer"}},
       {"checkpoint", {"model", "optim"}},
-      {"train", {"core", "tensor", "backend", "comm", "parallel", "tensor_parallel", "layers",
-                 "model", "pipeline", "distributed", "optim", "data", "checkpoint"}},
+      {"train",
+       {"core", "tensor", "backend", "comm", "parallel", "tensor_parallel", "layers", "model",
+        "pipeline", "distributed", "optim", "data", "checkpoint"}},
       {"inference", {"model"}},
       {"serve", {"inference", "tokenizer"}},
       {"plan", {"train"}},  // memory: train/rank_memory.h; time: the schedule table
-      {"cli", {"core", "tensor", "backend", "comm", "parallel", "tensor_parallel", "layers",
-               "model", "pipeline", "distributed", "optim", "text", "tokenizer", "data",
-               "checkpoint", "train", "inference", "serve", "plan"}},
+      {"cli",
+       {"core", "tensor", "backend", "comm", "parallel", "tensor_parallel", "layers", "model",
+        "pipeline", "distributed", "optim", "text", "tokenizer", "data", "checkpoint", "train",
+        "inference", "serve", "plan"}},
   };
   return table;
 }
@@ -58,9 +60,9 @@ const std::vector<std::pair<std::string, Modules>>& may_use() {
 // so does the server.)
 const std::set<std::pair<std::string, std::string>>& known_exceptions() {
   static const std::set<std::pair<std::string, std::string>> edges = {
-      {"distributed", "backend"}, {"distributed", "parallel"}, {"distributed", "model"},
-      {"distributed", "optim"},   {"optim", "backend"},        {"optim", "model"},
-      {"inference", "checkpoint"}, {"inference", "tokenizer"}, {"serve", "checkpoint"},
+      {"distributed", "backend"},  {"distributed", "parallel"}, {"distributed", "model"},
+      {"distributed", "optim"},    {"optim", "backend"},        {"optim", "model"},
+      {"inference", "checkpoint"}, {"inference", "tokenizer"},  {"serve", "checkpoint"},
   };
   return edges;
 }
@@ -97,8 +99,8 @@ std::vector<Include> src_includes() {
   std::vector<Include> out;
   for (const auto& e : fs::recursive_directory_iterator(root / "src")) {
     const std::string ext = e.path().extension().string();
-    if (!e.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".cu" && ext != ".cuh" &&
-                                 ext != ".inc"))
+    if (!e.is_regular_file() ||
+        (ext != ".h" && ext != ".cpp" && ext != ".cu" && ext != ".cuh" && ext != ".inc"))
       continue;
     const fs::path rel = fs::relative(e.path(), root);
     const std::string from = (++rel.begin())->string();  // src/<module>/...
@@ -117,9 +119,12 @@ std::vector<Include> src_includes() {
 // The edges the module-boundary issue removed stay forbidden (so does anything else upward).
 TEST(IncludeRules, TableForbidsTheRemovedEdges) {
   const auto ok = allowed();
-  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
-           {"tensor", "backend"}, {"backend", "comm"}, {"comm", "backend"},
-           {"parallel", "model"}, {"checkpoint", "train"}})
+  for (const auto& [from, to] :
+       std::vector<std::pair<std::string, std::string>>{{"tensor", "backend"},
+                                                        {"backend", "comm"},
+                                                        {"comm", "backend"},
+                                                        {"parallel", "model"},
+                                                        {"checkpoint", "train"}})
     EXPECT_FALSE(ok.at(from).count(to) || known_exceptions().count({from, to}))
         << from << " -> " << to;
 }

@@ -40,12 +40,8 @@ void set_device(Device d, int local_rank) {
   g_device = d;
 }
 
-Device device() {
-  return g_device;
-}
-bool on_cuda() {
-  return g_device == Device::CUDA;
-}
+Device device() { return g_device; }
+bool on_cuda() { return g_device == Device::CUDA; }
 
 std::string device_description() {
 #ifdef MG_HAS_CUDA
@@ -73,8 +69,7 @@ int64_t memory_available_to_rank(int local_rank, int ranks_on_node, std::string*
   }
 #endif
   (void)local_rank;
-  if (source)
-    *source = sharing > 1 ? str_cat(what, " / ", sharing, " ranks sharing it") : what;
+  if (source) *source = sharing > 1 ? str_cat(what, " / ", sharing, " ranks sharing it") : what;
   return avail < 0 ? avail : avail / sharing;
 }
 

@@ -83,9 +83,8 @@ void gemm_lowp(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Mat 
 bool native_lowp_gemm(DType dtype);
 
 // C[M,N] = alpha * op(A) op(B) + beta * C; op(A) is [M,K] (A^T stored [K,M] when trans_a).
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-          int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 #include "backend/declare_ops.inc"
 
@@ -96,8 +95,8 @@ struct FusedQKV {
   Heads q, k, v;
   AttentionShape shape;
 };
-inline FusedQKV fused_qkv(const void* qkv, DType t, int64_t B, int64_t S, int64_t NH,
-                          int64_t NG, int64_t HD) {
+inline FusedQKV fused_qkv(const void* qkv, DType t, int64_t B, int64_t S, int64_t NH, int64_t NG,
+                          int64_t HD) {
   const int64_t per_group = NH / NG + 2;
   const Heads q{const_cast<void*>(qkv), t, NG * per_group * HD, per_group * HD, NH / NG};
   Heads kv = q;

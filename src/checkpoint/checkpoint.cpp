@@ -113,8 +113,8 @@ uint64_t write_shard(const CheckpointIO& io, const std::string& tmp) {
   for (const LocalPiece& pc : pieces) {
     const ParamSpec& p = *pc.p;  // split over its TP (an expert's: its expert TP)
     index.pieces.push_back({pc.key, pc.dtype, p.global_shape, p.shape,
-                            p.tp_size > 1 ? p.sharding.split_dim : -1, p.sharding.stride,
-                            p.tp_size, p.tp_rank, pc.begin, pc.n, bin.bytes()});
+                            p.tp_size > 1 ? p.sharding.split_dim : -1, p.sharding.stride, p.tp_size,
+                            p.tp_rank, pc.begin, pc.n, bin.bytes()});
     bin.write(host_bytes(pc, staging), size_t(pc.n) * dtype_size(pc.dtype));
   }
   bin.close();
@@ -150,8 +150,8 @@ void finish_save(const CheckpointIO& io, const TrainProgress& progress, const st
     const std::string index = rank_name(r) + ".json";
     const std::string text = ckpt::read_text_file(tmp + "/" + index);
     const ShardIndex si = parse_shard_index(text, tmp + "/" + index);
-    meta.ranks.push_back({index, ckpt::crc32_of(text.data(), text.size()), si.bin, si.bin_bytes,
-                          si.bin_crc32});
+    meta.ranks.push_back(
+        {index, ckpt::crc32_of(text.data(), text.size()), si.bin, si.bin_bytes, si.bin_crc32});
   }
   ckpt::write_file_synced(tmp + "/metadata.json", checkpoint_metadata_text(meta));
   ckpt::fsync_dir(tmp);
@@ -224,7 +224,8 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   if (dir.empty()) {
     MG_USER_CHECK(!c.exit_on_missing_checkpoint, "--load ", c.load, ": no checkpoint there (",
                   c.load, "/", kLatestFile, " is missing) and --exit-on-missing-checkpoint is set");
-    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatestFile, "): starting from scratch"));
+    log_line(str_cat(" > no checkpoint in '", c.load, "' (no ", kLatestFile,
+                     "): starting from scratch"));
     return false;
   }
   const CheckpointMetadata meta = read_checkpoint_metadata(dir);
@@ -250,8 +251,9 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
   for (const LocalPiece& pc : wanted) {
     const std::string src = source(pc);
     MG_USER_CHECK(reader.has(src), "checkpoint '", dir, "' has no tensor ", src,
-                  src.rfind("optim/", 0) == 0 ? " (saved with --no-save-optim? pass --no-load-optim)"
-                                              : "");
+                  src.rfind("optim/", 0) == 0
+                      ? " (saved with --no-save-optim? pass --no-load-optim)"
+                      : "");
     by_source[src].push_back(&pc);
   }
   std::vector<float> values;
@@ -263,8 +265,8 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
       const ParamSpec& p = *pc->p;
       // Only the vocabulary tensors (word embedding, output layer) may differ, in their padded
       // rows (padding depends on TP): shared rows are copied, extra rows stay zero.
-      const bool rows_may_differ = p.sharding.vocab_padded && shape.size() == 2 &&
-                                   shape[1] == p.global_shape[1];
+      const bool rows_may_differ =
+          p.sharding.vocab_padded && shape.size() == 2 && shape[1] == p.global_shape[1];
       MG_USER_CHECK(shape == p.global_shape || rows_may_differ, "checkpoint '", dir, "': ", key,
                     " has shape ", shape_str(shape), " but this model expects ",
                     shape_str(p.global_shape));
@@ -281,8 +283,7 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
       store_piece(*pc, values.data(), staging);
     }
   }
-  if (load_optim)
-    io.optimizer.set_steps_taken(meta.optimizer_steps);
+  if (load_optim) io.optimizer.set_steps_taken(meta.optimizer_steps);
   else  // a 16-bit model's fp32 main params start from the loaded weights, not from init
     io.optimizer.copy_main_from(io.params.param_data());
   if (!c.finetune) {
@@ -300,8 +301,8 @@ bool load_checkpoint(const CheckpointIO& io, TrainProgress& progress) {
     log_line(str_cat(" > note: the checkpoint was trained with --seed ", meta.seed,
                      "; this run's --seed ", c.seed, " decides the data order from here"));
   log_line(str_cat(" > loaded checkpoint '", dir, "' (iteration ", meta.iteration,
-                   ", saved with TP ", meta.tp, " CP ", meta.cp, " PP ", meta.pp, " DP ", meta.dp, ", \"",
-                   dtype_name(meta.precision), "\"",
+                   ", saved with TP ", meta.tp, " CP ", meta.cp, " PP ", meta.pp, " DP ", meta.dp,
+                   ", \"", dtype_name(meta.precision), "\"",
                    load_optim ? ", with optimizer state" : ", weights only", ") in ",
                    timer.seconds(), " s (rank 0 read and verified ", reader.bytes_read() / 1e6,
                    " MB, ", reader.bytes_read() / 1e6 / timer.seconds(), " MB/s)"));

@@ -33,7 +33,7 @@ struct TrainProgress {
 
 // What a checkpoint reads and writes on this rank.
 struct CheckpointIO {
-  ParamStore& params;  // every model chunk of this rank
+  ParamStore& params;    // every model chunk of this rank
   Optimizer& optimizer;  // the plain optimizer, or the distributed optimizer's shard optimizer
   ProcessGroups& groups;
   const CheckpointConfig& cfg;

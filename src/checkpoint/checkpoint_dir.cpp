@@ -20,7 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
@@ -66,7 +65,7 @@ std::string checkpoint_dir_name(int64_t iteration) {
 int64_t iteration_of_dir_name(const std::string& name) {
   if (name.size() < 12 || name.size() > 5 + 15 || name.rfind("iter_", 0) != 0) return -1;
   if (name.find_first_not_of("0123456789", 5) != std::string::npos) return -1;
-  const int64_t it = std::stoll(name.substr(5));  // at most 15 digits: no overflow
+  const int64_t it = std::stoll(name.substr(5));     // at most 15 digits: no overflow
   return checkpoint_dir_name(it) == name ? it : -1;  // one spelling per iteration
 }
 
@@ -104,10 +103,10 @@ void remove_leftovers(const std::string& dir) {
     const size_t dot = n.find('.');
     const std::string stem = n.substr(0, dot), ext = dot == std::string::npos ? "" : n.substr(dot);
     const int64_t it = iteration_of_dir_name(stem);
-    const bool leftover = (it >= 0 && (ext == ".tmp" || ext == ".deleting" || ext == ".old")) ||
-                          n == std::string(kLatestFile) + ".tmp" ||
-                          (it >= 0 && ext.empty() && it < latest && e.is_directory(ec) &&
-                           !complete(e.path()));
+    const bool leftover =
+        (it >= 0 && (ext == ".tmp" || ext == ".deleting" || ext == ".old")) ||
+        n == std::string(kLatestFile) + ".tmp" ||
+        (it >= 0 && ext.empty() && it < latest && e.is_directory(ec) && !complete(e.path()));
     if (leftover) doomed.push_back(e.path());
   }
   MG_USER_CHECK(!ec, "cannot list checkpoint directory '", dir, "': ", ec.message());
@@ -115,8 +114,7 @@ void remove_leftovers(const std::string& dir) {
     log_line(" > removing '" + p.string() + "', left by an interrupted checkpoint save or removal");
     if (p.extension() == ".tmp" || p.extension() == ".deleting" || p.extension() == ".old")
       remove_all_checked(p);  // not a final name: no reader looks at it
-    else
-      remove_dir_safely(p.string());
+    else remove_dir_safely(p.string());
   }
 }
 

@@ -17,8 +17,8 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& ckdir) {
   const std::string path = ckdir + "/metadata.json";
   std::error_code ec;
   MG_USER_CHECK(fs::is_regular_file(path, ec), "checkpoint '", ckdir, "' has no metadata.json: ",
-                fs::is_directory(ckdir, ec) ? "it is incomplete" : "it does not exist",
-                "; point ", fs::path(ckdir).parent_path().string(), "/", kLatestFile,
+                fs::is_directory(ckdir, ec) ? "it is incomplete" : "it does not exist", "; point ",
+                fs::path(ckdir).parent_path().string(), "/", kLatestFile,
                 " at another complete iter_ directory");
   const CheckpointMetadata meta = parse_checkpoint_metadata(ckpt::read_text_file(path), path);
   const int64_t named = iteration_of_dir_name(fs::path(ckdir).filename().string());
@@ -34,8 +34,8 @@ CheckpointReader::CheckpointReader(const std::string& dir, const CheckpointMetad
     const ShardFiles& sf = meta.ranks[r];
     const std::string ipath = dir + "/" + sf.index;
     const std::string text = ckpt::read_text_file(ipath);
-    MG_USER_CHECK(ckpt::crc32_of(text.data(), text.size()) == sf.index_crc32,
-                  "checkpoint index '", ipath, "' is corrupt (checksum mismatch)");
+    MG_USER_CHECK(ckpt::crc32_of(text.data(), text.size()) == sf.index_crc32, "checkpoint index '",
+                  ipath, "' is corrupt (checksum mismatch)");
     ShardIndex index = parse_shard_index(text, ipath);
     MG_USER_CHECK(index.rank == int64_t(r) && index.bin == sf.bin &&
                       index.bin_bytes == sf.bin_bytes && index.bin_crc32 == sf.bin_crc32,
@@ -69,8 +69,8 @@ void CheckpointReader::read_piece(const Src& s, const std::string& key, char* ds
   FileInfo& f = files_[s.file];
   if (!f.file) {
     f.file = std::make_unique<ckpt::RandomAccessFile>(f.path);
-    MG_USER_CHECK(f.file->size() == f.bytes, "checkpoint file '", f.path, "' has ",
-                  f.file->size(), " bytes but the metadata says ", f.bytes, " (truncated?)");
+    MG_USER_CHECK(f.file->size() == f.bytes, "checkpoint file '", f.path, "' has ", f.file->size(),
+                  " bytes but the metadata says ", f.bytes, " (truncated?)");
     MG_USER_CHECK(f.file->crc32() == f.crc, "checkpoint file '", f.path,
                   "' is corrupt (CRC-32 mismatch)");
     bytes_read_ += f.bytes;
@@ -92,7 +92,8 @@ void CheckpointReader::for_each_run(const PieceInfo& m, const Shape& shape, F f)
   int64_t run = shape_numel(m.local_shape);
   if (sh.split() && m.tp_size > 1) {
     run = m.local_shape[size_t(sh.split_dim)] / sh.stride;
-    for (size_t d = size_t(sh.split_dim) + 1; d < m.local_shape.size(); ++d) run *= m.local_shape[d];
+    for (size_t d = size_t(sh.split_dim) + 1; d < m.local_shape.size(); ++d)
+      run *= m.local_shape[d];
   }
   for (int64_t j = 0; j < m.numel;) {
     const int64_t local = m.local_begin + j;

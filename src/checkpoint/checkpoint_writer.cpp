@@ -11,8 +11,8 @@ namespace mg {
 
 namespace fs = std::filesystem;
 
-CheckpointWriter::CheckpointWriter(const std::string& dir, GPTConfig model, int64_t tp,
-                                   int64_t pp, DType dtype, std::vector<std::string> argv)
+CheckpointWriter::CheckpointWriter(const std::string& dir, GPTConfig model, int64_t tp, int64_t pp,
+                                   DType dtype, std::vector<std::string> argv)
     : dir_(dir), model_(std::move(model)), tp_(tp), pp_(pp), dtype_(dtype), argv_(std::move(argv)) {
   model_.vocab_pad_tp = tp;
   global_ = gpt_param_layout(model_);
@@ -58,8 +58,7 @@ void CheckpointWriter::add(const std::string& name, const char* global) {
     if (run < p.numel()) {
       local.resize(size_t(p.numel()) * esize);
       for (int64_t b = 0; b < p.numel(); b += run)
-        std::memcpy(local.data() + size_t(b) * esize,
-                    global + size_t(global_index(p, b)) * esize,
+        std::memcpy(local.data() + size_t(b) * esize, global + size_t(global_index(p, b)) * esize,
                     size_t(run) * esize);
       src = local.data();
     } else {

@@ -23,11 +23,16 @@ void ConvertConfig::validate() const {
                 direction, "': use hf-to-megatron or megatron-to-hf");
   MG_USER_CHECK(!load.empty(), "--load DIR is required");
   MG_USER_CHECK(!save.empty(), "--save DIR is required");
-  MG_USER_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive");
-  MG_USER_CHECK(target_tp >= 1 && target_tp <= 4096, "--target-tensor-parallel-size must be in "
-                "[1, 4096], got ", target_tp);
-  MG_USER_CHECK(target_pp >= 1 && target_pp <= 4096, "--target-pipeline-parallel-size must be in "
-                "[1, 4096], got ", target_pp);
+  MG_USER_CHECK(make_vocab_size_divisible_by > 0,
+                "--make-vocab-size-divisible-by must be positive");
+  MG_USER_CHECK(target_tp >= 1 && target_tp <= 4096,
+                "--target-tensor-parallel-size must be in "
+                "[1, 4096], got ",
+                target_tp);
+  MG_USER_CHECK(target_pp >= 1 && target_pp <= 4096,
+                "--target-pipeline-parallel-size must be in "
+                "[1, 4096], got ",
+                target_pp);
   parse_shard_size(max_shard_size, "--max-shard-size");
 }
 
@@ -56,7 +61,8 @@ namespace fs = std::filesystem;
 void check_destination(const ConvertConfig& cfg) {
   std::error_code ec;
   if (!fs::exists(cfg.save, ec)) return;
-  MG_USER_CHECK(fs::is_directory(cfg.save, ec), "--save '", cfg.save, "' exists and is not a directory");
+  MG_USER_CHECK(fs::is_directory(cfg.save, ec), "--save '", cfg.save,
+                "' exists and is not a directory");
   if (cfg.overwrite) return;
   bool training = false, empty = true;
   for (const auto& e : fs::directory_iterator(cfg.save, ec)) {
@@ -65,10 +71,12 @@ void check_destination(const ConvertConfig& cfg) {
     empty = false;
   }
   MG_USER_CHECK(!ec, "--save '", cfg.save, "' cannot be listed: ", ec.message());
-  MG_USER_CHECK(!training, "--save '", cfg.save, "' holds a training checkpoint "
+  MG_USER_CHECK(!training, "--save '", cfg.save,
+                "' holds a training checkpoint "
                 "(latest_checkpointed_iteration.txt or iter_* directories); converting into it "
                 "would replace its latest checkpoint: choose a new directory, or pass --overwrite");
-  MG_USER_CHECK(empty, "--save '", cfg.save, "' is not empty: choose a new or empty directory, or "
+  MG_USER_CHECK(empty, "--save '", cfg.save,
+                "' is not empty: choose a new or empty directory, or "
                 "pass --overwrite");
 }
 
@@ -86,8 +94,8 @@ void gpt2_hf_to_megatron(const ConvertConfig& cfg) {
     out.add(s.name, reinterpret_cast<const char*>(p.data() + s.offset));
   out.finish();
   log_line(str_cat(" > converted ", cfg.load, " (", mc.num_layers, " layers, hidden ",
-                   mc.hidden_size, ", vocab ", mc.vocab_size, " padded to ",
-                   mc.padded_vocab_size(), ") to ", cfg.save));
+                   mc.hidden_size, ", vocab ", mc.vocab_size, " padded to ", mc.padded_vocab_size(),
+                   ") to ", cfg.save));
 }
 
 void gpt2_megatron_to_hf(const ConvertConfig& cfg, const GPTConfig& mc) {

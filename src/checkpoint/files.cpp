@@ -126,8 +126,8 @@ void MappedFile::release(const char* p, uint64_t n) const {
   // Whole pages inside the range only: a neighbour's bytes on a shared page stay mapped.
   const uint64_t begin = (uint64_t(p - data_) + page - 1) / page * page;
   const uint64_t end = uint64_t(p - data_) + n;
-  if (end > begin + page) ::madvise(const_cast<char*>(data_) + begin, (end - begin) / page * page,
-                                    MADV_DONTNEED);
+  if (end > begin + page)
+    ::madvise(const_cast<char*>(data_) + begin, (end - begin) / page * page, MADV_DONTNEED);
 }
 
 RandomAccessFile::RandomAccessFile(const std::string& path) : path_(path) {

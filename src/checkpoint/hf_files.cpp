@@ -36,9 +36,12 @@ const char* torch_dtype_name(DType t) {
 }
 
 uint64_t parse_shard_size(const std::string& text, const std::string& flag) {
-  static const std::pair<const char*, uint64_t> units[] = {
-      {"GiB", uint64_t(1) << 30}, {"MiB", uint64_t(1) << 20}, {"KiB", uint64_t(1) << 10},
-      {"GB", 1000000000},         {"MB", 1000000},            {"KB", 1000}};
+  static const std::pair<const char*, uint64_t> units[] = {{"GiB", uint64_t(1) << 30},
+                                                           {"MiB", uint64_t(1) << 20},
+                                                           {"KiB", uint64_t(1) << 10},
+                                                           {"GB", 1000000000},
+                                                           {"MB", 1000000},
+                                                           {"KB", 1000}};
   for (const auto& [unit, scale] : units) {
     const std::string u = unit;
     if (text.size() > u.size() && text.ends_with(u)) {
@@ -56,8 +59,8 @@ HfTensorFiles::HfTensorFiles(const std::string& dir) {
   std::error_code ec;
   const std::string index = dir + "/" + kIndex, single = dir + "/" + kSingle;
   if (!fs::exists(index, ec)) {
-    MG_USER_CHECK(fs::exists(single, ec), "HF directory '", dir, "' has neither ", kSingle,
-                  " nor ", kIndex);
+    MG_USER_CHECK(fs::exists(single, ec), "HF directory '", dir, "' has neither ", kSingle, " nor ",
+                  kIndex);
     describe_ = "'" + single + "'";
     files_.push_back(std::make_unique<SafetensorsReader>(single));
     for (const auto& [name, t] : files_[0]->tensors()) where_[name] = 0;
@@ -106,9 +109,7 @@ std::vector<std::string> HfTensorFiles::names() const {
   return out;
 }
 
-void HfTensorFiles::release(const SafeTensor& t) const {
-  files_[where_.at(t.name)]->release(t);
-}
+void HfTensorFiles::release(const SafeTensor& t) const { files_[where_.at(t.name)]->release(t); }
 
 HfShardedWriter::HfShardedWriter(const std::string& dir, std::vector<HfTensorInfo> tensors,
                                  uint64_t max_shard_bytes)

@@ -26,10 +26,14 @@ struct Mapping {
 
 std::vector<Mapping> mappings(const GPTConfig& c) {
   const int64_t H = c.hidden_size, F = c.ffn();
-  std::vector<Mapping> m = {
-      {"transformer.wte.weight", "embedding.word_embeddings.weight", {c.vocab_size, H}, Mapping::Copy},
-      {"transformer.wpe.weight", "embedding.position_embeddings.weight", {c.max_positions(), H},
-       Mapping::Copy}};
+  std::vector<Mapping> m = {{"transformer.wte.weight",
+                             "embedding.word_embeddings.weight",
+                             {c.vocab_size, H},
+                             Mapping::Copy},
+                            {"transformer.wpe.weight",
+                             "embedding.position_embeddings.weight",
+                             {c.max_positions(), H},
+                             Mapping::Copy}};
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string h = "transformer.h." + std::to_string(i) + ".";
     const std::string d = "decoder.layers." + std::to_string(i) + ".";
@@ -59,8 +63,7 @@ std::vector<Mapping> mappings(const GPTConfig& c) {
 int64_t hf_index(const Mapping& m, const Shape& ours, int64_t k, const GPTConfig& c) {
   const int64_t H = c.hidden_size, HD = c.head_dim();
   switch (m.kind) {
-    case Mapping::Copy:
-      return k < shape_numel(m.hf_shape) ? k : -1;
+    case Mapping::Copy: return k < shape_numel(m.hf_shape) ? k : -1;
     case Mapping::Transpose: {  // ours [out, in] <- HF [in, out]
       const int64_t o = k / ours[1], i = k % ours[1];
       return i * ours[0] + o;
@@ -92,9 +95,11 @@ GPTConfig hf_gpt2_config(const std::string& path, int64_t divisible_by) {
   c.seq_length = c.max_position_embeddings;
   c.vocab_size = f.integer("vocab_size", 1, INT_MAX);
   // null (or absent) n_inner means HF's default 4 x n_embd, which is also ours (0).
-  c.ffn_hidden_size = f.has("n_inner") && !f.raw("n_inner").is_null() ? f.integer("n_inner", 1, INT_MAX) : 0;
+  c.ffn_hidden_size =
+      f.has("n_inner") && !f.raw("n_inner").is_null() ? f.integer("n_inner", 1, INT_MAX) : 0;
   if (f.has("layer_norm_epsilon")) c.norm_epsilon = float(f.number("layer_norm_epsilon", 1e-30, 1));
-  if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
+  if (f.has("initializer_range"))
+    c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
   c.make_vocab_size_divisible_by = divisible_by;
   // GPT-2's residual and attention dropouts (0.1 in the published models; our
   // defaults when absent). HF's embd_pdrop has no flag of its own upstream: --hidden-dropout

@@ -27,7 +27,8 @@ std::vector<HfRows> parts_of(const std::string& ours, const GPTConfig& c, bool q
   const std::string hf = "model.layers." + i + ".";
   if (rest == "input_layernorm.weight") return whole(hf + "input_layernorm.weight", {H});
   if (rest == "pre_mlp_layernorm.weight") return whole(hf + "post_attention_layernorm.weight", {H});
-  if (rest == "self_attention.linear_proj.weight") return whole(hf + "self_attn.o_proj.weight", {H, NH * HD});
+  if (rest == "self_attention.linear_proj.weight")
+    return whole(hf + "self_attn.o_proj.weight", {H, NH * HD});
   if (rest == "self_attention.linear_proj.bias") return whole(hf + "self_attn.o_proj.bias", {H});
   if (rest == "mlp.linear_fc2.weight") return whole(hf + "mlp.down_proj.weight", {H, F});
   // Qwen3: each query and key head RMS-normalised over its HD channels before RoPE.

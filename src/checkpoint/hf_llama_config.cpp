@@ -16,12 +16,10 @@ struct Family {
   const char* architecture;
   const char* model_type;
 };
-constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},
-                                {"MistralForCausalLM", "mistral"},
-                                {"Qwen2ForCausalLM", "qwen2"},
-                                {"Qwen3ForCausalLM", "qwen3"},
-                                {"MixtralForCausalLM", "mixtral"},
-                                {"Qwen3MoeForCausalLM", "qwen3_moe"}};
+constexpr Family kFamilies[] = {
+    {"LlamaForCausalLM", "llama"},     {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
+    {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"}};
 
 bool is_qwen3(const std::string& arch) {
   return arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
@@ -79,8 +77,8 @@ void read_mixtral(const ckpt::JsonFields& f, GPTConfig& c) {
 // none on the MLP, which Megatron cannot express (every linear layer, or q/k/v alone).
 void read_qwen3(const ckpt::JsonFields& f, GPTConfig& c) {
   c.qk_layernorm = true;
-  MG_USER_CHECK(!(f.has("attention_bias") && f.boolean("attention_bias")),
-                f.name("attention_bias"), " is true: q/k/v/o biases without MLP biases cannot be "
+  MG_USER_CHECK(!(f.has("attention_bias") && f.boolean("attention_bias")), f.name("attention_bias"),
+                " is true: q/k/v/o biases without MLP biases cannot be "
                 "represented (Megatron has biases on every linear layer or on q/k/v alone); only "
                 "false converts");
 }
@@ -154,8 +152,8 @@ std::vector<std::string> moe_differences(const GPTConfig& m) {
   if (m.moe_router_topk_scaling_factor > 0.f && m.moe_router_topk_scaling_factor != 1.f)
     bad.push_back(str_cat("--moe-router-topk-scaling-factor ", m.moe_router_topk_scaling_factor));
   if (m.moe_router_group_topk > 0)
-    bad.push_back(str_cat("--moe-router-num-groups ", m.moe_router_num_groups,
-                          " (group-limited routing)"));
+    bad.push_back(
+        str_cat("--moe-router-num-groups ", m.moe_router_num_groups, " (group-limited routing)"));
   if (m.add_bias_linear || m.add_qkv_bias) bad.push_back(kBiases);
   return bad;
 }
@@ -186,8 +184,8 @@ std::string qwen3_architecture_for(const GPTConfig& m, const std::string& what) 
   if (moe) bad = moe_differences(m);
   else if (m.add_bias_linear || m.add_qkv_bias) bad.push_back(kBiases);
   const char* arch = moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM";
-  MG_USER_CHECK(bad.empty(), what, ": the model with --qk-layernorm has ", joined(bad), "; ",
-                arch, " cannot represent it (no biases",
+  MG_USER_CHECK(bad.empty(), what, ": the model with --qk-layernorm has ", joined(bad), "; ", arch,
+                " cannot represent it (no biases",
                 moe ? ", a softmax router, no shared experts)" : ")");
   return arch;
 }
@@ -228,13 +226,14 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
                              : f.integer("num_key_value_heads", 1, c.num_attention_heads);
   c.group_query_attention = groups != c.num_attention_heads;
   c.num_query_groups = c.group_query_attention ? groups : 1;
-  c.kv_channels = absent_or_null(f, "head_dim") ? default_head_dim(arch, c)
-                                                : f.integer("head_dim", 1, INT_MAX);
+  c.kv_channels =
+      absent_or_null(f, "head_dim") ? default_head_dim(arch, c) : f.integer("head_dim", 1, INT_MAX);
   c.normalization = "RMSNorm";
   c.norm_epsilon = float(f.number("rms_norm_eps", 1e-30, 1));
   c.swiglu = true;
   c.position_embedding_type = "rope";
-  c.rotary_base = absent_or_null(f, "rope_theta") ? 10000.f : float(f.number("rope_theta", 1, 1e12));
+  c.rotary_base =
+      absent_or_null(f, "rope_theta") ? 10000.f : float(f.number("rope_theta", 1, 1e12));
   read_rope_scaling(f, c);
   // Every model of the family defaults to an untied output layer.
   c.untie_embeddings_and_output_weights =
@@ -243,14 +242,16 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
   c.seq_length = std::min<int64_t>(c.max_position_embeddings, 4096);
   c.vocab_size = f.integer("vocab_size", 1, INT_MAX);
   c.make_vocab_size_divisible_by = divisible_by;
-  if (f.has("initializer_range")) c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
+  if (f.has("initializer_range"))
+    c.init_method_std = float(f.number("initializer_range", 1e-30, 1e3));
   if (is_qwen3(arch)) read_qwen3(f, c);
   // Biases: Qwen2 has q/k/v biases only (Megatron's --add-qkv-bias); Llama's attention_bias
   // (q/k/v/o) together with mlp_bias is Megatron's biases on every linear layer.
   const bool attention_bias = f.has("attention_bias") && f.boolean("attention_bias");
   const bool mlp_bias = f.has("mlp_bias") && f.boolean("mlp_bias");
   MG_USER_CHECK(attention_bias == mlp_bias, what, ": attention_bias ", attention_bias,
-                " with mlp_bias ", mlp_bias, " cannot be represented (Megatron has biases on "
+                " with mlp_bias ", mlp_bias,
+                " cannot be represented (Megatron has biases on "
                 "every linear layer or on none, apart from Qwen2's QKV bias)");
   c.add_bias_linear = attention_bias;
   c.add_qkv_bias = arch == "Qwen2ForCausalLM";
@@ -262,11 +263,13 @@ GPTConfig hf_llama_config(const json& config, const std::string& path, int64_t d
                             : float(f.number("attention_dropout", 0, 0.999999));
   if (arch == "MistralForCausalLM" || arch == "MixtralForCausalLM")
     MG_USER_CHECK(absent_or_null(f, "sliding_window"), f.name("sliding_window"), " is ",
-                  config["sliding_window"].dump(), ": sliding-window attention is not supported "
+                  config["sliding_window"].dump(),
+                  ": sliding-window attention is not supported "
                   "(megatron-cpp attends to the whole context); only null converts");
   if (arch == "Qwen2ForCausalLM" || is_qwen3(arch))
     MG_USER_CHECK(!(f.has("use_sliding_window") && f.boolean("use_sliding_window")),
-                  f.name("use_sliding_window"), " is true: sliding-window attention is not "
+                  f.name("use_sliding_window"),
+                  " is true: sliding-window attention is not "
                   "supported; only false converts");
   if (arch == "MixtralForCausalLM") read_mixtral(f, c);
   if (arch == "Qwen3MoeForCausalLM") read_qwen3_moe(f, c);

@@ -25,10 +25,12 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 const std::vector<std::string>& hf_side_files() {
-  static const std::vector<std::string> files = {  // config.json first
-      "config.json",          "generation_config.json",  "tokenizer.json",
-      "tokenizer_config.json", "tokenizer.model",        "special_tokens_map.json",
-      "vocab.json",           "merges.txt",              "added_tokens.json"};
+  static const std::vector<std::string> files = {// config.json first
+                                                 "config.json",      "generation_config.json",
+                                                 "tokenizer.json",   "tokenizer_config.json",
+                                                 "tokenizer.model",  "special_tokens_map.json",
+                                                 "vocab.json",       "merges.txt",
+                                                 "added_tokens.json"};
   return files;
 }
 
@@ -95,7 +97,8 @@ void llama_hf_to_megatron(const ConvertConfig& cfg, const json& config,
   // Everything is checked before anything is written: every tensor present, of config.json's
   // shape, all of one dtype; every tensor of the files used.
   const SafeTensor& embed = hf.get("model.embed_tokens.weight");
-  const DType dtype = dtype_of_safetensors(embed.dtype, "'" + embed.path + "': tensor '" + embed.name + "'");
+  const DType dtype =
+      dtype_of_safetensors(embed.dtype, "'" + embed.path + "': tensor '" + embed.name + "'");
   std::set<std::string> used;
   for (const LlamaTensor& t : tensors)
     for (const HfRows& p : t.parts) {
@@ -123,10 +126,11 @@ void llama_hf_to_megatron(const ConvertConfig& cfg, const json& config,
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 8; ++i) list += (i ? ", " : "") + unused[i];
     if (unused.size() > 8) list += str_cat(", ... (", unused.size() - 8, " more)");
-    const std::string what = str_cat(hf.describe(), " holds ", unused.size(), " tensors that ",
-                                     config_path, " (num_hidden_layers ", mc.num_layers,
-                                     ") does not use: ", list);
-    MG_USER_CHECK(cfg.allow_unused_tensors, what, "; check config.json against the files, or "
+    const std::string what =
+        str_cat(hf.describe(), " holds ", unused.size(), " tensors that ", config_path,
+                " (num_hidden_layers ", mc.num_layers, ") does not use: ", list);
+    MG_USER_CHECK(cfg.allow_unused_tensors, what,
+                  "; check config.json against the files, or "
                   "pass --allow-unused-tensors to drop them");
     log_line(" > warning: " + what + "; skipped (--allow-unused-tensors)");
   }
@@ -162,19 +166,20 @@ void llama_hf_to_megatron(const ConvertConfig& cfg, const json& config,
   out.finish();
   log_line(str_cat(" > converted ", cfg.load, " (", hf_architecture(config, config_path), ", ",
                    mc.num_layers, " layers, hidden ", mc.hidden_size,
-                   mc.num_experts > 0 ? str_cat(", ", mc.num_experts, " experts, top-",
-                                                mc.moe_router_topk) : std::string(),
-                   ", vocab ", mc.vocab_size,
-                   " padded to ", mc.padded_vocab_size(), ", ", torch_dtype_name(dtype), ", ",
-                   bytes / 1e6, " MB) to ", cfg.save, " for TP ", cfg.target_tp, " x PP ",
-                   cfg.target_pp, " in ", timer.seconds(), " s; kept ", side,
-                   " config/tokenizer files in ", cfg.save, "/hf"));
+                   mc.num_experts > 0
+                       ? str_cat(", ", mc.num_experts, " experts, top-", mc.moe_router_topk)
+                       : std::string(),
+                   ", vocab ", mc.vocab_size, " padded to ", mc.padded_vocab_size(), ", ",
+                   torch_dtype_name(dtype), ", ", bytes / 1e6, " MB) to ", cfg.save, " for TP ",
+                   cfg.target_tp, " x PP ", cfg.target_pp, " in ", timer.seconds(), " s; kept ",
+                   side, " config/tokenizer files in ", cfg.save, "/hf"));
 }
 
 void llama_megatron_to_hf(const ConvertConfig& cfg) {
   Timer timer;
   const std::string ckdir = latest_checkpoint_dir(cfg.load);
-  MG_USER_CHECK(!ckdir.empty(), "--load '", cfg.load, "' holds no checkpoint (no ", kLatestFile, ")");
+  MG_USER_CHECK(!ckdir.empty(), "--load '", cfg.load, "' holds no checkpoint (no ", kLatestFile,
+                ")");
   const CheckpointMetadata meta = read_checkpoint_metadata(ckdir);
   const GPTConfig& mc = meta.model;
   // The source's config.json (kept by hf-to-megatron in LOAD/hf, or beside the tokenizer files
@@ -186,7 +191,8 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
   json original;
   std::string preferred;
   if (fs::is_regular_file(kept, ec)) {
-    original = ckpt::JsonFields::parse_object(ckpt::read_text_file(kept), "HF config '" + kept + "'");
+    original =
+        ckpt::JsonFields::parse_object(ckpt::read_text_file(kept), "HF config '" + kept + "'");
     if (original.contains("architectures")) preferred = hf_architecture(original, kept);
   }
   const std::string arch = hf_llama_architecture_for(mc, preferred, "--load " + cfg.load);
@@ -195,7 +201,8 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                                 [&](const std::string& f) {
                                   return fs::is_regular_file(tok + "/" + f, ec);
                                 }),
-                "--tokenizer-model '", tok, "' holds none of the tokenizer files "
+                "--tokenizer-model '", tok,
+                "' holds none of the tokenizer files "
                 "(tokenizer.json, tokenizer_config.json, tokenizer.model, ...)");
   CheckpointReader reader(ckdir, meta);
   const std::vector<LlamaTensor> tensors = llama_tensors(mc, arch);
@@ -219,8 +226,8 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
     const Shape& want = t.parts.front().shape;
     int64_t rows = 0;
     for (const HfRows& p : t.parts) rows += p.rows;
-    MG_USER_CHECK(reader.dtype(key) == dtype && shape.size() == want.size() &&
-                      shape[0] >= rows && row_numel(shape) == row_numel(want),
+    MG_USER_CHECK(reader.dtype(key) == dtype && shape.size() == want.size() && shape[0] >= rows &&
+                      row_numel(shape) == row_numel(want),
                   "checkpoint '", ckdir, "': ", key, " is ", dtype_name(reader.dtype(key)), " ",
                   shape_str(shape), " but the model record needs ", dtype_name(dtype), " with ",
                   rows, " rows of ", row_numel(want));
@@ -253,11 +260,13 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
     }
   }
   const std::vector<std::string> files = out.finish();
-  ckpt::write_file_atomic(cfg.save + "/config.json",
-                          hf_llama_config_json(mc, arch, torch_dtype_name(dtype), original).dump(2) + "\n");
+  ckpt::write_file_atomic(
+      cfg.save + "/config.json",
+      hf_llama_config_json(mc, arch, torch_dtype_name(dtype), original).dump(2) + "\n");
   const int side = copy_side_files(tok, cfg.save, false);
   if (side == 0)
-    log_line(str_cat(" > note: no tokenizer files written (", tok, " has none): pass "
+    log_line(str_cat(" > note: no tokenizer files written (", tok,
+                     " has none): pass "
                      "--tokenizer-model DIR to copy them from DIR"));
   log_line(str_cat(" > converted ", ckdir, " (", arch, ", ", torch_dtype_name(dtype), ", ",
                    bytes / 1e6, " MB) to ", cfg.save, " (", files.size(),

@@ -112,7 +112,8 @@ std::string JsonFields::string(const std::string& key) const {
   return v.get<std::string>();
 }
 
-std::string JsonFields::one_of(const std::string& key, const std::vector<std::string>& allowed) const {
+std::string JsonFields::one_of(const std::string& key,
+                               const std::vector<std::string>& allowed) const {
   std::string list;
   for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + ("\"" + a + "\"");
   const json& v = at(key);

@@ -31,9 +31,11 @@ uint32_t canonical_crc(json j) {
 }
 
 DType dtype_of(const JsonFields& f, const std::string& key) {
-  const std::string s = f.one_of(key, {dtype_name(DType::F32), dtype_name(DType::BF16),
-                                       dtype_name(DType::F16)});
-  return s == dtype_name(DType::BF16) ? DType::BF16 : s == dtype_name(DType::F16) ? DType::F16 : DType::F32;
+  const std::string s =
+      f.one_of(key, {dtype_name(DType::F32), dtype_name(DType::BF16), dtype_name(DType::F16)});
+  return s == dtype_name(DType::BF16)  ? DType::BF16
+         : s == dtype_name(DType::F16) ? DType::F16
+                                       : DType::F32;
 }
 
 // format and version, shared by both kinds of file.
@@ -43,8 +45,8 @@ int check_format(const JsonFields& f, const std::string& what) {
   try {
     return int(f.integer("version", 1, kCheckpointVersion));
   } catch (const UsageError& e) {
-    throw UsageError(str_cat(e.what(), " (this build reads format versions 1 to ",
-                             kCheckpointVersion, ")"));
+    throw UsageError(
+        str_cat(e.what(), " (this build reads format versions 1 to ", kCheckpointVersion, ")"));
   }
 }
 
@@ -70,24 +72,26 @@ std::string rank_name(int64_t r) {
 }
 
 std::string checkpoint_metadata_text(const CheckpointMetadata& m) {
-  json meta = {{"format", kFormat},
-               {"version", kCheckpointVersion},
-               {"iteration", m.iteration},
-               {"consumed_train_samples", m.consumed_train_samples},
-               {"consumed_valid_samples", m.consumed_valid_samples},
-               {"scheduler_samples", m.scheduler_samples},
-               {"skipped_iterations", m.skipped_iterations},
-               {"optimizer", {{"kind", m.optimizer}, {"saved", m.optimizer_saved}, {"steps", m.optimizer_steps}}},
-               {"rng", {{"seed", m.seed}}},
-               {"model", model_record(m.model)},
-               {"precision", dtype_name(m.precision)},
-               {"layout",
-                {{"tensor_model_parallel_size", m.tp},
-                 {"pipeline_model_parallel_size", m.pp},
-                 {"data_parallel_size", m.dp},
-                 {"context_parallel_size", m.cp},
-                 {"use_distributed_optimizer", m.distributed_optimizer}}},
-               {"args", m.args}};
+  json meta = {
+      {"format", kFormat},
+      {"version", kCheckpointVersion},
+      {"iteration", m.iteration},
+      {"consumed_train_samples", m.consumed_train_samples},
+      {"consumed_valid_samples", m.consumed_valid_samples},
+      {"scheduler_samples", m.scheduler_samples},
+      {"skipped_iterations", m.skipped_iterations},
+      {"optimizer",
+       {{"kind", m.optimizer}, {"saved", m.optimizer_saved}, {"steps", m.optimizer_steps}}},
+      {"rng", {{"seed", m.seed}}},
+      {"model", model_record(m.model)},
+      {"precision", dtype_name(m.precision)},
+      {"layout",
+       {{"tensor_model_parallel_size", m.tp},
+        {"pipeline_model_parallel_size", m.pp},
+        {"data_parallel_size", m.dp},
+        {"context_parallel_size", m.cp},
+        {"use_distributed_optimizer", m.distributed_optimizer}}},
+      {"args", m.args}};
   if (m.loss_scaler)
     meta["loss_scaler"] = {{"scale", m.loss_scaler->scale},
                            {"growth_tracker", m.loss_scaler->growth_tracker},
@@ -134,15 +138,15 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
   m.tp = layout.integer("tensor_model_parallel_size", 1, kMaxRanks);
   m.pp = layout.integer("pipeline_model_parallel_size", 1, kMaxRanks);
   m.dp = layout.integer("data_parallel_size", 1, kMaxRanks);
-  m.cp = layout.has("context_parallel_size")
-             ? layout.integer("context_parallel_size", 1, kMaxRanks) : 1;
+  m.cp = layout.has("context_parallel_size") ? layout.integer("context_parallel_size", 1, kMaxRanks)
+                                             : 1;
   m.distributed_optimizer = layout.boolean("use_distributed_optimizer");
   m.args = f.strings("args");
   if (f.has("loss_scaler")) {
     const JsonFields s = f.object("loss_scaler");
-    m.loss_scaler = LossScalerState{s.number("scale", 1e-300, 1e300),
-                                    s.integer("growth_tracker", 0),
-                                    s.integer("hysteresis_tracker", -kMaxCount)};
+    m.loss_scaler =
+        LossScalerState{s.number("scale", 1e-300, 1e300), s.integer("growth_tracker", 0),
+                        s.integer("hysteresis_tracker", -kMaxCount)};
   }
   const std::vector<JsonFields> ranks = f.objects("ranks");
   MG_USER_CHECK(int64_t(ranks.size()) == m.tp * m.cp * m.pp * m.dp, f.name("ranks"), " lists ",
@@ -163,7 +167,7 @@ CheckpointMetadata parse_checkpoint_metadata(const std::string& text, const std:
 
 std::string shard_index_text(const ShardIndex& s) {
   json index = {{"format", kFormat}, {"version", kCheckpointVersion}, {"rank", s.rank},
-                {"bin", s.bin}, {"bin_bytes", s.bin_bytes}, {"bin_crc32", s.bin_crc32}};
+                {"bin", s.bin},      {"bin_bytes", s.bin_bytes},      {"bin_crc32", s.bin_crc32}};
   json& list = index["pieces"] = json::array();
   for (const PieceInfo& p : s.pieces)
     list.push_back({{"key", p.key},
@@ -185,8 +189,11 @@ ShardIndex parse_shard_index(const std::string& text, const std::string& path) {
   const json j = JsonFields::parse_object(text, what);
   const JsonFields f(j, what);
   const int version = check_format(f, what);
-  ShardIndex s{f.integer("rank", 0, kMaxRanks - 1), f.string("bin"),
-               uint64_t(f.integer("bin_bytes", 0)), f.crc("bin_crc32"), {}};
+  ShardIndex s{f.integer("rank", 0, kMaxRanks - 1),
+               f.string("bin"),
+               uint64_t(f.integer("bin_bytes", 0)),
+               f.crc("bin_crc32"),
+               {}};
   for (const JsonFields& e : f.objects("pieces")) {
     PieceInfo p;
     p.key = e.string("key");

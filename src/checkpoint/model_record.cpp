@@ -28,8 +28,7 @@ std::string as_flags(const ModelField& f, const json& v) {
 json model_record(const GPTConfig& model) {
   const GPTConfig c = model.resolved();
   json j;
-  for (const ModelField& f : model_fields())
-    std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
+  for (const ModelField& f : model_fields()) std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
   j["padded_vocab_size"] = c.padded_vocab_size();
   return j;
 }
@@ -47,10 +46,8 @@ GPTConfig model_from_record(const json& record, const std::string& what) {
         [&](auto m) {
           auto& v = c.*m;
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::string>)
-            v = r.string(f.key);
-          else if constexpr (std::is_same_v<T, bool>)
-            v = r.boolean(f.key);
+          if constexpr (std::is_same_v<T, std::string>) v = r.string(f.key);
+          else if constexpr (std::is_same_v<T, bool>) v = r.boolean(f.key);
           else if constexpr (std::is_same_v<T, float>)
             v = float(r.number(f.key, -FLT_MAX, FLT_MAX));
           else  // sizes and counts: no real model comes near 2^31
@@ -66,8 +63,10 @@ GPTConfig model_from_record(const json& record, const std::string& what) {
   if (r.has("padded_vocab_size")) {
     const int64_t padded = r.integer("padded_vocab_size", 1, INT_MAX);
     MG_USER_CHECK(padded >= c.vocab_size && padded % c.make_vocab_size_divisible_by == 0,
-                  r.name("padded_vocab_size"), " must be a multiple of make_vocab_size_divisible_by ",
-                  c.make_vocab_size_divisible_by, " and >= vocab_size ", c.vocab_size, ", got ", padded);
+                  r.name("padded_vocab_size"),
+                  " must be a multiple of make_vocab_size_divisible_by ",
+                  c.make_vocab_size_divisible_by, " and >= vocab_size ", c.vocab_size, ", got ",
+                  padded);
   }
   return c;
 }

@@ -20,7 +20,8 @@ constexpr const char* kFormat = "megatron-cpp-params";
 
 }  // namespace
 
-void write_params_file(const std::string& path, const std::vector<float>& flat, const GPTConfig& cfg) {
+void write_params_file(const std::string& path, const std::vector<float>& flat,
+                       const GPTConfig& cfg) {
   ckpt::AtomicFileWriter w(path);
   w.write(flat.data(), flat.size() * sizeof(float));
   w.commit();
@@ -28,9 +29,13 @@ void write_params_file(const std::string& path, const std::vector<float>& flat, 
   const ParamLayout layout = gpt_param_layout(cfg);
   for (const ParamSpec& p : layout.params())
     params.push_back({{"name", p.name}, {"shape", p.global_shape}, {"offset", p.offset}});
-  const json manifest = {{"format", kFormat}, {"version", kParamsFileVersion},
-                         {"model", model_record(cfg)}, {"dtype", "f32"},
-                         {"bytes", w.bytes()}, {"crc32", w.crc()}, {"params", params}};
+  const json manifest = {{"format", kFormat},
+                         {"version", kParamsFileVersion},
+                         {"model", model_record(cfg)},
+                         {"dtype", "f32"},
+                         {"bytes", w.bytes()},
+                         {"crc32", w.crc()},
+                         {"params", params}};
   ckpt::write_file_atomic(path + ".json", manifest.dump(1) + "\n");
 }
 
@@ -40,7 +45,8 @@ void read_params_file(const std::string& path, const GPTConfig& cfg, float* para
   const std::string text = ckpt::read_text_file(mpath);
   MG_USER_CHECK(text.find_first_not_of(" \t\r\n") == std::string::npos ||
                     text[text.find_first_not_of(" \t\r\n")] != '[',
-                what, " is the bare parameter list of an older megatron-cpp, which records neither "
+                what,
+                " is the bare parameter list of an older megatron-cpp, which records neither "
                 "the model nor a checksum: write the file again with train --dump-final-params");
   const json j = ckpt::JsonFields::parse_object(text, what);
   const ckpt::JsonFields f(j, what);
@@ -67,8 +73,8 @@ void read_params_file(const std::string& path, const GPTConfig& cfg, float* para
                   "; pass the model flags it was trained with");
   }
   const uint64_t bytes = uint64_t(layout.total_numel()) * sizeof(float);
-  MG_USER_CHECK(uint64_t(f.integer("bytes", 0)) == bytes, what, " records ",
-                f.integer("bytes", 0), " bytes but this model's parameters take ", bytes);
+  MG_USER_CHECK(uint64_t(f.integer("bytes", 0)) == bytes, what, " records ", f.integer("bytes", 0),
+                " bytes but this model's parameters take ", bytes);
   const ckpt::MappedFile data(path);
   MG_USER_CHECK(data.size() == bytes, "--load-params: '", path, "' has ", data.size(),
                 " bytes but should hold ", layout.total_numel(), " fp32 values (truncated?)");

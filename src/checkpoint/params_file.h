@@ -14,7 +14,8 @@ constexpr int kParamsFileVersion = 2;  // 1: a bare list of parameters, no model
 
 // Writes PATH (atomically), then PATH.json (atomically): a crash in between leaves a PATH.json
 // whose checksum does not match, which the reader reports.
-void write_params_file(const std::string& path, const std::vector<float>& flat, const GPTConfig& cfg);
+void write_params_file(const std::string& path, const std::vector<float>& flat,
+                       const GPTConfig& cfg);
 // Reads PATH into params (cfg's single-rank layout), after checking PATH.json's model record
 // against cfg (a mismatch names the flags), its parameter list, the byte count and the CRC-32.
 void read_params_file(const std::string& path, const GPTConfig& cfg, float* params);

@@ -141,8 +141,8 @@ SafetensorsHeader parse_safetensors_header(const char* data, size_t size, const 
 std::vector<float> SafeTensor::to_f32() const {
   const int64_t n = shape_numel(shape);
   std::vector<float> out(static_cast<size_t>(n));
-  MG_USER_CHECK(dtype == "F32" || dtype == "F16" || dtype == "BF16", "'", path, "': tensor '",
-                name, "' has dtype ", dtype, "; GPT-2 conversion reads F32, F16 and BF16");
+  MG_USER_CHECK(dtype == "F32" || dtype == "F16" || dtype == "BF16", "'", path, "': tensor '", name,
+                "' has dtype ", dtype, "; GPT-2 conversion reads F32, F16 and BF16");
   if (n == 0) return out;  // an empty vector's data() is null: nothing to copy
   if (dtype == "F32") {
     std::memcpy(out.data(), data, size_t(n) * 4);
@@ -160,9 +160,9 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   file_ = std::make_unique<ckpt::MappedFile>(path);
   const SafetensorsHeader h = parse_safetensors_header(file_->data(), file_->size(), path);
   for (const SafetensorsEntry& e : h.tensors)
-    tensors_.emplace(
-        e.name, SafeTensor{e.name, e.dtype, e.shape, file_->data() + h.data_start + e.begin, path,
-                            e.end - e.begin});
+    tensors_.emplace(e.name,
+                     SafeTensor{e.name, e.dtype, e.shape, file_->data() + h.data_start + e.begin,
+                                path, e.end - e.begin});
 }
 
 const SafeTensor& SafetensorsReader::get(const std::string& name) const {
@@ -179,7 +179,9 @@ void write_safetensors(const std::string& path, const std::vector<NamedF32>& ten
   for (const NamedF32& t : tensors) {
     MG_CHECK(int64_t(t.values.size()) == shape_numel(t.shape), "tensor ", t.name, " size");
     const uint64_t bytes = t.values.size() * 4;
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {{"dtype", "F32"},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

@@ -43,8 +43,8 @@ struct SafeTensor {
   std::string name;
   std::string dtype;  // safetensors dtype name
   Shape shape;
-  const char* data;  // into the mapped file; any alignment
-  std::string path;  // the file (for messages)
+  const char* data;    // into the mapped file; any alignment
+  std::string path;    // the file (for messages)
   uint64_t bytes = 0;  // of data
   // The values as f32 (F32, F16, BF16); another dtype is a UsageError naming the tensor.
   std::vector<float> to_f32() const;

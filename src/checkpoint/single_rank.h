@@ -25,11 +25,11 @@ struct SingleRankModel {
     // Params, grads and Adam state in f32, the f32 copy the conversion makes and one sample's
     // activations, refused up front when the host cannot hold them.
     const char* what = "bytes to convert the model";
-    runtime::check_host_fits(
-        checked_add(checked_mul(shard_param_count(small).elements, 20, what),
-                    GPTModel::activation_bytes(small, 1, StageSpec{}), what),
-        str_cat("converting a model of ", cfg.num_parameters(), " parameters (", cfg.num_layers,
-                " layers, hidden size ", cfg.hidden_size, ")"));
+    runtime::check_host_fits(checked_add(checked_mul(shard_param_count(small).elements, 20, what),
+                                         GPTModel::activation_bytes(small, 1, StageSpec{}), what),
+                             str_cat("converting a model of ", cfg.num_parameters(),
+                                     " parameters (", cfg.num_layers, " layers, hidden size ",
+                                     cfg.hidden_size, ")"));
     model = std::make_unique<GPTModel>(small, 1);
     optim = std::make_unique<Optimizer>(model->layout(), OptimizerConfig{});
   }

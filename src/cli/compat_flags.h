@@ -39,7 +39,7 @@ struct DefaultOnlyFlag {
 };
 
 struct RenamedFlag {
-  const char* flag;         // the removed spelling
+  const char* flag;  // the removed spelling
   const char* metavar;
   const char* replacement;  // the current flag(s), which the old value follows
 };
@@ -68,8 +68,8 @@ std::vector<Option<Config>> compat_options(const std::string& command) {
     const std::string flag = f.flag, choices = f.choices;
     out.push_back({flag, f.metavar,
                    std::string("Megatron compatibility, no effect here: ") + f.upstream,
-                   [flag, choices, numeric = std::string(f.metavar) == "N" ||
-                                               std::string(f.metavar) == "N..."](
+                   [flag, choices,
+                    numeric = std::string(f.metavar) == "N" || std::string(f.metavar) == "N..."](
                        Config&, const std::vector<std::string>& values) {
                      // Values are checked as upstream's argparse types check them.
                      if (numeric)
@@ -77,8 +77,8 @@ std::vector<Option<Config>> compat_options(const std::string& command) {
                      if (choices.empty() || values.empty()) return;
                      const std::string v = values.front();
                      const std::string padded = "|" + choices + "|";
-                     MG_USER_CHECK(padded.find("|" + v + "|") != std::string::npos, flag,
-                                   " takes ", choices, ", not '", v, "'");
+                     MG_USER_CHECK(padded.find("|" + v + "|") != std::string::npos, flag, " takes ",
+                                   choices, ", not '", v, "'");
                    },
                    none});
   }
@@ -93,8 +93,10 @@ std::vector<Option<Config>> compat_options(const std::string& command) {
   for (const DefaultOnlyFlag& f : t.default_only) {
     const std::string flag = f.flag, accepted = f.accepted, what = f.what;
     out.push_back({flag, f.metavar,
-                   accepted + " (the default layout); other values are not supported by "
-                   "megatron-cpp yet: " + what,
+                   accepted +
+                       " (the default layout); other values are not supported by "
+                       "megatron-cpp yet: " +
+                       what,
                    [flag, accepted, what](Config&, const std::vector<std::string>& values) {
                      const std::string v = values.empty() ? accepted : values.front();
                      if (parse_number<int64_t>(flag, v) != parse_number<int64_t>(flag, accepted))

@@ -3,7 +3,8 @@
 
 namespace mg {
 
-#define MG_FIELD(expr) [](ConvertConfig& c) -> auto& { return c.expr; }
+#define MG_FIELD(expr) \
+  [](ConvertConfig & c) -> auto& { return c.expr; }
 
 const std::vector<Option<ConvertConfig>>& convert_options() {
   using C = ConvertConfig;
@@ -32,8 +33,7 @@ const std::vector<Option<ConvertConfig>>& convert_options() {
                 "hf-to-megatron: write the checkpoint as a TP=N run saves it (any layout loads it)",
                 MG_FIELD(target_tp)),
       valued<C>("--target-pipeline-parallel-size", "M",
-                "hf-to-megatron: write the checkpoint as a PP=M run saves it",
-                MG_FIELD(target_pp)),
+                "hf-to-megatron: write the checkpoint as a PP=M run saves it", MG_FIELD(target_pp)),
       valued<C>("--max-shard-size", "SIZE",
                 "megatron-to-hf: split the weights into model-0000i-of-0000n.safetensors files "
                 "of at most SIZE (5GB = 5e9 bytes, 500MB, 2GiB, or bytes) with "

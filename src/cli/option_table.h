@@ -69,9 +69,7 @@ Option<Config> valued(std::string flag, std::string metavar, std::string help, A
               access(c) = cli_detail::parse_value<T>(flag, values.at(0));
             }
           },
-          [=](const Config& c) {
-            return cli_detail::show_value(access(const_cast<Config&>(c)));
-          }};
+          [=](const Config& c) { return cli_detail::show_value(access(const_cast<Config&>(c))); }};
 }
 
 template <typename Config, typename Access>
@@ -87,13 +85,12 @@ template <typename Config, typename Inner, typename Access>
 std::vector<Option<Config>> options_of(const std::vector<Option<Inner>>& inner, Access access) {
   std::vector<Option<Config>> out;
   for (const Option<Inner>& o : inner)
-    out.push_back({o.flag, o.metavar, o.help,
-                   [set = o.set, access](Config& c, const std::vector<std::string>& v) {
-                     set(access(c), v);
-                   },
-                   [show = o.show, access](const Config& c) {
-                     return show(access(const_cast<Config&>(c)));
-                   }});
+    out.push_back(
+        {o.flag, o.metavar, o.help,
+         [set = o.set, access](Config& c, const std::vector<std::string>& v) { set(access(c), v); },
+         [show = o.show, access](const Config& c) {
+           return show(access(const_cast<Config&>(c)));
+         }});
   return out;
 }
 

@@ -62,8 +62,7 @@ int train(const std::vector<std::string>& args, const MpiSession* session) {
     // communicator is torn down, so no rank waits forever. One rank: main() reports it.
     if (mpi.world_size() > 1) {
       const bool usage = dynamic_cast<const UsageError*>(&e) != nullptr;
-      log_error(std::string(usage ? "megatron: error: " : "megatron: internal error: ") +
-                e.what());
+      log_error(std::string(usage ? "megatron: error: " : "megatron: internal error: ") + e.what());
       MpiSession::abort(usage ? 2 : 1);
     }
     throw;
@@ -75,15 +74,17 @@ int preprocess(const std::vector<std::string>& args, const MpiSession*) {
   const PreprocessConfig cfg = parse_args(preprocess_options(), args, "preprocess");
   const PreprocessSummary s = run_preprocess(cfg);
   std::string outputs;
-  for (const std::string& k : cfg.json_keys) outputs += " " + cfg.output_prefix + "_" + k + "_document.{bin,idx}";
+  for (const std::string& k : cfg.json_keys)
+    outputs += " " + cfg.output_prefix + "_" + k + "_document.{bin,idx}";
   if (cfg.partitions > 1)
-    outputs += str_cat(" (merged from ", cfg.partitions, " partitions ", cfg.output_prefix,
-                       "_<0..", cfg.partitions - 1, ">_<key>_document)");
-  std::printf("preprocess: %lld documents, %lld tokens, %lld bad lines skipped, %.2f MB in %.2f s "
-              "(%.2f MB/s, %.0f docs/s, %d workers; tokenizer loaded in %.2f s) ->%s\n",
-              (long long)s.documents, (long long)s.tokens, (long long)s.bad_lines,
-              double(s.bytes) / 1e6, s.seconds, double(s.bytes) / 1e6 / s.seconds,
-              double(s.documents) / s.seconds, cfg.workers, s.startup_seconds, outputs.c_str());
+    outputs += str_cat(" (merged from ", cfg.partitions, " partitions ", cfg.output_prefix, "_<0..",
+                       cfg.partitions - 1, ">_<key>_document)");
+  std::printf(
+      "preprocess: %lld documents, %lld tokens, %lld bad lines skipped, %.2f MB in %.2f s "
+      "(%.2f MB/s, %.0f docs/s, %d workers; tokenizer loaded in %.2f s) ->%s\n",
+      (long long)s.documents, (long long)s.tokens, (long long)s.bad_lines, double(s.bytes) / 1e6,
+      s.seconds, double(s.bytes) / 1e6 / s.seconds, double(s.documents) / s.seconds, cfg.workers,
+      s.startup_seconds, outputs.c_str());
   return 0;
 }
 
@@ -129,22 +130,24 @@ const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
       {"train", "train a model (megatron train --help for its flags)",
        [] {
-         return help_text(train_options(), "usage: megatron train [flags]\n\nTrains a "
+         return help_text(train_options(),
+                          "usage: megatron train [flags]\n\nTrains a "
                           "GPT-2-style model. Flags follow Megatron-LM's names and meanings.");
        },
        train, /*needs_mpi=*/true, /*blocks_stop_signals=*/false},
       {"preprocess", "JSON lines -> Megatron .bin/.idx token datasets",
        [] {
-         return help_text(preprocess_options(), "usage: megatron preprocess [flags]\n\n"
+         return help_text(preprocess_options(),
+                          "usage: megatron preprocess [flags]\n\n"
                           "Tokenizes JSON lines into Megatron's indexed dataset format.");
        },
        preprocess, false, false},
       {"merge-datasets", "concatenate .bin/.idx datasets",
-       [] { return help_text(merge_options(), "usage: megatron merge-datasets [flags]"); },
-       merge, false, false},
+       [] { return help_text(merge_options(), "usage: megatron merge-datasets [flags]"); }, merge,
+       false, false},
       {"generate", "continue prompts with a trained model",
-       [] { return help_text(generate_options(), "usage: megatron generate [flags]"); },
-       generate, false, false},
+       [] { return help_text(generate_options(), "usage: megatron generate [flags]"); }, generate,
+       false, false},
       {"serve", "serve a checkpoint over HTTP (Megatron's PUT /api, OpenAI completions)",
        [] {
          return help_text(serve_options(),
@@ -161,8 +164,9 @@ const std::vector<Subcommand>& subcommands() {
                           "--load SRC --save DST");
        },
        convert, false, false},
-      {"plan", "memory per rank and step time of a train command line, and --search\n"
-               "for the fastest layout on N devices (docs/planner.md)",
+      {"plan",
+       "memory per rank and step time of a train command line, and --search\n"
+       "for the fastest layout on N devices (docs/planner.md)",
        [] {
          return help_text(plan_options(),
                           "usage: megatron plan --num-gpus N [--device-profile NAME|FILE] "

@@ -23,8 +23,8 @@ namespace mg {
 enum class ReduceOp { Sum, Max };
 
 struct CommStats {
-  int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0,
-          broadcast_bytes = 0, p2p_bytes = 0, all_to_all_bytes = 0;
+  int64_t all_reduce_bytes = 0, reduce_scatter_bytes = 0, all_gather_bytes = 0, broadcast_bytes = 0,
+          p2p_bytes = 0, all_to_all_bytes = 0;
   int64_t total() const {
     return all_reduce_bytes + reduce_scatter_bytes + all_gather_bytes + broadcast_bytes +
            p2p_bytes + all_to_all_bytes;

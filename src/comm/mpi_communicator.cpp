@@ -140,8 +140,7 @@ class MpiCommunicator : public Communicator {
       return std::make_unique<DoneRequest>();
     }
     auto r = std::make_unique<MpiRequest>("reduce-scatter", group_);
-    check_mpi(MPI_Ireduce_scatter_block(in, out, count(n_out), reduce_type(t), op, comm_,
-                                        &r->req_),
+    check_mpi(MPI_Ireduce_scatter_block(in, out, count(n_out), reduce_type(t), op, comm_, &r->req_),
               "MPI_Ireduce_scatter_block");
     stats_.reduce_scatter_bytes += (size_ - 1) * n_out * int64_t(dtype_size(t));
     return r;
@@ -207,8 +206,7 @@ class MpiCommunicator : public Communicator {
                              mpi_type(t), comm_, &r),
               "MPI_Ialltoallv");
     wait_mpi(&r, 1, "all-to-all-v", group_);
-    stats_.all_to_all_bytes +=
-        checked_mul(to_others, int64_t(dtype_size(t)), "all-to-all-v bytes");
+    stats_.all_to_all_bytes += checked_mul(to_others, int64_t(dtype_size(t)), "all-to-all-v bytes");
   }
   void batch_isend_irecv(const std::vector<P2POp>& ops) override {
     std::vector<MPI_Request> reqs(ops.size());
@@ -241,8 +239,7 @@ class MpiCommunicator : public Communicator {
         send_ops.push_back(op);
       } else {
         recvs.push_back(MPI_REQUEST_NULL);
-        check_mpi(MPI_Irecv(op.data, count(op.n), MPI_FLOAT, op.peer, op.tag, comm_,
-                            &recvs.back()),
+        check_mpi(MPI_Irecv(op.data, count(op.n), MPI_FLOAT, op.peer, op.tag, comm_, &recvs.back()),
                   "MPI_Irecv");
         recv_ops.push_back(op);
       }

@@ -12,8 +12,8 @@
 
 namespace mg {
 
-RankThreads choose_rank_threads(int cores, int usable_cores, int ranks_on_node,
-                                const char* omp_env, int env_threads) {
+RankThreads choose_rank_threads(int cores, int usable_cores, int ranks_on_node, const char* omp_env,
+                                int env_threads) {
   RankThreads t;
   t.cores = std::max(1, cores);
   t.usable_cores = std::max(1, usable_cores);
@@ -39,8 +39,8 @@ RankThreads set_rank_threads() {
 std::string describe(const RankThreads& t) {
   if (t.from_env) return str_cat(" > threads per rank: ", t.threads, " (OMP_NUM_THREADS)");
   const bool bound = t.usable_cores < t.cores / std::max(t.ranks_on_node, 1);
-  return str_cat(" > threads per rank: ", t.threads, " (", t.cores, " cores / ",
-                 t.ranks_on_node, t.ranks_on_node == 1 ? " rank" : " ranks", " on this node",
+  return str_cat(" > threads per rank: ", t.threads, " (", t.cores, " cores / ", t.ranks_on_node,
+                 t.ranks_on_node == 1 ? " rank" : " ranks", " on this node",
                  bound ? str_cat(", bound to ", t.usable_cores, " cores") : std::string(),
                  "; OMP_NUM_THREADS overrides)");
 }

@@ -17,8 +17,8 @@ struct RankThreads {
 
 // The rule, without side effects: OMP_NUM_THREADS (omp_env, non-empty) gives `env_threads`;
 // else max(1, min(usable_cores, cores / ranks_on_node)).
-RankThreads choose_rank_threads(int cores, int usable_cores, int ranks_on_node,
-                                const char* omp_env, int env_threads);
+RankThreads choose_rank_threads(int cores, int usable_cores, int ranks_on_node, const char* omp_env,
+                                int env_threads);
 
 // Applies the rule to this process (omp_set_num_threads unless OMP_NUM_THREADS is set) and
 // returns what it chose. Calls local_size(), so with MPI running every rank must call it.

@@ -29,8 +29,7 @@ class SelfCommunicator : public Communicator {
     reduce_scatter(in, out, n, t);
     return std::make_unique<Done>();
   }
-  std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n,
-                                           DType t) override {
+  std::unique_ptr<CommRequest> iall_gather(const void* in, void* out, int64_t n, DType t) override {
     move(out, in, size_t(n) * dtype_size(t));
     return std::make_unique<Done>();
   }
@@ -75,8 +74,8 @@ std::unique_ptr<CommRequest> Communicator::exchange(const std::vector<P2POp>& op
 }
 
 void check_reducible(DType dtype, ReduceOp op) {
-  MG_CHECK(dtype == DType::F32 || (dtype == DType::BF16 && op == ReduceOp::Sum),
-           "reduction of ", dtype_name(dtype), op == ReduceOp::Max ? " (max)" : " (sum)",
+  MG_CHECK(dtype == DType::F32 || (dtype == DType::BF16 && op == ReduceOp::Sum), "reduction of ",
+           dtype_name(dtype), op == ReduceOp::Max ? " (max)" : " (sum)",
            ": the communicators reduce f32, and bf16 sums");
 }
 
@@ -97,8 +96,7 @@ int64_t check_all_to_all_v(const Communicator& comm, const int64_t* send_counts,
 std::vector<int64_t> chunk_offsets(const int64_t* counts, int n) {
   std::vector<int64_t> offsets(size_t(n), 0);
   for (int j = 1; j < n; ++j)
-    offsets[size_t(j)] =
-        checked_add(offsets[size_t(j - 1)], counts[j - 1], "all-to-all-v offsets");
+    offsets[size_t(j)] = checked_add(offsets[size_t(j - 1)], counts[j - 1], "all-to-all-v offsets");
   return offsets;
 }
 

@@ -25,7 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double g_timeout = 600.0;  // Megatron's --distributed-timeout-minutes default, 10
+double g_timeout = 600.0;             // Megatron's --distributed-timeout-minutes default, 10
 const WaitSite* g_current = nullptr;  // the wait this rank is in (probes are answered with it)
 MPI_Comm g_census = MPI_COMM_NULL;
 GroupInfo g_world;
@@ -52,7 +52,9 @@ std::deque<Answer> g_sent;
 bool g_timed_out = false;
 int g_first_prober = INT_MAX;  // the lowest rank that probed this one (it timed out too)
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 void sleep_seconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
@@ -149,27 +151,28 @@ std::string census_report(int me, double waited, const WaitSite& site,
     entry.first.push_back(r);
     entry.second = std::max(entry.second, double(a.waited));
   }
-  std::string out = str_cat("megatron: error: rank ", me, " timed out after ",
-                            seconds_text(waited), " (--distributed-timeout-minutes ",
-                            comm_timeout() / 60.0, ") in ", site.describe());
+  std::string out =
+      str_cat("megatron: error: rank ", me, " timed out after ", seconds_text(waited),
+              " (--distributed-timeout-minutes ", comm_timeout() / 60.0, ") in ", site.describe());
   if (!silent.empty())
     out += str_cat("\n  not responding: ", ranks_text(silent),
-                   " (stopped, stuck, or computing for longer than ",
-                   seconds_text(census_grace()), ")");
+                   " (stopped, stuck, or computing for longer than ", seconds_text(census_grace()),
+                   ")");
   else if (answers.size() > 1)
-    out += "\n  every rank answered: a deadlock (each waits on another), or a rank's "
-           "operation does not match its peers'";
+    out +=
+        "\n  every rank answered: a deadlock (each waits on another), or a rank's "
+        "operation does not match its peers'";
   int lines = 0;
   for (const auto& [what, entry] : waiting) {
     if (++lines > 16) {
       out += str_cat("\n  ... and ", waiting.size() - 16, " more kinds of wait");
       break;
     }
-    const char* state = what.first                ? "timed out after "
+    const char* state = what.first               ? "timed out after "
                         : entry.first.size() > 1 ? "waiting up to "
                                                  : "waiting ";
-    out += str_cat("\n  ", ranks_text(entry.first), ": ", state, seconds_text(entry.second),
-                   " in ", what.second);
+    out += str_cat("\n  ", ranks_text(entry.first), ": ", state, seconds_text(entry.second), " in ",
+                   what.second);
   }
   out += str_cat("\n  ending the job (exit code ", kCommTimeoutExitCode,
                  "); if a rank was only slow, raise --distributed-timeout-minutes");
@@ -219,14 +222,16 @@ std::string format_ranks(const std::vector<int>& ranks) {
 }
 
 std::string WaitSite::describe() const {
-  const std::string where = group ? str_cat(group->name, " group ", format_ranks(group->world_ranks))
-                                  : std::string("group");
+  const std::string where = group
+                                ? str_cat(group->name, " group ", format_ranks(group->world_ranks))
+                                : std::string("group");
   if (peers.empty()) return str_cat(op, " over the ", where);
   std::string out;
   for (size_t i = 0; i < peers.size(); ++i) {
     if (!pending.empty() && !pending[i]) continue;
     const int p = peers[i].peer;
-    const int world = group && p < int(group->world_ranks.size()) ? group->world_ranks[size_t(p)] : p;
+    const int world =
+        group && p < int(group->world_ranks.size()) ? group->world_ranks[size_t(p)] : p;
     out += str_cat(out.empty() ? "" : " + ", peers[i].is_send ? "send to rank " : "recv from rank ",
                    world);
   }

@@ -18,9 +18,7 @@ CpCommType parse_cp_comm_type(const std::string& name) {
   throw UsageError("--cp-comm-type " + name + ": expected p2p (ring) or a2a (all-to-all)");
 }
 
-const char* cp_comm_type_name(CpCommType t) {
-  return t == CpCommType::P2P ? "p2p" : "a2a";
-}
+const char* cp_comm_type_name(CpCommType t) { return t == CpCommType::P2P ? "p2p" : "a2a"; }
 
 CpLayout cp_layout(const CpAttention& cp, int64_t S_local) {
   return {cp.comm->size(), cp.comm->rank(), S_local * cp.comm->size()};
@@ -42,10 +40,8 @@ void cp_attention_forward(const CpAttention& cp, ops::MatOut out, float* lse, co
   check_cp_attention(cp, a.Sq, a.NH, a.NKV);
   MG_CHECK(a.causal && a.Sq == a.Sk, "context-parallel attention is causal self-attention");
   check_host(out.data);
-  if (cp.type == CpCommType::P2P)
-    ring_attention_forward(cp, out, lse, q, k, v, a, seg_start);
-  else
-    a2a_attention_forward(cp, out, lse, q, k, v, a, seg_start);
+  if (cp.type == CpCommType::P2P) ring_attention_forward(cp, out, lse, q, k, v, a, seg_start);
+  else a2a_attention_forward(cp, out, lse, q, k, v, a, seg_start);
 }
 
 void cp_attention_backward(const CpAttention& cp, const ops::Heads& dq, const ops::Heads& dk,
@@ -58,8 +54,7 @@ void cp_attention_backward(const CpAttention& cp, const ops::Heads& dq, const op
   check_host(dout);
   if (cp.type == CpCommType::P2P)
     ring_attention_backward(cp, dq, dk, dv, dout, out, q, k, v, lse, a, seg_start, write);
-  else
-    a2a_attention_backward(cp, dq, dk, dv, dout, out, q, k, v, lse, a, seg_start, write);
+  else a2a_attention_backward(cp, dq, dk, dv, dout, out, q, k, v, lse, a, seg_start, write);
 }
 
 void copy_heads(void* dst, const ops::Heads& src, int64_t rows, int64_t h0, int64_t nh,

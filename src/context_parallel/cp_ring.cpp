@@ -42,8 +42,7 @@ Ring ring(const CpAttention& cp, const ops::AttentionShape& a, DType t) {
 // when every key of it is in the queries' causal future.
 bool pair_shape(ops::AttentionShape& p, const Ring& r, const ops::AttentionShape& a, int qh,
                 int owner, int kh) {
-  const int64_t qi = r.l.chunk_index(qh),
-                ki = CpLayout{r.l.size, owner, r.l.S}.chunk_index(kh);
+  const int64_t qi = r.l.chunk_index(qh), ki = CpLayout{r.l.size, owner, r.l.S}.chunk_index(kh);
   if (ki > qi) return false;
   p = a;
   p.Sq = p.Sk = r.c;
@@ -53,9 +52,7 @@ bool pair_shape(ops::AttentionShape& p, const Ring& r, const ops::AttentionShape
 }
 
 // The first row (t*B + b) of local chunk `half`.
-int64_t first_row(const Ring& r, int half) {
-  return half * r.c * r.B;
-}
+int64_t first_row(const Ring& r, int half) { return half * r.c * r.B; }
 
 // Sends the block to the next rank and receives the previous rank's into `into` (bytes each).
 void pass_on(Communicator& comm, const Ring& r, std::vector<float>& block, std::vector<float>& into,
@@ -173,10 +170,8 @@ void ring_attention_backward(const CpAttention& cp, const ops::Heads& dq, const 
   // The block in hand is the next rank's: one more hop takes each dK/dV home (the K/V stay).
   std::vector<float> grads(size_t(grad_bytes / 4)), mine(size_t(grad_bytes / 4));
   std::copy(block.begin() + r.kv_bytes() / 4, block.end(), grads.begin());
-  if (r.l.size > 1)
-    pass_on(*cp.comm, r, grads, mine, grad_bytes);
-  else
-    mine = grads;
+  if (r.l.size > 1) pass_on(*cp.comm, r, grads, mine, grad_bytes);
+  else mine = grads;
   write_heads(dq, dq_acc.data(), r.rows, r.NH, r.HD, write);
   write_heads(dk, mine.data(), r.rows, r.NKV, r.HD, write);
   write_heads(dv, mine.data() + r.kv(), r.rows, r.NKV, r.HD, write);

@@ -61,8 +61,8 @@ inline DropoutKey dropout_key(float p, uint64_t seed, int64_t iteration, int64_t
 // The factor (0 or 1/(1-p)) of element (sample, u, v, w) under key.
 MG_HOST_DEVICE inline float dropout_factor(const DropoutKey& key, int64_t sample, int64_t u,
                                            int64_t v, int64_t w) {
-  const Philox4 r = philox4x32_10(
-      {{uint32_t(w >> 2), uint32_t(v), uint32_t(u), uint32_t(sample)}}, key.k0, key.k1);
+  const Philox4 r = philox4x32_10({{uint32_t(w >> 2), uint32_t(v), uint32_t(u), uint32_t(sample)}},
+                                  key.k0, key.k1);
   return r.v[w & 3] < key.threshold ? 0.f : key.scale;
 }
 
@@ -71,8 +71,9 @@ MG_HOST_DEVICE inline void dropout_factors(float* f, const DropoutKey& key, int6
                                            int64_t u, int64_t v, int64_t w0, int64_t n) {
   for (int64_t i = 0; i < n;) {
     const int64_t w = w0 + i;
-    const Philox4 r = philox4x32_10(
-        {{uint32_t(w >> 2), uint32_t(v), uint32_t(u), uint32_t(sample)}}, key.k0, key.k1);
+    const Philox4 r =
+        philox4x32_10({{uint32_t(w >> 2), uint32_t(v), uint32_t(u), uint32_t(sample)}}, key.k0,
+                      key.k1);
     for (int64_t lane = w & 3; lane < 4 && i < n; ++lane, ++i)
       f[i] = r.v[lane] < key.threshold ? 0.f : key.scale;
   }

@@ -31,13 +31,13 @@ std::string str_cat(const Args&... args) {
 }  // namespace mg
 
 // MG_CHECK(cond, "hint", values...): throws InternalError "file:line: check `cond` failed: hint".
-#define MG_CHECK(cond, ...)                                                  \
-  do {                                                                       \
+#define MG_CHECK(cond, ...)                                                               \
+  do {                                                                                    \
     if (!(cond)) ::mg::fail_check(#cond, __FILE__, __LINE__, ::mg::str_cat(__VA_ARGS__)); \
   } while (0)
 
 // MG_USER_CHECK(cond, message...): throws UsageError with the message (no file:line: it is for users).
-#define MG_USER_CHECK(cond, ...)                                          \
-  do {                                                                    \
-    if (!(cond)) throw ::mg::UsageError(::mg::str_cat(__VA_ARGS__));      \
+#define MG_USER_CHECK(cond, ...)                                     \
+  do {                                                               \
+    if (!(cond)) throw ::mg::UsageError(::mg::str_cat(__VA_ARGS__)); \
   } while (0)

@@ -40,7 +40,8 @@ void arm(int world_rank) {
     iter = std::strtoll(v.c_str() + b + 1, &end, 10);
     if (b + 1 == v.size() || *end) iter = 0;
   }
-  MG_USER_CHECK(rank >= 0 && site >= 0 && iter >= 1, "MG_FAULT_STOP='", v, "': expected "
+  MG_USER_CHECK(rank >= 0 && site >= 0 && iter >= 1, "MG_FAULT_STOP='", v,
+                "': expected "
                 "RANK:SITE:ITERATION (SITE one of forward, backward, optimizer, checkpoint-save; "
                 "ITERATION >= 1), e.g. 3:forward:2");
   g_armed = rank == world_rank;

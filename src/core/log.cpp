@@ -37,8 +37,12 @@ std::string format_bytes(int64_t bytes) {
   }
   char buf[32];
   if (u == 0) std::snprintf(buf, sizeof buf, "%lld bytes", (long long)bytes);
-  else std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v,
-                     units[u]);
+  else
+    std::snprintf(buf, sizeof buf,
+                  v >= 100  ? "%.0f %s"
+                  : v >= 10 ? "%.1f %s"
+                            : "%.2f %s",
+                  v, units[u]);
   return buf;
 }
 

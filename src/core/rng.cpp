@@ -11,8 +11,7 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_
   return {r.v[0], r.v[1], r.v[2], r.v[3]};
 }
 
-void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint64_t stream,
-                 int64_t start) {
+void fill_normal(float* out, int64_t n, float std, uint64_t seed, uint64_t stream, int64_t start) {
   const std::array<uint32_t, 2> key = {uint32_t(seed), uint32_t(seed >> 32) ^ 0x5eedu};
   constexpr double kTwoPi = 6.283185307179586;
 #pragma omp parallel for schedule(static)

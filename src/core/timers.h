@@ -25,7 +25,7 @@ enum Phase : int {
   kBackwardSend,
   kForwardSendBackwardRecv,
   kBackwardSendForwardRecv,
-  kForwardSendForwardRecv,    // the interleaved schedule's
+  kForwardSendForwardRecv,  // the interleaved schedule's
   kBackwardSendBackwardRecv,
   kForwardBackwardSendForwardBackwardRecv,
   kEmbeddingGradsAllReduce,

@@ -13,9 +13,9 @@
 namespace mg {
 
 struct BatchOptions {
-  int32_t eod = 0;                  // the tokenizer's end-of-document id
-  bool eod_mask_loss = false;       // --eod-mask-loss
-  bool reset_position_ids = false;  // --reset-position-ids
+  int32_t eod = 0;                    // the tokenizer's end-of-document id
+  bool eod_mask_loss = false;         // --eod-mask-loss
+  bool reset_position_ids = false;    // --reset-position-ids
   bool reset_attention_mask = false;  // --reset-attention-mask
 };
 
@@ -25,7 +25,7 @@ struct Batch {
   std::vector<float> loss_mask;                       // (B, S)
   // With --reset-attention-mask: the first position each token may attend to (just after the
   // last EOD before it); empty otherwise.
-  std::vector<int32_t> attention_start;               // (B, S)
+  std::vector<int32_t> attention_start;  // (B, S)
 };
 
 // Samples [first, first + B) of the dataset (wrapping at its end, as a cyclic iterator does).

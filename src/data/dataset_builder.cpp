@@ -17,10 +17,10 @@ const SampleDataset* add(BuiltData& out, std::unique_ptr<SampleDataset> d) {
 }
 
 // One split drawn from `parts` (source, [begin, end)) with the blend's weights.
-const SampleDataset* build_split(BuiltData& out, const DataSpec& spec, int s,
-                                 const std::vector<std::pair<const TokenSource*, std::string>>& srcs,
-                                 const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                                 const std::vector<double>& weights) {
+const SampleDataset* build_split(
+    BuiltData& out, const DataSpec& spec, int s,
+    const std::vector<std::pair<const TokenSource*, std::string>>& srcs,
+    const std::vector<std::pair<int64_t, int64_t>>& ranges, const std::vector<double>& weights) {
   const int64_t n = spec.num_samples[s];
   auto cfg = [&](size_t i, int64_t samples) {
     GPTDatasetConfig c;
@@ -39,7 +39,7 @@ const SampleDataset* build_split(BuiltData& out, const DataSpec& spec, int s,
   for (size_t i = 0; i < srcs.size(); ++i) {
     MG_USER_CHECK(ranges[i].second > ranges[i].first, "'", srcs[i].second, "' has no ",
                   kSplitNames[s], " sequences under --split '", spec.split, "'");
-    const int64_t samples = srcs.size() == 1 ? n
+    const int64_t samples = srcs.size() == 1  ? n
                             : weights.empty() ? 0
                                               : blend_part_samples(n, weights[i]);
     parts.push_back(add(out, std::make_unique<GPTDataset>(*srcs[i].first, ranges[i].first,
@@ -85,7 +85,8 @@ BuiltData build_datasets(const DataSpec& spec) {
     for (int s = 0; s < 3; ++s) {
       if (!split_built(spec, s)) continue;
       std::vector<std::pair<int64_t, int64_t>> ranges;
-      for (auto& src : srcs) ranges.push_back(split_ranges(spec.split, src.first->num_sequences())[s]);
+      for (auto& src : srcs)
+        ranges.push_back(split_ranges(spec.split, src.first->num_sequences())[s]);
       out.split[s] = build_split(out, spec, s, srcs, ranges, weights);
     }
     return out;

@@ -17,12 +17,12 @@ struct DataSpec {
   int64_t mock_vocab_size = 0;
   int32_t mock_eod = 0;
   int64_t vocab_size = 0;  // token ids must lie in [0, vocab_size) (0: in the int32 range)
-  std::vector<std::string> data_path;                 // blend split by `split`
+  std::vector<std::string> data_path;                   // blend split by `split`
   std::array<std::vector<std::string>, 3> split_paths;  // per-split blends
   std::string split = "969,30,1";
   int64_t seq_length = 0;
   uint32_t seed = 1234;
-  std::array<int64_t, 3> num_samples = {0, 0, 0};     // requested per split (0: not built)
+  std::array<int64_t, 3> num_samples = {0, 0, 0};  // requested per split (0: not built)
   std::string cache_dir;  // --data-cache-path; empty: each dataset's default_cache_dir
   bool write_cache = true;
 };

@@ -128,16 +128,17 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
     char hex[17];
     std::snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)h);
     cache_prefix_ = (std::filesystem::path(cfg.cache_dir) /
-                     (std::string(hex) + "-GPTDataset-" + cfg.split_name + "-")).string();
+                     (std::string(hex) + "-GPTDataset-" + cfg.split_name + "-"))
+                        .string();
     if (std::filesystem::exists(cache_prefix_ + "shuffle_index.npy")) {
       document_index_ = read_npy(cache_prefix_ + "document_index.npy").as<int32_t>();
       sample_index_ = read_npy(cache_prefix_ + "sample_index.npy").as<int32_t>();
       shuffle_index_ = read_npy(cache_prefix_ + "shuffle_index.npy").as<int32_t>();
-      MG_USER_CHECK(
-          cached_indices_valid(source, begin, end, document_index_, sample_index_, shuffle_index_),
-          "index cache '", cache_prefix_,
-          "*.npy' does not match the dataset; "
-          "delete it to rebuild");
+      MG_USER_CHECK(cached_indices_valid(source, begin, end, document_index_, sample_index_,
+                                         shuffle_index_),
+                    "index cache '", cache_prefix_,
+                    "*.npy' does not match the dataset; "
+                    "delete it to rebuild");
       loaded_ = true;
       return;
     }
@@ -198,14 +199,14 @@ GPTDataset::GPTDataset(const TokenSource& source, int64_t begin, int64_t end,
     sample_index_[2 * k + 1] = int32_t(offset);
   }
 
-  const int64_t first =
-      separate_final_epoch ? ((num_epochs_ - 1) * tokens_per_epoch - X) / S : M;
+  const int64_t first = separate_final_epoch ? ((num_epochs_ - 1) * tokens_per_epoch - X) / S : M;
   shuffle_index_ = build_shuffle_index(first, M, rng);
 
   if (!cache_prefix_.empty()) {  // Megatron's dtypes: int32 indices, uint32 shuffle
     std::error_code ec;
     std::filesystem::create_directories(cfg.cache_dir, ec);
-    MG_USER_CHECK(!ec, "index cache directory '", cfg.cache_dir, "' (--data-cache-path; default "
+    MG_USER_CHECK(!ec, "index cache directory '", cfg.cache_dir,
+                  "' (--data-cache-path; default "
                   "<prefix>/cache/GPTDataset_indices, as Megatron) cannot be created: ",
                   ec.message(), "; pass --data-cache-path DIR");
     std::ofstream(cache_prefix_ + "description.txt") << description << "\n";

@@ -48,10 +48,14 @@ void* map_file(const std::string& path, size_t& size) {
 
 size_t token_dtype_size(TokenDType t) {
   switch (t) {
-    case TokenDType::U8: case TokenDType::I8: return 1;
-    case TokenDType::I16: case TokenDType::U16: return 2;
-    case TokenDType::I32: case TokenDType::F32: return 4;
-    case TokenDType::I64: case TokenDType::F64: return 8;
+    case TokenDType::U8:
+    case TokenDType::I8: return 1;
+    case TokenDType::I16:
+    case TokenDType::U16: return 2;
+    case TokenDType::I32:
+    case TokenDType::F32: return 4;
+    case TokenDType::I64:
+    case TokenDType::F64: return 8;
   }
   return 0;
 }
@@ -229,9 +233,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
   }
 }
 
-IndexedDataset::~IndexedDataset() {
-  unmap();
-}
+IndexedDataset::~IndexedDataset() { unmap(); }
 
 void IndexedDataset::unmap() {
   if (idx_map_) munmap(idx_map_, idx_size_);
@@ -269,26 +271,13 @@ void IndexedDataset::get(int64_t i, int64_t offset, int64_t n, int32_t* out) con
     }
   };
   switch (layout_.dtype) {
-    case TokenDType::U8:
-      copy.operator()<uint8_t>();
-      break;
-    case TokenDType::I8:
-      copy.operator()<int8_t>();
-      break;
-    case TokenDType::I16:
-      copy.operator()<int16_t>();
-      break;
-    case TokenDType::U16:
-      copy.operator()<uint16_t>();
-      break;
-    case TokenDType::I32:
-      copy.operator()<int32_t>();
-      break;
-    case TokenDType::I64:
-      copy.operator()<int64_t>();
-      break;
-    default:
-      MG_CHECK(false, "float token file");
+    case TokenDType::U8: copy.operator()<uint8_t>(); break;
+    case TokenDType::I8: copy.operator()<int8_t>(); break;
+    case TokenDType::I16: copy.operator()<int16_t>(); break;
+    case TokenDType::U16: copy.operator()<uint16_t>(); break;
+    case TokenDType::I32: copy.operator()<int32_t>(); break;
+    case TokenDType::I64: copy.operator()<int64_t>(); break;
+    default: MG_CHECK(false, "float token file");
   }
 }
 

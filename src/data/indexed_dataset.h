@@ -14,7 +14,16 @@
 namespace mg {
 
 // Megatron's DType codes.
-enum class TokenDType : uint8_t { U8 = 1, I8 = 2, I16 = 3, I32 = 4, I64 = 5, F64 = 6, F32 = 7, U16 = 8 };
+enum class TokenDType : uint8_t {
+  U8 = 1,
+  I8 = 2,
+  I16 = 3,
+  I32 = 4,
+  I64 = 5,
+  F64 = 6,
+  F32 = 7,
+  U16 = 8
+};
 size_t token_dtype_size(TokenDType t);
 // uint16 when the vocabulary fits (< 65500), else int32 (Megatron's optimal_dtype).
 TokenDType optimal_token_dtype(int64_t vocab_size);

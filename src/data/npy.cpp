@@ -14,9 +14,21 @@ namespace mg {
 
 int64_t NpyArray::at(size_t i) const {
   const char* p = data.data() + i * item();
-  if (descr == "<i4") { int32_t v; std::memcpy(&v, p, 4); return v; }
-  if (descr == "<u4") { uint32_t v; std::memcpy(&v, p, 4); return v; }
-  if (descr == "<i8") { int64_t v; std::memcpy(&v, p, 8); return v; }
+  if (descr == "<i4") {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (descr == "<u4") {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (descr == "<i8") {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
   if (descr == "<u8") {
     uint64_t v;
     std::memcpy(&v, p, 8);
@@ -24,7 +36,11 @@ int64_t NpyArray::at(size_t i) const {
                   ") is past int64; delete the file to rebuild it");
     return int64_t(v);
   }
-  if (descr == "<i2") { int16_t v; std::memcpy(&v, p, 2); return v; }
+  if (descr == "<i2") {
+    int16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+  }
   if (descr == "<u2") {
     uint16_t v;
     std::memcpy(&v, p, 2);
@@ -42,9 +58,13 @@ void NpyArray::out_of_range(size_t i, int64_t v) const {
 void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                const void* data, size_t bytes) {
   std::string shape_s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) shape_s += std::to_string(shape[i]) + (shape.size() == 1 ? "," : i + 1 < shape.size() ? ", " : "");
+  for (size_t i = 0; i < shape.size(); ++i)
+    shape_s += std::to_string(shape[i]) + (shape.size() == 1      ? ","
+                                           : i + 1 < shape.size() ? ", "
+                                                                  : "");
   shape_s += ")";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_s + ", }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape_s + ", }";
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';

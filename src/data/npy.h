@@ -9,8 +9,8 @@
 namespace mg {
 
 struct NpyArray {
-  std::string path;            // the file it was read from (for messages)
-  std::string descr;           // "<i4", "<i8", "<u4", "<i2"
+  std::string path;   // the file it was read from (for messages)
+  std::string descr;  // "<i4", "<i8", "<u4", "<i2"
   std::vector<int64_t> shape;
   std::vector<char> data;
   // Element conversion to T; an element outside T's range is a UsageError naming the file,

@@ -95,9 +95,7 @@ struct Partition {
   int index = 0, count = 1;
   int64_t run = 0;  // 0: round-robin
   std::string prefix;
-  bool owns(int64_t line) const {
-    return run > 0 ? line / run == index : line % count == index;
-  }
+  bool owns(int64_t line) const { return run > 0 ? line / run == index : line % count == index; }
 };
 
 int64_t count_lines(const std::string& path) {
@@ -196,9 +194,11 @@ void PreprocessConfig::validate() const {
                 ")");
   MG_USER_CHECK(partitions >= 1 && partitions <= 1024, "--partitions must be in [1, 1024] (got ",
                 partitions, ")");
-  MG_USER_CHECK(workers % partitions == 0, "--workers ", workers, " must be a multiple of --partitions ",
-                partitions, " (each partition gets workers / partitions threads, as in Megatron)");
-  MG_USER_CHECK(!split_sentences, "--split-sentences is not implemented (Megatron splits with "
+  MG_USER_CHECK(workers % partitions == 0, "--workers ", workers,
+                " must be a multiple of --partitions ", partitions,
+                " (each partition gets workers / partitions threads, as in Megatron)");
+  MG_USER_CHECK(!split_sentences,
+                "--split-sentences is not implemented (Megatron splits with "
                 "NLTK's punkt models); pass documents, or lists of sentences under the key");
   MG_USER_CHECK(log_interval >= 1, "--log-interval must be at least 1 (got ", log_interval, ")");
   std::error_code ec;  // an unusable name (too long, no permission) is the user's, too
@@ -258,7 +258,8 @@ PreprocessSummary run_preprocess(const PreprocessConfig& cfg) {
   }
   for (const std::string& key : cfg.json_keys) {
     const std::string first = document_prefix(parts[0].prefix, key);
-    IndexedDatasetWriter out(document_prefix(cfg.output_prefix, key), IndexedDataset(first).dtype());
+    IndexedDatasetWriter out(document_prefix(cfg.output_prefix, key),
+                             IndexedDataset(first).dtype());
     for (const Partition& part : parts) out.add_index(document_prefix(part.prefix, key));
     out.finalize();
   }

@@ -13,25 +13,25 @@
 namespace mg {
 
 struct PreprocessConfig {
-  std::string input;                         // --input: a .jsonl file
+  std::string input;                              // --input: a .jsonl file
   std::vector<std::string> json_keys = {"text"};  // --json-keys
-  std::string output_prefix;                 // --output-prefix
-  TokenizerConfig tokenizer;                 // --tokenizer-type, --vocab-file, --merge-file, --vocab-size
-  bool append_eod = false;                   // --append-eod
-  int workers = 1;                           // --workers: tokenizer threads
-  bool skip_bad_lines = false;               // --skip-bad-lines: skip malformed JSON (counted)
-  int partitions = 1;                        // --partitions: input slices tokenized at once
-  bool keep_sequential_samples = false;      // --keep-sequential-samples: slices of consecutive lines
-  bool keep_newlines = false;                // --keep-newlines: accepted; no effect (no sentence splitting)
-  bool split_sentences = false;              // --split-sentences: refused (needs NLTK's punkt)
-  int64_t log_interval = 1000;               // --log-interval: a progress line every N documents
+  std::string output_prefix;                      // --output-prefix
+  TokenizerConfig tokenizer;    // --tokenizer-type, --vocab-file, --merge-file, --vocab-size
+  bool append_eod = false;      // --append-eod
+  int workers = 1;              // --workers: tokenizer threads
+  bool skip_bad_lines = false;  // --skip-bad-lines: skip malformed JSON (counted)
+  int partitions = 1;           // --partitions: input slices tokenized at once
+  bool keep_sequential_samples = false;  // --keep-sequential-samples: slices of consecutive lines
+  bool keep_newlines = false;    // --keep-newlines: accepted; no effect (no sentence splitting)
+  bool split_sentences = false;  // --split-sentences: refused (needs NLTK's punkt)
+  int64_t log_interval = 1000;   // --log-interval: a progress line every N documents
   void validate() const;
 };
 
 struct PreprocessSummary {
   int64_t documents = 0, bad_lines = 0, tokens = 0, bytes = 0;
-  double seconds = 0;           // tokenizing and writing (after the tokenizer is loaded)
-  double startup_seconds = 0;   // loading the tokenizer (Megatron's "Time to startup")
+  double seconds = 0;          // tokenizing and writing (after the tokenizer is loaded)
+  double startup_seconds = 0;  // loading the tokenizer (Megatron's "Time to startup")
 };
 
 PreprocessSummary run_preprocess(const PreprocessConfig& cfg);

@@ -38,8 +38,7 @@ DistributedOptimizer::DistributedOptimizer(ParamStore& store, ProcessGroups& g,
       if (a >= b) continue;
       owned_runs_.push_back({a, b - a, p.traits.weight_decay, p.traits.embedding_or_output});
       owned_ += b - a;
-      if (counted_once(p))
-        counted_.push_back({a, b - a});
+      if (counted_once(p)) counted_.push_back({a, b - a});
     }
   }
   std::sort(owned_runs_.begin(), owned_runs_.end(),
@@ -107,8 +106,7 @@ void DistributedOptimizer::reduce_grads() {
     float* owned = G + buckets[b].first + group(b).rank() * shard.numel();
     if (grad_dtype_ == DType::BF16)
       ops::cast_to_f32(owned, shard.raw(), DType::BF16, shard.numel());
-    else
-      ops::copy(owned, ops::device(), shard.raw(), ops::device(), shard.nbytes());
+    else ops::copy(owned, ops::device(), shard.raw(), ops::device(), shard.nbytes());
   }
   tracker_.disarm();
 }

@@ -23,8 +23,7 @@ namespace mg {
 // The elements [lo, hi) of bucket [begin, end) that rank d of its dp ranks owns (the bucket
 // is padded to a multiple of dp), and how many of them are parameters (not padding): the
 // optimizer state a shard keeps. The memory estimate reads the same two functions.
-std::pair<int64_t, int64_t> bucket_shard(std::pair<int64_t, int64_t> bucket, int64_t dp,
-                                         int64_t d);
+std::pair<int64_t, int64_t> bucket_shard(std::pair<int64_t, int64_t> bucket, int64_t dp, int64_t d);
 int64_t owned_param_elements(const ParamLayout& layout, std::pair<int64_t, int64_t> shard);
 
 class DistributedOptimizer final : public ModelOptimizer {
@@ -65,8 +64,8 @@ class DistributedOptimizer final : public ModelOptimizer {
   }
   ParamStore& store_;
   ProcessGroups& g_;
-  std::vector<ParamRun> owned_runs_;    // parameter elements of this rank's shards
-  std::vector<ops::Range> counted_;     // the subset counted by the grad norm
+  std::vector<ParamRun> owned_runs_;  // parameter elements of this rank's shards
+  std::vector<ops::Range> counted_;   // the subset counted by the grad norm
   std::unique_ptr<Optimizer> optim_;
   BucketTracker tracker_;
   bool overlap_grad_, overlap_params_;

@@ -65,10 +65,9 @@ double global_grad_norm(ParamStore& store, ProcessGroups& g) {
     if (counted_once(p))
       (p.sharding.expert >= 0 ? experts : dense).push_back({p.offset, p.numel()});
   const double d = ops::sum_squares_ranges(store.grads(), dense.data(), int64_t(dense.size()));
-  const double e =
-      experts.empty()
-          ? 0.0
-          : ops::sum_squares_ranges(store.grads(), experts.data(), int64_t(experts.size()));
+  const double e = experts.empty() ? 0.0
+                                   : ops::sum_squares_ranges(store.grads(), experts.data(),
+                                                             int64_t(experts.size()));
   return std::sqrt(g.model_sum(d, e));
 }
 

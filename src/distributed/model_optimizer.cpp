@@ -14,13 +14,11 @@ class ReplicatedOptimizer final : public ModelOptimizer {
  public:
   ReplicatedOptimizer(ParamStore& store, ProcessGroups& g, const OptimizerConfig& cfg,
                       const GradSyncConfig& sync)
-      : store_(store),
-        g_(g),
-        optim_(store.layout(), cfg, store.dtype(), store.param_data()) {
+      : store_(store), g_(g), optim_(store.layout(), cfg, store.dtype(), store.param_data()) {
     // Expert grads may be reduced over ranks of their own even when DP x CP is 1 (folding).
     if (g.dp_cp->size() > 1 || g.expert_dp().size() > 1)
-      reducer_ = std::make_unique<GradReducer>(store, g, sync.overlap_grad_reduce,
-                                               sync.reduce_dtype);
+      reducer_ =
+          std::make_unique<GradReducer>(store, g, sync.overlap_grad_reduce, sync.reduce_dtype);
   }
   void arm() override {
     if (reducer_) reducer_->arm();
@@ -51,8 +49,7 @@ class ReplicatedOptimizer final : public ModelOptimizer {
 }  // namespace
 
 std::unique_ptr<ModelOptimizer> make_model_optimizer(ParamStore& store, ProcessGroups& g,
-                                                     const OptimizerConfig& cfg,
-                                                     bool distributed,
+                                                     const OptimizerConfig& cfg, bool distributed,
                                                      const GradSyncConfig& sync) {
   if (distributed)
     return std::make_unique<DistributedOptimizer>(store, g, cfg, sync.overlap_grad_reduce,

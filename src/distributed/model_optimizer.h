@@ -49,8 +49,7 @@ struct GradSyncConfig {
 
 // The distributed optimizer under --use-distributed-optimizer, else the replicated one.
 std::unique_ptr<ModelOptimizer> make_model_optimizer(ParamStore& store, ProcessGroups& g,
-                                                     const OptimizerConfig& cfg,
-                                                     bool distributed,
+                                                     const OptimizerConfig& cfg, bool distributed,
                                                      const GradSyncConfig& sync);
 
 }  // namespace mg

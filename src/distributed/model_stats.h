@@ -19,7 +19,6 @@ double params_l2_norm(ParamStore& store, ProcessGroups& g);
 // Number of exactly-zero gradient elements after the data-parallel reduction. shard: with the
 // distributed optimizer, this rank's counted part of its grad shard (summed over the world);
 // nullptr otherwise (the whole local grad, summed over the model-parallel group).
-int64_t count_zero_grads(ParamStore& store, ProcessGroups& g,
-                         const std::vector<ops::Range>* shard);
+int64_t count_zero_grads(ParamStore& store, ProcessGroups& g, const std::vector<ops::Range>* shard);
 
 }  // namespace mg

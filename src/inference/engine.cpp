@@ -47,7 +47,8 @@ void check_engine_fits(const GPTConfig& mc, const EngineConfig& ec, DType dtype,
   d.dtype = dtype;
   const int64_t es = int64_t(dtype_size(dtype));
   const int64_t kv = checked_product({ceil_div(mc.num_layers, int64_t(pp)), ec.cache_blocks(),
-                                      ec.block_size, 2 * d.NG_local() * d.HD(), es}, bytes);
+                                      ec.block_size, 2 * d.NG_local() * d.HD(), es},
+                                     bytes);
   const int64_t params =
       checked_mul(ceil_div(shard_param_count(mc).elements, int64_t(tp) * pp), es, bytes);
   const int64_t buffers = checked_add(layer_cache_bytes(d), layer_scratch_bytes(d), bytes);
@@ -72,8 +73,10 @@ int64_t Engine::add(Request r) {
   const int64_t V = vocab(), P = int64_t(r.prompt.size());
   const Sampling& s = r.sampling;
   MG_USER_CHECK(P > 0, "a prompt must hold at least one token");
-  MG_USER_CHECK(P < cfg_.max_seq_length, "a prompt of ", P, " tokens leaves no room to generate "
-                "under --inference-max-seq-length ", cfg_.max_seq_length);
+  MG_USER_CHECK(P < cfg_.max_seq_length, "a prompt of ", P,
+                " tokens leaves no room to generate "
+                "under --inference-max-seq-length ",
+                cfg_.max_seq_length);
   for (int32_t t : r.prompt)
     MG_USER_CHECK(t >= 0 && t < V, "prompt token ", t, " is outside the vocabulary of ", V);
   for (int32_t t : s.stop_tokens)

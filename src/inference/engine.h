@@ -53,7 +53,9 @@ struct EngineConfig {
   // Tokens are sampled below this (the tokenizer's vocabulary, when the model's rows are more);
   // 0: the model's vocabulary.
   int64_t vocab_limit = 0;
-  int64_t step_rows() const { return max_step_rows > 0 ? max_step_rows : max_seq_length + max_requests; }
+  int64_t step_rows() const {
+    return max_step_rows > 0 ? max_step_rows : max_seq_length + max_requests;
+  }
   int64_t cache_blocks() const;  // a full context for every request
   void validate() const;         // UsageError naming the flag
 };
@@ -112,7 +114,9 @@ class Engine {
     Completion out;
   };
   bool admit(std::deque<Sequence>& waiting, int64_t& rows);
-  int64_t vocab() const { return cfg_.vocab_limit > 0 ? cfg_.vocab_limit : model_.config().vocab_size; }
+  int64_t vocab() const {
+    return cfg_.vocab_limit > 0 ? cfg_.vocab_limit : model_.config().vocab_size;
+  }
   int32_t sample(Sequence& s, const float* logits);
 
   InferenceModel& model_;

@@ -41,8 +41,8 @@ std::vector<std::string> generate(const GenerateConfig& config) {
   auto tok = make_tokenizer(cfg.tokenizer);
   GPTConfig mc = cfg.model;
   if (!cfg.load.empty()) mc = checkpoint_model_config(cfg.load);
-  const std::string source = cfg.load.empty() ? "--load-params '" + cfg.load_params + "'"
-                                              : "--load '" + cfg.load + "'";
+  const std::string source =
+      cfg.load.empty() ? "--load-params '" + cfg.load_params + "'" : "--load '" + cfg.load + "'";
   MG_USER_CHECK(tok->vocab_size() <= mc.padded_vocab_size(), source, ": the tokenizer has ",
                 tok->vocab_size(), " tokens but the model only ", mc.padded_vocab_size());
   EngineConfig ec;
@@ -55,10 +55,8 @@ std::vector<std::string> generate(const GenerateConfig& config) {
                             mc.hidden_size, ", --seq-length ", mc.seq_length, ", --vocab-size ",
                             mc.vocab_size, ")"));
   InferenceModel model(mc, DType::F32, ec.step_rows());
-  if (cfg.load.empty())
-    read_params_file(cfg.load_params, model.config(), model.store().params());
-  else
-    load_checkpoint_weights(cfg.load, model.store());
+  if (cfg.load.empty()) read_params_file(cfg.load_params, model.config(), model.store().params());
+  else load_checkpoint_weights(cfg.load, model.store());
   model.prepare();
   Engine engine(model, ec);
   std::vector<std::vector<int32_t>> prompts;
@@ -67,8 +65,10 @@ std::vector<std::string> generate(const GenerateConfig& config) {
     prompts.push_back(tok->encode(prompt));
     const int64_t n = int64_t(prompts.back().size());
     MG_USER_CHECK(n > 0, "--prompt '", prompt, "' encodes to no tokens");
-    MG_USER_CHECK(n < mc.seq_length, "--prompt '", prompt, "' is ", n, " tokens, which leaves no "
-                  "room to generate in the model's context of ", mc.seq_length, " (--seq-length)");
+    MG_USER_CHECK(n < mc.seq_length, "--prompt '", prompt, "' is ", n,
+                  " tokens, which leaves no "
+                  "room to generate in the model's context of ",
+                  mc.seq_length, " (--seq-length)");
     Sampling s;
     s.temperature = cfg.top_k == 1 ? 0.0 : cfg.temperature;
     s.top_k = cfg.top_k;

@@ -25,9 +25,10 @@ GPTConfig for_inference(GPTConfig c) {
 InferenceModel::InferenceModel(const GPTConfig& config, DType dtype, int64_t max_rows,
                                const InferenceLayout& layout)
     : cfg_(for_inference(config)), max_rows_(max_rows),
-      self_comm_(layout.tp ? nullptr : make_self_communicator()),
-      tp_{layout.tp ? layout.tp : self_comm_.get(), false}, pp_(layout.pp),
-      stage_(pp_ ? pp_->rank() : 0), stages_(pp_ ? pp_->size() : 1),
+      self_comm_(layout.tp ? nullptr : make_self_communicator()), tp_{layout.tp ? layout.tp
+                                                                                : self_comm_.get(),
+                                                                      false},
+      pp_(layout.pp), stage_(pp_ ? pp_->rank() : 0), stages_(pp_ ? pp_->size() : 1),
       layer_begin_(layout.layer_begin),
       layer_end_(layout.layer_end < 0 ? cfg_.num_layers : layout.layer_end) {
   MG_CHECK(max_rows > 0, "inference rows per step must be positive");
@@ -117,12 +118,13 @@ void InferenceModel::step(const KvStep& kv, const int32_t* tokens, const int32_t
   float* x = x_.data<float>();
   float* y = y_.data<float>();
   if (first_stage()) {
-    tp::vocab_parallel_embedding_forward(
-        tp_, x, tokens_.data<int32_t>(), positions_.data<int32_t>(),
-        matrix("embedding.word_embeddings.weight"),
-        cfg_.learned_positions() ? matrix("embedding.position_embeddings.weight")
-                                 : cpu::Mat{nullptr, t},
-        V_local, rows, H);
+    tp::vocab_parallel_embedding_forward(tp_, x, tokens_.data<int32_t>(),
+                                         positions_.data<int32_t>(),
+                                         matrix("embedding.word_embeddings.weight"),
+                                         cfg_.learned_positions()
+                                             ? matrix("embedding.position_embeddings.weight")
+                                             : cpu::Mat{nullptr, t},
+                                         V_local, rows, H);
   } else {  // the previous stage's hidden states (f32, as the residual stream)
     pp_->batch_isend_irecv({{false, x, rows * H, stage_ - 1}});
   }

@@ -89,7 +89,8 @@ void KvStep::forward(int64_t layer, cpu::MatOut out, const cpu::Heads& q, const 
                       static_cast<const char*>(k.data) + g * k.group_stride * es, k.row_stride,
                       write_.data<int32_t>(), rows_, 2 * HD, t);
   if (kv_.numel() < max_len_ * W) kv_ = Tensor({max_len_, W}, t, ops::device());
-  if (lse_.numel() < NH * rows_) lse_ = Tensor({NH * std::max<int64_t>(rows_, 1)}, DType::F32, ops::device());
+  if (lse_.numel() < NH * rows_)
+    lse_ = Tensor({NH * std::max<int64_t>(rows_, 1)}, DType::F32, ops::device());
   const ops::Heads kc{kv_.raw(), t, W, 2 * HD, 1};
   for (size_t i = 0; i < seqs_.size(); ++i) {
     const KvSequence& s = seqs_[i];

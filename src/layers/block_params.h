@@ -26,12 +26,12 @@ struct ParamTraits {
                                      // embedding (every copy) and the untied output layer
                                      // (--decoupled-lr's learning rate)
   ModelPart part = ModelPart::Layer;
-  int64_t layer = -1;                // ModelPart::Layer: the global decoder layer index
+  int64_t layer = -1;  // ModelPart::Layer: the global decoder layer index
 };
 
 struct ParamDecl {
-  std::string name;     // full name, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
-  Shape global_shape;   // [out, in] for linear weights, as Megatron stores them
+  std::string name;    // full name, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
+  Shape global_shape;  // [out, in] for linear weights, as Megatron stores them
   Sharding sharding;
   InitKind init = InitKind::Zeros;
   float init_std = 0.f;  // for InitKind::Normal

@@ -25,17 +25,13 @@ bool swiglu(const LayerDims& d) { return d.spec.mlp == MlpKind::SwiGLU; }
 
 // The activation of an MLP: out (n, F) from fc1 (n, fc1 width).
 void activation_forward(cpu::MatOut out, cpu::Mat fc1, int64_t n, int64_t F, const LayerDims& d) {
-  if (swiglu(d))
-    ops::swiglu_forward(out, fc1, n, F);
-  else
-    ops::gelu_forward(out, fc1, n * F);
+  if (swiglu(d)) ops::swiglu_forward(out, fc1, n, F);
+  else ops::gelu_forward(out, fc1, n * F);
 }
 void activation_backward(float* dfc1, cpu::Mat fc1, const float* dact, int64_t n, int64_t F,
                          const LayerDims& d) {
-  if (swiglu(d))
-    ops::swiglu_backward(dfc1, fc1, dact, n, F, ops::GradWrite::Set);
-  else
-    ops::gelu_backward(dfc1, fc1, dact, n * F, ops::GradWrite::Set);
+  if (swiglu(d)) ops::swiglu_backward(dfc1, fc1, dact, n, F, ops::GradWrite::Set);
+  else ops::gelu_backward(dfc1, fc1, dact, n * F, ops::GradWrite::Set);
 }
 
 // Rows (rows, width) of t on the compute device, grown when routing sends this rank more rows
@@ -140,9 +136,8 @@ void experts_backward(const LayerWeights& w, const LayerWeights& gw, const Layer
                                  {act, t}, w.moe.fc2_w.data(), counts.data(), G, F, H,
                                  ops::GradWrite::Set);
     activation_backward(d_fc1, {fc1, t}, d_act, rows, F, d);
-    ops::grouped_linear_backward(dxe, f32(gw.moe.fc1_w).data(), gw.moe.fc1_b.data(), d_fc1,
-                                 {xe, t}, w.moe.fc1_w.data(), counts.data(), G, H, F1,
-                                 ops::GradWrite::Set);
+    ops::grouped_linear_backward(dxe, f32(gw.moe.fc1_w).data(), gw.moe.fc1_b.data(), d_fc1, {xe, t},
+                                 w.moe.fc1_w.data(), counts.data(), G, H, F1, ops::GradWrite::Set);
     return;
   }
   int64_t b = 0;
@@ -257,9 +252,8 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     r.router = moe_router_forward(m.router, on_host(logits, N * E, r.logits), N, d.B);
     if (in.cp && in.cp->comm->size() > 1) sum_over_cp(*in.cp->comm, m.router, r.router, N);
     if (m.capacity_factor > 0) {
-      CapacityDrop drop =
-          moe_capacity_drop(r.router.experts, r.router.weights, N, k, E, m.capacity_factor,
-                            m.drop_by_position);
+      CapacityDrop drop = moe_capacity_drop(r.router.experts, r.router.weights, N, k, E,
+                                            m.capacity_factor, m.drop_by_position);
       r.keep = std::move(drop.keep);
       r.dropped = drop.dropped;
     } else {
@@ -360,8 +354,8 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
     }
     timers::Scope timer(timers::kMoeCombine);
     if (copied)  // each row's expert-TP shards' partial outputs summed
-      ops::combine_rows(c.moe_y.data<float>(), yv, r.dev_v_map.data<int32_t>(), nullptr,
-                        r.rows(), side.copies, H, false);
+      ops::combine_rows(c.moe_y.data<float>(), yv, r.dev_v_map.data<int32_t>(), nullptr, r.rows(),
+                        side.copies, H, false);
     ops::combine_rows(full, c.moe_y.data<float>(), to_device(r.dev_slot_row, r.slot_row),
                       to_device(r.dev_weights, r.router.weights), N, k, H, false);
   }
@@ -377,8 +371,8 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
 }
 
 void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
-                  const LayerWeights& gw, const LayerCache& c, LayerScratch& s,
-                  const LayerDims& d, const LayerInputs& in) {
+                  const LayerWeights& gw, const LayerCache& c, LayerScratch& s, const LayerDims& d,
+                  const LayerInputs& in) {
   const MoeSpec& m = d.spec.moe;
   const int64_t N = d.rows(), R = d.local_rows(), H = d.H, E = m.num_experts, k = m.router.topk;
   const int64_t F1 = d.expert_fc1_local(), F = d.expert_F_local();
@@ -427,8 +421,8 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
                                  weights, Re, H);
     }
     float* dxe = room_f32(s.moe_dxe, Re, H);
-    experts_backward(w, gw, d, r.local_rows, c.moe_xe.raw(), c.moe_fc1.raw(), c.moe_act.raw(),
-                     dye, room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
+    experts_backward(w, gw, d, r.local_rows, c.moe_xe.raw(), c.moe_fc1.raw(), c.moe_act.raw(), dye,
+                     room_f32(s.moe_d_fc1, Re, F1), room_f32(s.moe_d_act, Re, F), dxe);
     timers::Scope timer(timers::kMoePermute);
     float* dxg = room_f32(s.moe_g2, X * n, H);
     ops::combine_rows(dxg, dxe, slot_row, nullptr, X * n, k, H, false);
@@ -472,8 +466,8 @@ void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
     const float* dx_rows = dxv;
     if (copied) {  // each permuted row's input gradient: the sum of its copies' (ETP-partial)
       float* dxu = room_f32(s.moe_dx, r.rows(), H);
-      ops::combine_rows(dxu, dxv, r.dev_v_map.data<int32_t>(), nullptr, r.rows(), side.copies,
-                        H, false);
+      ops::combine_rows(dxu, dxv, r.dev_v_map.data<int32_t>(), nullptr, r.rows(), side.copies, H,
+                        false);
       dx_rows = dxu;
     }
     ops::combine_rows(dx_full, dx_rows, slot_row, nullptr, N, k, H, true);

@@ -46,32 +46,31 @@ struct MoeWeights {
 // (on the GPU from a copy of the logits, N x E floats), its index arrays and weights copied to
 // the device for the token movement ops (backend/op_list.inc: gather_rows, combine_rows).
 struct MoeRouting {
-  std::vector<float> logits;               // (N, E) the router logits' host copy (GPU only)
-  MoeRouterCache<float> router;            // chosen experts, weights, aux scores, losses
-  std::vector<uint8_t> keep;               // (N, k) 1 where the assignment was not dropped
-  std::vector<int32_t> row_token;          // (rows) the token of each permuted row
-  std::vector<int32_t> row_slot;           // (rows) its (token, k) slot: token * k + j
-  std::vector<int32_t> slot_row;           // (N, k) the permuted row of each slot, -1 if dropped
-  std::vector<int64_t> expert_begin;       // (E + 1) first permuted row of each expert
-  int64_t dropped = 0;                     // assignments dropped for capacity
+  std::vector<float> logits;          // (N, E) the router logits' host copy (GPU only)
+  MoeRouterCache<float> router;       // chosen experts, weights, aux scores, losses
+  std::vector<uint8_t> keep;          // (N, k) 1 where the assignment was not dropped
+  std::vector<int32_t> row_token;     // (rows) the token of each permuted row
+  std::vector<int32_t> row_slot;      // (rows) its (token, k) slot: token * k + j
+  std::vector<int32_t> slot_row;      // (N, k) the permuted row of each slot, -1 if dropped
+  std::vector<int64_t> expert_begin;  // (E + 1) first permuted row of each expert
+  int64_t dropped = 0;                // assignments dropped for capacity
   int64_t rows() const { return expert_begin.empty() ? 0 : expert_begin.back(); }
   // This rank's experts' side: the rows each local expert takes, in order.
-  std::vector<int64_t> local_rows;         // (E / EP)
-  moe::EpRoute route;                      // alltoall under EP: who sends how many rows where
+  std::vector<int64_t> local_rows;  // (E / EP)
+  moe::EpRoute route;               // alltoall under EP: who sends how many rows where
   // allgather under EP: the gathered tokens (source rank x S*B + token) and slots (x k) of the
   // expert-side rows, and every EP rank's routing weights (EP x S*B x k).
   std::vector<int32_t> g_token;
   std::vector<int32_t> g_slot;
   std::vector<float> g_weights;
-  std::vector<int32_t> g_slot_row;         // (EP x S*B x k) their expert-side rows, or -1
+  std::vector<int32_t> g_slot_row;  // (EP x S*B x k) their expert-side rows, or -1
   // Parallel folding with expert TP > 1 (alltoall): each permuted row is sent to its expert's
   // ETP ranks; the sent rows' permuted rows, and each permuted row's copies (rows x ETP).
   std::vector<int32_t> v_row, v_map;
   // On the compute device: the token of each expert-side row, its slot, the row of each slot,
   // and the weights by slot (allgather: the gathered ones); folding: v_row, v_map and the
   // sent rows' tokens.
-  Tensor dev_row_token, dev_row_slot, dev_slot_row, dev_weights, dev_v_row, dev_v_map,
-      dev_v_token;
+  Tensor dev_row_token, dev_row_slot, dev_slot_row, dev_weights, dev_v_row, dev_v_map, dev_v_token;
 };
 
 // Expert parallelism (LayerInputs::ep with more than one rank): this rank holds experts
@@ -97,7 +96,7 @@ void moe_forward(const tp::TPGroup& g, float* y, const float* x_mid, const Layer
 // dy (R, H): the block output's gradient (through the dropout mask); leaves dL/d(norm output)
 // (R, H) in s.d_ln and adds the parameter gradients into gw.
 void moe_backward(const tp::TPGroup& g, const float* dy, const LayerWeights& w,
-                  const LayerWeights& gw, const LayerCache& c, LayerScratch& s,
-                  const LayerDims& d, const LayerInputs& in);
+                  const LayerWeights& gw, const LayerCache& c, LayerScratch& s, const LayerDims& d,
+                  const LayerInputs& in);
 
 }  // namespace mg

@@ -39,8 +39,8 @@ void MoeRouterConfig::validate() const {
                 " must be <= --moe-router-num-groups ", num_groups);
   MG_USER_CHECK(topk >= group_topk && topk / group_topk <= num_experts / num_groups,
                 "--moe-router-topk ", topk, " must be at least --moe-router-group-topk ",
-                group_topk, " and at most it x the experts per group (",
-                num_experts / num_groups, ")");
+                group_topk, " and at most it x the experts per group (", num_experts / num_groups,
+                ")");
 }
 
 namespace {
@@ -120,8 +120,8 @@ MoeRouterCache<T> moe_router_forward(const MoeRouterConfig& cfg, const T* logits
                                      int64_t sequences) {
   cfg.validate();
   const int64_t E = cfg.num_experts, k = cfg.topk;
-  MG_CHECK(sequences >= 1 && tokens % sequences == 0, tokens, " router tokens are not ",
-           sequences, " sequences");
+  MG_CHECK(sequences >= 1 && tokens % sequences == 0, tokens, " router tokens are not ", sequences,
+           " sequences");
   MoeRouterCache<T> c;
   c.groups = cfg.per_sequence ? sequences : 1;
   const int64_t G = c.groups;
@@ -222,10 +222,8 @@ void moe_router_backward(const MoeRouterConfig& cfg, const MoeRouterCache<T>& c,
       }
     } else {
       for (int64_t j = 0; j < k; ++j) sk[size_t(j)] = sigmoid(x[ex[j]]);
-      if (k > 1)
-        normalized_sigmoid_backward(sk.data(), dwk.data(), k, dsk.data());
-      else
-        dsk[0] = dwk[0];
+      if (k > 1) normalized_sigmoid_backward(sk.data(), dwk.data(), k, dsk.data());
+      else dsk[0] = dwk[0];
       for (int64_t j = 0; j < k; ++j)
         dx[ex[j]] += dsk[size_t(j)] * sk[size_t(j)] * (1 - sk[size_t(j)]);
     }
@@ -234,8 +232,8 @@ void moe_router_backward(const MoeRouterConfig& cfg, const MoeRouterCache<T>& c,
     if (cfg.aux_loss_coeff != 0) {
       const int64_t* count = c.tokens_per_expert.data() + (t % G) * E;
       for (int64_t e = 0; e < E; ++e)
-        dp[size_t(e)] = T(cfg.aux_loss_coeff) * T(E) * T(count[e]) /
-                        (T(k) * per_group * per_group * T(G));
+        dp[size_t(e)] =
+            T(cfg.aux_loss_coeff) * T(E) * T(count[e]) / (T(k) * per_group * per_group * T(G));
       if (cfg.score == RouterScore::Softmax) {
         softmax_backward_row(q, dp.data(), E, dx);
       } else {
@@ -289,7 +287,7 @@ CapacityDrop moe_capacity_drop(const std::vector<int32_t>& experts, const std::v
 #define MG_MOE_ROUTER_INSTANTIATE(T)                                                               \
   template MoeRouterCache<T> moe_router_forward<T>(const MoeRouterConfig&, const T*, int64_t,      \
                                                    int64_t);                                       \
-  template void moe_router_global_losses<T>(const MoeRouterConfig&, MoeRouterCache<T>&, int64_t); \
+  template void moe_router_global_losses<T>(const MoeRouterConfig&, MoeRouterCache<T>&, int64_t);  \
   template void moe_router_backward<T>(const MoeRouterConfig&, const MoeRouterCache<T>&, const T*, \
                                        const T*, int64_t, T*);                                     \
   template CapacityDrop moe_capacity_drop<T>(const std::vector<int32_t>&, const std::vector<T>&,   \

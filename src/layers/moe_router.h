@@ -22,31 +22,31 @@ struct MoeRouterConfig {
   // Group-limited routing (DeepSeek-V3's device/node-limited top-k): the E experts in
   // num_groups groups; each token picks the group_topk groups whose best topk / group_topk
   // scores sum highest, then its top-k among their experts. 0: plain top-k.
-  int64_t num_groups = 0;    // --moe-router-num-groups
-  int64_t group_topk = 0;    // --moe-router-group-topk
-  double aux_loss_coeff = 0.0;       // --moe-aux-loss-coeff (switch-style load balancing)
+  int64_t num_groups = 0;       // --moe-router-num-groups
+  int64_t group_topk = 0;       // --moe-router-group-topk
+  double aux_loss_coeff = 0.0;  // --moe-aux-loss-coeff (switch-style load balancing)
   // --moe-router-load-balancing-type seq_aux_loss: the load-balancing loss of each sequence of
   // the micro-batch (tokens are sequence-first, token t in sequence t % B), averaged over them.
   bool per_sequence = false;
-  double z_loss_coeff = 0.0;         // --moe-z-loss-coeff
+  double z_loss_coeff = 0.0;  // --moe-z-loss-coeff
   void validate() const;
 };
 
 // What the forward keeps for the backward, and the loss values.
 template <typename T>
 struct MoeRouterCache {
-  std::vector<int32_t> experts;            // (T, k) chosen experts, best first, ties to lower index
-  std::vector<T> weights;                  // (T, k) routing weights of the chosen experts
-  std::vector<T> aux_scores;               // (T, E) softmax, or sigmoid normalised over E
+  std::vector<int32_t> experts;  // (T, k) chosen experts, best first, ties to lower index
+  std::vector<T> weights;        // (T, k) routing weights of the chosen experts
+  std::vector<T> aux_scores;     // (T, E) softmax, or sigmoid normalised over E
   // (G, E) tokens routed to each expert (f_e·T·k) in each of the G load-balancing groups: the
   // micro-batch (G = 1), or each of its B sequences (per_sequence)
   std::vector<int64_t> tokens_per_expert;
   int64_t groups = 1;
-  int64_t total_tokens = 0;                // T over the ranks that split the sequence
-  std::vector<T> score_sums;               // (G, E) Σ_t q_te over this rank's tokens of group g
-  T lse_sq_sum = 0;                        // Σ_t logsumexp(logits_t)² over this rank's tokens
-  T aux_loss = 0;                          // coeff·E·Σ_e f_e·p_e (per_sequence: its mean over G)
-  T z_loss = 0;                            // coeff_z·mean_t(logsumexp(logits_t)²)
+  int64_t total_tokens = 0;   // T over the ranks that split the sequence
+  std::vector<T> score_sums;  // (G, E) Σ_t q_te over this rank's tokens of group g
+  T lse_sq_sum = 0;           // Σ_t logsumexp(logits_t)² over this rank's tokens
+  T aux_loss = 0;             // coeff·E·Σ_e f_e·p_e (per_sequence: its mean over G)
+  T z_loss = 0;               // coeff_z·mean_t(logsumexp(logits_t)²)
 };
 
 // logits (T, E), already x·Wrᵀ; T = S·B tokens of `sequences` = B sequences (sequence-first).

@@ -29,13 +29,12 @@ void norm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const float* x, const
 }
 // dx += the norm's input gradient; dw, db += its parameter gradients.
 void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
-                   const float* w, const Tensor& mean, const Tensor& rstd, int64_t rows,
-                   int64_t C, const LayerDims& d) {
+                   const float* w, const Tensor& mean, const Tensor& rstd, int64_t rows, int64_t C,
+                   const LayerDims& d) {
   const float offset = d.spec.norm_weight_offset;
-  if (rms(d))
-    return ops::rmsnorm_backward(dx, dw, dout, x, w, rstd.data<float>(), rows, C, offset);
-  ops::layernorm_backward(dx, dw, db, dout, x, w, mean.data<float>(), rstd.data<float>(), rows,
-                          C, offset);
+  if (rms(d)) return ops::rmsnorm_backward(dx, dw, dout, x, w, rstd.data<float>(), rows, C, offset);
+  ops::layernorm_backward(dx, dw, db, dout, x, w, mean.data<float>(), rstd.data<float>(), rows, C,
+                          offset);
 }
 void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x,
                    const float* w, const Tensor& mean, const Tensor& rstd, const LayerDims& d) {
@@ -58,8 +57,8 @@ void head_norm_backward(const ops::Heads& dheads, int64_t n_heads, const Tensor&
   const int64_t N = d.rows(), HD = d.HD();
   ops::heads_gather(s.d_qk_in.data<float>(), dheads, N, n_heads, HD);
   ops::memset_zero(s.d_qk.raw(), size_t(N * n_heads * HD) * sizeof(float), d.device);
-  norm_backward(s.d_qk.data<float>(), dw, db, s.d_qk_in.data<float>(), pre.data<float>(), w,
-                mean, rstd, N * n_heads, HD, d);
+  norm_backward(s.d_qk.data<float>(), dw, db, s.d_qk_in.data<float>(), pre.data<float>(), w, mean,
+                rstd, N * n_heads, HD, d);
   ops::heads_scatter(dheads, s.d_qk.data<float>(), N, n_heads, HD);
 }
 
@@ -69,8 +68,9 @@ DropoutRows hidden_dropout(const tp::TPGroup& g, const LayerDims& d, const Layer
                            DropoutSite site) {
   const DropoutStep& st = *in.dropout;
   const bool cp = in.cp && in.cp->comm->size() > 1;  // masks keyed by global positions
-  return {st.key(st.hidden, in.layer, site), st.sample0, d.B, d.sp ? g.rank() * (d.S / d.tp) : 0,
-          0, cp ? cp::cp_layout(*in.cp, d.S) : CpLayout{}};
+  return {
+      st.key(st.hidden, in.layer, site),  st.sample0, d.B,
+      d.sp ? g.rank() * (d.S / d.tp) : 0, 0,          cp ? cp::cp_layout(*in.cp, d.S) : CpLayout{}};
 }
 bool hidden_dropout_on(const LayerInputs& in) { return in.dropout && in.dropout->hidden > 0.f; }
 
@@ -138,7 +138,9 @@ std::vector<ActivationDecl> layer_cache_decls(const LayerDims& d) {
 
 int64_t layer_cache_bytes(const LayerDims& d) { return decl_bytes(layer_cache_decls(d)); }
 
-LayerCache::LayerCache(const LayerDims& d) { allocate_decls(*this, layer_cache_decls(d), d.device); }
+LayerCache::LayerCache(const LayerDims& d) {
+  allocate_decls(*this, layer_cache_decls(d), d.device);
+}
 
 std::vector<TensorDecl<LayerScratch>> layer_scratch_decls(const LayerDims& d) {
   const int64_t N = d.rows(), qk_rows = d.spec.qk_layernorm ? N * d.NH_local() : 0;
@@ -177,8 +179,8 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
   float* full = s.full.data<float>();
   // Attention block.
   norm_forward(c.ln1, c.ln1_mean, c.ln1_rstd, x, w.ln1_w, w.ln1_b, d);
-  tp::column_parallel_forward(g, store(c.qkv), c.ln1.raw(), s.ln_full.raw(),
-                              weight(w.qkv_w, d), w.qkv_b, {N, H, d.qkv_local()});
+  tp::column_parallel_forward(g, store(c.qkv), c.ln1.raw(), s.ln_full.raw(), weight(w.qkv_w, d),
+                              w.qkv_b, {N, H, d.qkv_local()});
   const ops::FusedQKV v = qkv_views(c.qkv, d);
   if (d.spec.qk_layernorm) {
     head_norm_forward(v.q, d.NH_local(), c.q_pre, c.q_mean, c.q_rstd, w.q_ln_w, w.q_ln_b, s, d);
@@ -212,10 +214,8 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
     return moe_forward(g, y, c.x_mid.data<float>(), w, c, s, d, in, drop ? &mlp_drop : nullptr);
   tp::column_parallel_forward(g, store(c.fc1), c.ln2.raw(), s.ln_full.raw(), weight(w.fc1_w, d),
                               w.fc1_b, {N, H, d.fc1_local()});
-  if (swiglu(d))
-    ops::swiglu_forward(store(c.act), act(c.fc1), N, d.F_local());
-  else
-    ops::gelu_forward(store(c.act), act(c.fc1), N * d.F_local());
+  if (swiglu(d)) ops::swiglu_forward(store(c.act), act(c.fc1), N, d.F_local());
+  else ops::gelu_forward(store(c.act), act(c.fc1), N * d.F_local());
   tp::row_parallel_forward(g, y, full, act(c.act), weight(w.fc2_w, d), w.fc2_b,
                            c.x_mid.data<float>(), {N, d.F_local(), H}, drop ? &mlp_drop : nullptr);
 }
@@ -223,9 +223,8 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
 // d_resid is the residual-stream gradient: it passes through both residual adds unchanged, and
 // each branch's input gradient is added into it, so no separate dx_mid buffer is needed.
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
-                                const LayerWeights& w, const LayerWeights& gw,
-                                const LayerCache& c, LayerScratch& s, const LayerDims& d,
-                                const LayerInputs& in) {
+                                const LayerWeights& w, const LayerWeights& gw, const LayerCache& c,
+                                LayerScratch& s, const LayerDims& d, const LayerInputs& in) {
   const int64_t H = d.H, N = d.rows();
   float* full = s.full.data<float>();
   // Under dropout a block's output gradient is the residual's through the mask (into d_ln,
@@ -245,18 +244,17 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                               branch_grad(DropoutSite::MlpOut), full, act(c.act),
                               weight(w.fc2_w, d), {N, d.F_local(), H});
     if (swiglu(d))
-      ops::swiglu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(), N,
-                           d.F_local(), ops::GradWrite::Set);
+      ops::swiglu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(), N, d.F_local(),
+                           ops::GradWrite::Set);
     else
-      ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(),
-                         N * d.F_local(), ops::GradWrite::Set);
+      ops::gelu_backward(s.d_fc1.data<float>(), act(c.fc1), s.d_act.data<float>(), N * d.F_local(),
+                         ops::GradWrite::Set);
     tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.fc1_w), gw.fc1_b,
                                  s.d_fc1.data<float>(), gathered_norm(g, c.ln2, s, d),
-                                 weight(w.fc1_w, d),
-                                 {N, H, d.fc1_local()});
+                                 weight(w.fc1_w, d), {N, H, d.fc1_local()});
   }
-  norm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(), c.x_mid.data<float>(),
-                w.ln2_w, c.ln2_mean, c.ln2_rstd, d);
+  norm_backward(d_resid, gw.ln2_w, gw.ln2_b, s.d_ln.data<float>(), c.x_mid.data<float>(), w.ln2_w,
+                c.ln2_mean, c.ln2_rstd, d);
   // Attention block.
   tp::row_parallel_backward(g, s.d_attn.data<float>(), f32(gw.proj_w), gw.proj_b,
                             branch_grad(DropoutSite::AttentionOut), full, act(c.attn),
@@ -267,8 +265,8 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
                               v.k, v.v, c.lse.data<float>(), attention_shape(g, v, d, in),
                               in.seg_start, ops::GradWrite::Set);
   else
-    ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k,
-                            v.v, c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
+    ops::attention_backward(dv.q, dv.k, dv.v, s.d_attn.data<float>(), act(c.attn), v.q, v.k, v.v,
+                            c.lse.data<float>(), attention_shape(g, v, d, in), in.seg_start,
                             ops::GradWrite::Set);
   if (d.spec.rope) {  // back through the rotation: the transpose rotates by the opposite angles
     ops::rope_backward(dv.q, in.positions, in.inv_freq, N, d.NH_local(), d.HD(), d.rotary_dim,
@@ -284,8 +282,7 @@ void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const floa
   }
   tp::column_parallel_backward(g, s.d_ln.data<float>(), full, f32(gw.qkv_w), gw.qkv_b,
                                s.d_qkv.data<float>(), gathered_norm(g, c.ln1, s, d),
-                               weight(w.qkv_w, d),
-                               {N, H, d.qkv_local()});
+                               weight(w.qkv_w, d), {N, H, d.qkv_local()});
   norm_backward(d_resid, gw.ln1_w, gw.ln1_b, s.d_ln.data<float>(), x, w.ln1_w, c.ln1_mean,
                 c.ln1_rstd, d);
 }

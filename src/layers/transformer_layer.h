@@ -56,16 +56,16 @@ struct LayerWeights {
 };
 
 struct LayerDims {
-  int64_t B, S, H;           // global sizes
+  int64_t B, S, H;  // global sizes
   LayerSpec spec;
-  int64_t tp = 1;            // TP size
-  bool sp = false;           // sequence parallel
+  int64_t tp = 1;   // TP size
+  bool sp = false;  // sequence parallel
   float eps = 1e-5f;
-  int64_t rotary_dim = 0;    // RoPE: channels rotated per head
+  int64_t rotary_dim = 0;  // RoPE: channels rotated per head
   bool rotary_interleaved = false;
-  DType dtype = DType::F32;  // storage of GEMM weights and saved GEMM inputs/outputs
-  Device device = Device::CPU;  // where the activations live (the compute device)
-  int64_t rows() const { return S * B; }                    // full-sequence rows
+  DType dtype = DType::F32;               // storage of GEMM weights and saved GEMM inputs/outputs
+  Device device = Device::CPU;            // where the activations live (the compute device)
+  int64_t rows() const { return S * B; }  // full-sequence rows
   int64_t local_rows() const { return sp ? rows() / tp : rows(); }  // rows of x / y
   int64_t HD() const { return spec.kv_channels; }
   int64_t NH_local() const { return spec.heads / tp; }
@@ -96,7 +96,7 @@ struct DropoutStep {
   float hidden = 0.f, attention = 0.f;  // --hidden-dropout, --attention-dropout
   uint64_t seed = 0;                    // --seed
   int64_t iteration = 0;
-  int64_t sample0 = 0;                  // global index of the micro-batch's first sample
+  int64_t sample0 = 0;  // global index of the micro-batch's first sample
   DropoutKey key(float p, int64_t layer, DropoutSite site) const {
     return dropout_key(p, seed, iteration, layer, site);
   }
@@ -104,11 +104,11 @@ struct DropoutStep {
 
 // Per-micro-batch inputs every layer reads (device pointers; null when unused).
 struct LayerInputs {
-  const int32_t* seg_start = nullptr;   // (B, S): first position each token attends to
-  const int32_t* positions = nullptr;   // (S*B): RoPE positions of the rows
-  const float* inv_freq = nullptr;      // (rotary_dim / 2): RoPE inverse frequencies
-  const DropoutStep* dropout = nullptr; // training with dropout; null: none (eval, generate)
-  int64_t layer = 0;                    // the layer's global index (keys its dropout masks)
+  const int32_t* seg_start = nullptr;    // (B, S): first position each token attends to
+  const int32_t* positions = nullptr;    // (S*B): RoPE positions of the rows
+  const float* inv_freq = nullptr;       // (rotary_dim / 2): RoPE inverse frequencies
+  const DropoutStep* dropout = nullptr;  // training with dropout; null: none (eval, generate)
+  int64_t layer = 0;                     // the layer's global index (keys its dropout masks)
   // Context parallelism (--context-parallel-size > 1): the attention core runs over the whole
   // sequence across the CP group (context_parallel/cp_attention.h); the layer's rows are then
   // this rank's load-balanced S/CP positions (LayerDims::S is the local length) and seg_start
@@ -124,9 +124,9 @@ struct LayerInputs {
   // Inference over a KV cache (layers/kv_attention.h): the step's rows are new tokens of one
   // or more sequences; their attention runs over each sequence's cached keys. Null in training.
   const KvAttention* kv = nullptr;
-  float loss_scale = 1.f;               // backward: what the LM loss's gradient is scaled by
-                                        // (loss scale / micro-batches); a MoE layer's aux and
-                                        // z losses enter backward with the same scale
+  float loss_scale = 1.f;  // backward: what the LM loss's gradient is scaled by
+                           // (loss scale / micro-batches); a MoE layer's aux and
+                           // z losses enter backward with the same scale
 };
 
 // Activations saved by forward for backward ([dtype]: the layer's dtype; others f32).
@@ -143,18 +143,18 @@ struct LayerCache {
   Tensor fc1;                      // (S*B, F/TP or 2F/TP) [dtype] pre-activation
   Tensor act;                      // (S*B, F/TP) [dtype] GELU / SwiGLU output
   // A MoE layer (M = S*B*topk routed rows, the first routing.rows() used; F_e the expert width):
-  Tensor moe_logits;               // (S*B, E) router logits
-  Tensor moe_x;                    // (M, H) [dtype] the tokens permuted by expert
-  Tensor moe_fc1;                  // (M, fc1_e/TP) [dtype]
-  Tensor moe_act;                  // (M, F_e/TP) [dtype]
-  Tensor moe_y;                    // (M, H) expert outputs (TP-partial), in moe_x's order
+  Tensor moe_logits;  // (S*B, E) router logits
+  Tensor moe_x;       // (M, H) [dtype] the tokens permuted by expert
+  Tensor moe_fc1;     // (M, fc1_e/TP) [dtype]
+  Tensor moe_act;     // (M, F_e/TP) [dtype]
+  Tensor moe_y;       // (M, H) expert outputs (TP-partial), in moe_x's order
   // Expert parallelism (grown as routing needs: a rank's experts may take up to EP x M rows;
   // with EP 1 the experts read moe_x and write moe_y): the rows this rank's experts take
   // [dtype] and their outputs.
   Tensor moe_xe, moe_ye;
-  MoeRouting routing;              // the routing, for backward (its index arrays, N x k
-                                   // int32 and floats, are not in layer_cache_decls: k / H of
-                                   // the rows' size)
+  MoeRouting routing;  // the routing, for backward (its index arrays, N x k
+                       // int32 and floats, are not in layer_cache_decls: k / H of
+                       // the rows' size)
   explicit LayerCache(const LayerDims& d);
 };
 
@@ -167,27 +167,27 @@ int64_t layer_cache_bytes(const LayerDims& d);
 
 // Scratch reused by every layer's forward and backward.
 struct LayerScratch {
-  Tensor full;            // (S*B, H) row-parallel partial sums / full-sequence grads
-  Tensor ln_full;         // (S*B, H) [dtype] a gathered norm output (sequence parallel only)
-  Tensor d_ln;            // (R, H)
-  Tensor d_qkv;           // (S*B, (NH + 2 NG) HD / TP)
-  Tensor d_attn;          // (S*B, NH HD / TP)
-  Tensor d_fc1;           // (S*B, fc1 width / TP)
-  Tensor d_act;           // (S*B, F/TP)
-  Tensor qk_out;          // --qk-layernorm: (S*B*NH/TP, HD) [dtype] normalized heads
-  Tensor d_qk_in, d_qk;   // (S*B*NH/TP, HD) their gradients before and after the norm
+  Tensor full;           // (S*B, H) row-parallel partial sums / full-sequence grads
+  Tensor ln_full;        // (S*B, H) [dtype] a gathered norm output (sequence parallel only)
+  Tensor d_ln;           // (R, H)
+  Tensor d_qkv;          // (S*B, (NH + 2 NG) HD / TP)
+  Tensor d_attn;         // (S*B, NH HD / TP)
+  Tensor d_fc1;          // (S*B, fc1 width / TP)
+  Tensor d_act;          // (S*B, F/TP)
+  Tensor qk_out;         // --qk-layernorm: (S*B*NH/TP, HD) [dtype] normalized heads
+  Tensor d_qk_in, d_qk;  // (S*B*NH/TP, HD) their gradients before and after the norm
   // A MoE layer (M routed rows as in LayerCache):
-  Tensor moe_full;        // (S*B, H) shared experts' output; input gradient before the reduction
-  Tensor moe_dy;          // (M, H) expert output gradients
-  Tensor moe_d_fc1;       // (M, fc1_e/TP)
-  Tensor moe_d_act;       // (M, F_e/TP)
-  Tensor moe_dx;          // (M, H) permuted input gradients
-  Tensor moe_dlogits;     // (S*B, E)
+  Tensor moe_full;     // (S*B, H) shared experts' output; input gradient before the reduction
+  Tensor moe_dy;       // (M, H) expert output gradients
+  Tensor moe_d_fc1;    // (M, fc1_e/TP)
+  Tensor moe_d_act;    // (M, F_e/TP)
+  Tensor moe_dx;       // (M, H) permuted input gradients
+  Tensor moe_dlogits;  // (S*B, E)
   // Expert parallelism (grown as needed): the expert side's output and input gradients;
   // allgather: two (EP x S*B, H) buffers (gathered outputs / gradients) and every EP rank's
   // full rows (EP x S*B, H) [dtype] (forward only).
   Tensor moe_dye, moe_dxe, moe_g, moe_g2, moe_xg;
-  Tensor moe_dw;          // the routing weights' gradients (S*B x k; allgather: EP x S*B x k)
+  Tensor moe_dw;  // the routing weights' gradients (S*B x k; allgather: EP x S*B x k)
   Tensor moe_router_x32, moe_router_w32;  // 16-bit models: the router's input and weight in f32
   explicit LayerScratch(const LayerDims& d);
 };
@@ -197,8 +197,7 @@ int64_t layer_scratch_bytes(const LayerDims& d);
 
 // A saved norm output (R, H) as the column-parallel GEMMs read it: under sequence parallelism
 // every TP rank's rows, gathered into s.ln_full; otherwise ln itself.
-cpu::Mat gathered_norm(const tp::TPGroup& g, const Tensor& ln, LayerScratch& s,
-                       const LayerDims& d);
+cpu::Mat gathered_norm(const tp::TPGroup& g, const Tensor& ln, LayerScratch& s, const LayerDims& d);
 
 // y (R, H) from x (R, H).
 void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
@@ -206,8 +205,7 @@ void transformer_layer_forward(const tp::TPGroup& g, float* y, const float* x,
                                const LayerDims& d, const LayerInputs& in);
 // On entry d_resid (R, H) holds dL/dy; on exit dL/dx. Param grads are added into gw.
 void transformer_layer_backward(const tp::TPGroup& g, float* d_resid, const float* x,
-                                const LayerWeights& w, const LayerWeights& gw,
-                                const LayerCache& c, LayerScratch& s, const LayerDims& d,
-                                const LayerInputs& in);
+                                const LayerWeights& w, const LayerWeights& gw, const LayerCache& c,
+                                LayerScratch& s, const LayerDims& d, const LayerInputs& in);
 
 }  // namespace mg

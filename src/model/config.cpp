@@ -19,8 +19,9 @@ class LayerFreqParser {
   explicit LayerFreqParser(const std::string& text) : t_(text) {}
   // The integer form's k (> 0), or 0 for a list.
   int64_t every() const {
-    if (t_.empty() || !std::all_of(t_.begin(), t_.end(),
-                                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    if (t_.empty() || !std::all_of(t_.begin(), t_.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c));
+        }))
       return 0;
     expect(t_.size() < 10, "the integer is too large");
     const int64_t k = std::stoll(t_);
@@ -162,7 +163,8 @@ std::vector<float> GPTConfig::rope_inv_freq() const {
 std::vector<std::string> GPTConfig::non_gpt2_features() const {
   std::vector<std::string> f;
   if (norm() != NormKind::LayerNorm) f.push_back(normalization);
-  if (!learned_positions()) f.push_back("position embedding " + (rope() ? std::string("rope") : "none"));
+  if (!learned_positions())
+    f.push_back("position embedding " + (rope() ? std::string("rope") : "none"));
   if (swiglu) f.push_back("SwiGLU");
   if (!add_bias_linear) f.push_back("no linear biases");
   if (!tied_output()) f.push_back("untied output layer");
@@ -234,7 +236,8 @@ LayerSpec GPTConfig::layer_spec(int64_t layer) const {
     r.pre_softmax = moe_router_pre_softmax;
     r.num_groups = moe_router_num_groups;
     r.group_topk = moe_router_group_topk;
-    r.topk_scaling_factor = moe_router_topk_scaling_factor > 0.f ? moe_router_topk_scaling_factor : 1.0;
+    r.topk_scaling_factor =
+        moe_router_topk_scaling_factor > 0.f ? moe_router_topk_scaling_factor : 1.0;
     r.per_sequence = moe_router_load_balancing_type == "seq_aux_loss";
     r.aux_loss_coeff = moe_router_load_balancing_type == "none" ? 0.0 : moe_aux_loss_coeff;
     r.z_loss_coeff = moe_z_loss_coeff;
@@ -266,12 +269,12 @@ double GPTConfig::train_flops_per_token() const {
   if (kinds.moe > 0) {
     const LayerSpec s = layer_spec(kinds.first_moe);
     const double bias = add_bias_linear ? double(s.expert_fc1_rows() + hidden_size) : 0.0;
-    const double expert = double(s.expert_fc1_rows() * hidden_size + hidden_size * s.moe.ffn) + bias;
+    const double expert =
+        double(s.expert_fc1_rows() * hidden_size + hidden_size * s.moe.ffn) + bias;
     lookup += double(kinds.moe) * double(num_experts - moe_router_topk) * expert;
   }
-  return 6.0 * (double(num_parameters()) - lookup) + 12.0 * double(num_layers) *
-                                              double(num_attention_heads * head_dim()) *
-                                              double(seq_length);
+  return 6.0 * (double(num_parameters()) - lookup) +
+         12.0 * double(num_layers) * double(num_attention_heads * head_dim()) * double(seq_length);
 }
 
 void GPTConfig::validate_moe() const {
@@ -296,8 +299,7 @@ void GPTConfig::validate_moe() const {
                 moe_router_topk_scaling_factor, ")");
   MG_USER_CHECK(moe_expert_capacity_factor >= 0.f,
                 "--moe-expert-capacity-factor must be >= 0 (0: no dropping; got ",
-                moe_expert_capacity_factor,
-                ")");
+                moe_expert_capacity_factor, ")");
   MG_USER_CHECK(moe_token_drop_policy == "probs" || moe_token_drop_policy == "position",
                 "--moe-token-drop-policy '", moe_token_drop_policy,
                 "' is not known; use probs or position");
@@ -315,21 +317,21 @@ void GPTConfig::validate_moe() const {
 void GPTConfig::validate() const {
   MG_USER_CHECK(num_layers > 0, "--num-layers must be positive (got ", num_layers, ")");
   MG_USER_CHECK(hidden_size > 0, "--hidden-size must be positive (got ", hidden_size, ")");
-  MG_USER_CHECK(num_attention_heads > 0,
-                "--num-attention-heads must be positive (got ", num_attention_heads, ")");
+  MG_USER_CHECK(num_attention_heads > 0, "--num-attention-heads must be positive (got ",
+                num_attention_heads, ")");
   MG_USER_CHECK(kv_channels >= 0, "--kv-channels must be positive (got ", kv_channels, ")");
-  MG_USER_CHECK(kv_channels > 0 || hidden_size % num_attention_heads == 0,
-                "--num-attention-heads ", num_attention_heads, " must divide --hidden-size ",
-                hidden_size, " (or give the head size with --kv-channels)");
-  MG_USER_CHECK(num_query_groups > 0, "--num-query-groups must be positive (got ",
-                num_query_groups, ")");
+  MG_USER_CHECK(kv_channels > 0 || hidden_size % num_attention_heads == 0, "--num-attention-heads ",
+                num_attention_heads, " must divide --hidden-size ", hidden_size,
+                " (or give the head size with --kv-channels)");
+  MG_USER_CHECK(num_query_groups > 0, "--num-query-groups must be positive (got ", num_query_groups,
+                ")");
   if (group_query_attention)
     MG_USER_CHECK(num_attention_heads % num_query_groups == 0, "--num-query-groups ",
                   num_query_groups, " must divide --num-attention-heads ", num_attention_heads);
   MG_USER_CHECK(normalization == "LayerNorm" || normalization == "RMSNorm", "--normalization '",
                 normalization, "' is not known; use LayerNorm or RMSNorm");
-  MG_USER_CHECK(position_embedding_type == "learned_absolute" || position_embedding_type == "rope" ||
-                    position_embedding_type == "none",
+  MG_USER_CHECK(position_embedding_type == "learned_absolute" ||
+                    position_embedding_type == "rope" || position_embedding_type == "none",
                 "--position-embedding-type '", position_embedding_type,
                 "' is not known; use learned_absolute, rope or none");
   MG_USER_CHECK(hidden_dropout >= 0.f && hidden_dropout < 1.f,
@@ -343,23 +345,23 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(rope_scaling_factor > 0.f, "--rope-scaling-factor must be positive (got ",
                 rope_scaling_factor, ")");
   if (rope())
-    MG_USER_CHECK(rotary_dim() >= 2 && rotary_dim() % 2 == 0, "--rotary-percent ",
-                  rotary_percent, " of ", head_dim(), " head channels gives ", rotary_dim(),
+    MG_USER_CHECK(rotary_dim() >= 2 && rotary_dim() % 2 == 0, "--rotary-percent ", rotary_percent,
+                  " of ", head_dim(), " head channels gives ", rotary_dim(),
                   " rotated channels; it must be a positive even number");
   MG_USER_CHECK(ffn_hidden_size >= 0, "--ffn-hidden-size must be positive (got ", ffn_hidden_size,
                 ")");
   bool dense_mlp = num_experts == 0;  // a layer with the dense MLP (MoE layers size their own)
   if (!dense_mlp && num_layers > 0 && num_layers <= 4096)
     for (int64_t l = 0; l < num_layers && !dense_mlp; ++l) dense_mlp = !is_moe_layer(l);
-  MG_USER_CHECK(!dense_mlp || ffn() > 0, "--swiglu's default --ffn-hidden-size, int(8 x "
-                "--hidden-size / 3 / 64) x 64 (Megatron's), is 0 for --hidden-size ", hidden_size,
-                ": pass --ffn-hidden-size");
+  MG_USER_CHECK(!dense_mlp || ffn() > 0,
+                "--swiglu's default --ffn-hidden-size, int(8 x "
+                "--hidden-size / 3 / 64) x 64 (Megatron's), is 0 for --hidden-size ",
+                hidden_size, ": pass --ffn-hidden-size");
   MG_USER_CHECK(seq_length > 0, "--seq-length must be positive (got ", seq_length, ")");
   MG_USER_CHECK(max_position_embeddings >= 0, "--max-position-embeddings must be positive (got ",
                 max_position_embeddings, ")");
-  MG_USER_CHECK(!learned_positions() || max_positions() >= seq_length,
-                "--max-position-embeddings ", max_positions(), " must be >= --seq-length ",
-                seq_length);
+  MG_USER_CHECK(!learned_positions() || max_positions() >= seq_length, "--max-position-embeddings ",
+                max_positions(), " must be >= --seq-length ", seq_length);
   // Token ids are int32 in batches and datasets (Megatron's .bin files too).
   MG_USER_CHECK(vocab_size > 0 && vocab_size <= INT32_MAX,
                 "--vocab-size must be in [1, 2147483647] (token ids are int32; got ", vocab_size,
@@ -367,8 +369,8 @@ void GPTConfig::validate() const {
   MG_USER_CHECK(make_vocab_size_divisible_by > 0,
                 "--make-vocab-size-divisible-by must be positive (got ",
                 make_vocab_size_divisible_by, ")");
-  MG_USER_CHECK(init_method_std > 0.f, "--init-method-std must be positive (got ",
-                init_method_std, ")");
+  MG_USER_CHECK(init_method_std > 0.f, "--init-method-std must be positive (got ", init_method_std,
+                ")");
   MG_USER_CHECK(norm_epsilon > 0.f, "--norm-epsilon must be positive (got ", norm_epsilon, ")");
   validate_moe();
   // Every derived size and the parameter count in checked arithmetic: an overflow is refused

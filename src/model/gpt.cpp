@@ -64,37 +64,44 @@ CacheCounts cache_counts(const StageSpec& spec, int64_t layers) {
 // The products of one micro-batch's rows (S / CP x B) with each width an activation has,
 // checked before any shape is formed from them.
 void check_activation_sizes(const GPTConfig& cfg, int64_t B, int64_t tp, int64_t cp) {
-  const int64_t N = checked_mul(cfg.seq_length / cp, B, "rows of a micro-batch (--seq-length x "
+  const int64_t N = checked_mul(cfg.seq_length / cp, B,
+                                "rows of a micro-batch (--seq-length x "
                                 "--micro-batch-size)");
   const LayerSpec s = cfg.layer_spec(0);
-  checked_mul(N, cfg.hidden_size, "elements of one layer's activations (--seq-length x "
+  checked_mul(N, cfg.hidden_size,
+              "elements of one layer's activations (--seq-length x "
               "--micro-batch-size x --hidden-size)");
-  checked_mul(N, s.qkv_rows() / tp, "elements of the QKV activations (--seq-length x "
-              "--micro-batch-size x (--num-attention-heads + 2 x --num-query-groups) x --kv-channels)");
-  checked_mul(N, s.fc1_rows() / tp, "elements of the MLP activations (--seq-length x "
+  checked_mul(
+      N, s.qkv_rows() / tp,
+      "elements of the QKV activations (--seq-length x "
+      "--micro-batch-size x (--num-attention-heads + 2 x --num-query-groups) x --kv-channels)");
+  checked_mul(N, s.fc1_rows() / tp,
+              "elements of the MLP activations (--seq-length x "
               "--micro-batch-size x --ffn-hidden-size)");
-  checked_mul(N, cfg.padded_vocab_size(tp) / tp, "elements of the logits (--seq-length x "
+  checked_mul(N, cfg.padded_vocab_size(tp) / tp,
+              "elements of the logits (--seq-length x "
               "--micro-batch-size x --vocab-size)");
-  checked_mul(N, s.heads / tp * s.kv_channels, "elements of the attention output (--seq-length x "
+  checked_mul(N, s.heads / tp * s.kv_channels,
+              "elements of the attention output (--seq-length x "
               "--micro-batch-size x --num-attention-heads x --kv-channels)");
 }
 std::unique_ptr<ParamStore> own_store(const GPTConfig& cfg, const StageSpec& spec,
                                       ParamStore* given) {
   if (given) return nullptr;
-  return std::make_unique<ParamStore>(
-      cfg, StoreSpec{{spec.shard}, spec.dtype, spec.sequence_parallel});
+  return std::make_unique<ParamStore>(cfg,
+                                      StoreSpec{{spec.shard}, spec.dtype, spec.sequence_parallel});
 }
 }  // namespace
 
 GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSpec& spec,
                    Communicator* tp_comm, Communicator* cp_comm, ParamStore* store, int chunk)
     : cfg_(cfg), spec_(spec), dims_(stage_dims(cfg, micro_batch_size, spec)),
-      self_comm_(tp_comm ? nullptr : make_self_communicator()),
-      tp_{tp_comm ? tp_comm : self_comm_.get(), dims_.sp}, cp_comm_(cp_comm),
-      cp_{spec.cp_size, spec.cp_rank, cfg.seq_length},
+      self_comm_(tp_comm ? nullptr : make_self_communicator()), tp_{tp_comm ? tp_comm
+                                                                            : self_comm_.get(),
+                                                                    dims_.sp},
+      cp_comm_(cp_comm), cp_{spec.cp_size, spec.cp_rank, cfg.seq_length},
       cp_attention_{cp_comm, cp::parse_cp_comm_type(spec.cp_comm_type)},
-      own_store_(own_store(cfg, spec, store)),
-      store_(store ? store : own_store_.get()),
+      own_store_(own_store(cfg, spec, store)), store_(store ? store : own_store_.get()),
       param_base_(store_->chunk_params(chunk).first),
       layout_(store_->layout().slice(store_->chunk_params(chunk).first,
                                      store_->chunk_params(chunk).second)),
@@ -128,10 +135,8 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
   layer_param_ids_.resize(size_t(num_layers_));
   for (int i = 0; i < int(layout_.params().size()); ++i) {
     const ParamTraits& t = layout_.params()[size_t(i)].traits;
-    if (t.part == ModelPart::Layer)
-      layer_param_ids_[size_t(t.layer - sh.layer_begin)].push_back(i);
-    else if (t.part == ModelPart::Embedding)
-      embedding_params_.push_back(i);
+    if (t.part == ModelPart::Layer) layer_param_ids_[size_t(t.layer - sh.layer_begin)].push_back(i);
+    else if (t.part == ModelPart::Embedding) embedding_params_.push_back(i);
     else  // final norm, output layer (or its tied copy)
       head_params_.push_back(i);
   }
@@ -212,7 +217,7 @@ LayerCache& GPTModel::cache(Slot& s, int64_t l) {
 
 const char* GPTModel::output_weight_name() const {
   return spec_.shard.first_stage && cfg_.tied_output() ? "embedding.word_embeddings.weight"
-                                                        : "output_layer.weight";
+                                                       : "output_layer.weight";
 }
 
 LayerInputs GPTModel::layer_inputs(const Slot& s) const {
@@ -238,8 +243,8 @@ LayerInputs GPTModel::layer_inputs(const Slot& s, int64_t l) const {
 
 DropoutRows GPTModel::embedding_dropout(const Slot& s) const {
   const DropoutStep& st = s.dropout;
-  return {st.key(st.hidden, 0, DropoutSite::Embedding), st.sample0, dims_.B,
-          dims_.sp ? tp_.rank() * (dims_.S / dims_.tp) : 0, 0, cp_};
+  return {st.key(st.hidden, 0, DropoutSite::Embedding),     st.sample0, dims_.B,
+          dims_.sp ? tp_.rank() * (dims_.S / dims_.tp) : 0, 0,          cp_};
 }
 
 void GPTModel::final_norm_forward(Slot& s) {
@@ -351,7 +356,8 @@ void GPTModel::forward_step(int64_t slot, const MicroBatch& mb) {
                               layer_params_[l], c, scratch_, layer_dims_[l], layer_inputs(s, l));
     if (layer_dims_[l].spec.is_moe()) {
       const MoeRouterConfig& rc = layer_dims_[l].spec.moe.router;
-      if (rc.aux_loss_coeff > 0) moe_losses_.load_balancing += c.routing.router.aux_loss / rc.aux_loss_coeff;
+      if (rc.aux_loss_coeff > 0)
+        moe_losses_.load_balancing += c.routing.router.aux_loss / rc.aux_loss_coeff;
       if (rc.z_loss_coeff > 0) moe_losses_.z += c.routing.router.z_loss / rc.z_loss_coeff;
       moe_losses_.dropped += double(c.routing.dropped);
       moe_losses_.layer_microbatches += 1;
@@ -397,8 +403,9 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   const int64_t V_local = cfg_.padded_vocab_size() / dims_.tp;
   const ShardSpec& sh = spec_.shard;
   if (sh.last_stage) {
-    const float inv = per_token_loss_ ? loss_scale
-                      : s.mask_sum > 0 ? float(loss_scale / s.mask_sum) : 0.f;
+    const float inv = per_token_loss_  ? loss_scale
+                      : s.mask_sum > 0 ? float(loss_scale / s.mask_sum)
+                                       : 0.f;
     for (int64_t n = 0; n < N; ++n) dlosses_h_.data<float>()[n] = s.mask.data<float>()[n] * inv;
     ops::copy(dlosses_.raw(), dev_, dlosses_h_.raw(), Device::CPU, dlosses_.nbytes());
     float* dlogits = s.logits.data<float>();  // the gradient replaces the logits in place
@@ -418,8 +425,8 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
   for (int64_t l = num_layers_ - 1; l >= 0; --l) {
     // Full recompute: entering a chunk from its top, re-run its forward from the stored chunk
     // input (same kernels, same inputs: the same bits) to refill the shared caches.
-    if (recomputed(l) && (l == num_layers_ - 1 || chunk_begin(l + 1) != chunk_begin(l) ||
-                          !recomputed(l + 1)))
+    if (recomputed(l) &&
+        (l == num_layers_ - 1 || chunk_begin(l + 1) != chunk_begin(l) || !recomputed(l + 1)))
       for (int64_t r = chunk_begin(l); r <= l; ++r)
         transformer_layer_forward(tp_, s.resid[r + 1].data<float>(), s.resid[r].data<float>(),
                                   layer_params_[r], cache(s, r), scratch_, layer_dims_[r],
@@ -440,31 +447,27 @@ void GPTModel::backward(int64_t slot, const float* d_output, float loss_scale) {
       tp::scatter_to_sp_region_backward(tp_, d_resid_.data<float>(), d_full_.data<float>(), R * H);
       d_emb = d_full_.data<float>();
     }
-    tp::vocab_parallel_embedding_backward(tp_, grad("embedding.word_embeddings.weight"),
-                                          cfg_.learned_positions()
-                                              ? grad("embedding.position_embeddings.weight")
-                                              : nullptr,
-                                          d_emb,
-                                          s.tokens.data<int32_t>(), s.positions.data<int32_t>(),
-                                          V_local, N, H);
+    tp::vocab_parallel_embedding_backward(
+        tp_, grad("embedding.word_embeddings.weight"),
+        cfg_.learned_positions() ? grad("embedding.position_embeddings.weight") : nullptr, d_emb,
+        s.tokens.data<int32_t>(), s.positions.data<int32_t>(), V_local, N, H);
     notify(embedding_params_);
   }
 }
 
 std::vector<TensorDecl<GPTModel::Slot>> GPTModel::slot_decls(const GPTConfig& cfg,
-                                                              const LayerDims& d,
-                                                              const StageSpec& spec) {
+                                                             const LayerDims& d,
+                                                             const StageSpec& spec) {
   const int64_t N = d.rows(), R = d.local_rows(), H = d.H;
   const DType i32 = DType::I32, f32 = DType::F32;
-  std::vector<TensorDecl<Slot>> t = {
-      {&Slot::tokens, "tokens", {N}, i32},
-      {&Slot::positions, "positions", {N}, i32},
-      {&Slot::labels, "labels", {N}, i32},
-      {&Slot::tokens_h, "tokens_h", {N}, i32, true},
-      {&Slot::positions_h, "positions_h", {N}, i32, true},
-      {&Slot::labels_h, "labels_h", {N}, i32, true},
-      {&Slot::mask, "mask", {N}, f32, true},
-      {&Slot::attention_start, "attention_start", {N}, i32}};
+  std::vector<TensorDecl<Slot>> t = {{&Slot::tokens, "tokens", {N}, i32},
+                                     {&Slot::positions, "positions", {N}, i32},
+                                     {&Slot::labels, "labels", {N}, i32},
+                                     {&Slot::tokens_h, "tokens_h", {N}, i32, true},
+                                     {&Slot::positions_h, "positions_h", {N}, i32, true},
+                                     {&Slot::labels_h, "labels_h", {N}, i32, true},
+                                     {&Slot::mask, "mask", {N}, f32, true},
+                                     {&Slot::attention_start, "attention_start", {N}, i32}};
   if (d.device != Device::CPU) t.push_back({&Slot::mask_d, "mask_d", {N}, f32});
   if (spec.shard.last_stage) {
     const std::vector<TensorDecl<Slot>> head = {
@@ -485,13 +488,11 @@ std::vector<TensorDecl<GPTModel>> GPTModel::buffer_decls(const GPTConfig& cfg, c
   const int64_t N = d.rows(), R = d.local_rows(), H = d.H;
   const DType f32 = DType::F32;
   using M = GPTModel;
-  std::vector<TensorDecl<M>> t = {{&M::d_resid_, "d_resid", {R, H}, f32},
-                                  {&M::d_lnf_, "d_lnf", {R, H}, f32},
-                                  {&M::d_full_, "d_full", {N, H}, f32},
-                                  {&M::dlosses_, "dlosses", {N}, f32},
-                                  {&M::dlosses_h_, "dlosses_h", {N}, f32, true},
-                                  {&M::loss_sum_, "loss_sum", {1}, DType::I64},
-                                  {&M::ce_scratch_, "ce_scratch", {N}, f32}};
+  std::vector<TensorDecl<M>> t = {
+      {&M::d_resid_, "d_resid", {R, H}, f32},        {&M::d_lnf_, "d_lnf", {R, H}, f32},
+      {&M::d_full_, "d_full", {N, H}, f32},          {&M::dlosses_, "dlosses", {N}, f32},
+      {&M::dlosses_h_, "dlosses_h", {N}, f32, true}, {&M::loss_sum_, "loss_sum", {1}, DType::I64},
+      {&M::ce_scratch_, "ce_scratch", {N}, f32}};
   if (spec.shard.first_stage) t.push_back({&M::emb_full_, "emb_full", {N, H}, f32});
   if (cfg.rope()) {
     t.push_back({&M::rope_inv_freq_, "rope_inv_freq", {cfg.rotary_dim() / 2}, f32});
@@ -507,8 +508,9 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
   const int64_t end = spec.shard.layer_end < 0 ? cfg.num_layers : spec.shard.layer_end;
   const int64_t layers = end - spec.shard.layer_begin;
   const CacheCounts caches = cache_counts(spec, layers);
-  const char* what = "bytes of activations (--num-layers x --seq-length x --micro-batch-size x "
-                     "--hidden-size ...)";
+  const char* what =
+      "bytes of activations (--num-layers x --seq-length x --micro-batch-size x "
+      "--hidden-size ...)";
   const int64_t resid =
       checked_mul(layers + 1, tensor_alloc_bytes(d.local_rows() * d.H, DType::F32, what), what);
   // The stored caches: every layer's, or under block recompute those after the first
@@ -519,9 +521,10 @@ int64_t GPTModel::activation_bytes(const GPTConfig& cfg, int64_t micro_batch_siz
   if (k.moe > 0)
     stored = checked_mul(k.moe, layer_cache_bytes(layer_dims(cfg, d, k.first_moe)), what);
   if (k.first_dense >= 0)
-    stored = checked_add(stored, checked_mul(caches.stored - k.moe,
-                                             layer_cache_bytes(layer_dims(cfg, d, k.first_dense)),
-                                             what), what);
+    stored = checked_add(stored,
+                         checked_mul(caches.stored - k.moe,
+                                     layer_cache_bytes(layer_dims(cfg, d, k.first_dense)), what),
+                         what);
   const int64_t per_slot =
       checked_add(checked_add(resid, stored, what), decl_bytes(slot_decls(cfg, d, spec)), what);
   int64_t b = checked_mul(spec.num_slots, per_slot, what);

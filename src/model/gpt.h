@@ -35,7 +35,7 @@ struct MicroBatch {
   const int32_t* tokens;
   const int32_t* position_ids;
   const int32_t* labels;
-  const float* loss_mask;  // 0 excludes a token from the loss
+  const float* loss_mask;                    // 0 excludes a token from the loss
   const int32_t* attention_start = nullptr;  // optional: first position each token attends to
   int64_t first_sample = -1;  // global index of the first sample (keys dropout masks); -1: unknown
 };
@@ -48,12 +48,12 @@ struct MoeLosses {
 };
 
 struct StageSpec {
-  ShardSpec shard;                // TP shard and pipeline stage
+  ShardSpec shard;  // TP shard and pipeline stage
   bool sequence_parallel = false;
   int64_t cp_size = 1, cp_rank = 0;  // context parallelism: CP ranks, this rank's index
   std::string cp_comm_type = "p2p";  // --cp-comm-type: the attention's exchange (p2p ring, a2a)
-  int64_t num_slots = 1;          // activation sets for in-flight micro-batches
-  DType dtype = DType::F32;       // params and activations: F32, BF16 (--bf16) or F16 (--fp16)
+  int64_t num_slots = 1;             // activation sets for in-flight micro-batches
+  DType dtype = DType::F32;          // params and activations: F32, BF16 (--bf16) or F16 (--fp16)
   // Full activation recompute (--recompute-granularity full): "uniform" recomputes every layer
   // in chunks of recompute_num_layers (one chunk's caches live at a time), "block" the first
   // recompute_num_layers layers of the stage, one at a time; "" stores every layer's cache.
@@ -112,12 +112,13 @@ class GPTModel {
   // under parallel folding (else null), and the dispatcher (allgather, else alltoall).
   void set_expert_parallel(Communicator* ep, Communicator* etp_ep, bool allgather) {
     if (ep)
-      MG_CHECK(ep->size() == spec_.shard.ep_size && ep->rank() == spec_.shard.ep_rank,
-               "EP group (", ep->size(), " ranks) does not match the shard's EP ",
-               spec_.shard.ep_size, " rank ", spec_.shard.ep_rank);
+      MG_CHECK(ep->size() == spec_.shard.ep_size && ep->rank() == spec_.shard.ep_rank, "EP group (",
+               ep->size(), " ranks) does not match the shard's EP ", spec_.shard.ep_size, " rank ",
+               spec_.shard.ep_rank);
     if (etp_ep)
       MG_CHECK(etp_ep->size() == spec_.shard.etp_size * spec_.shard.ep_size &&
-                   etp_ep->rank() == spec_.shard.etp_rank + spec_.shard.etp_size * spec_.shard.ep_rank,
+                   etp_ep->rank() ==
+                       spec_.shard.etp_rank + spec_.shard.etp_size * spec_.shard.ep_rank,
                "ETP x EP group (rank ", etp_ep->rank(), " of ", etp_ep->size(),
                ") does not match the shard's expert TP ", spec_.shard.etp_size, " and EP ",
                spec_.shard.ep_size);
@@ -192,7 +193,7 @@ class GPTModel {
     Tensor mask_d;                           // (S*B) its copy on the GPU (GPU runs only)
     Tensor attention_start;                  // (B, S), when the batch restricts attention
     bool has_attention_start = false;
-    DropoutStep dropout;                     // the micro-batch's dropout, when dropout_on
+    DropoutStep dropout;  // the micro-batch's dropout, when dropout_on
     bool dropout_on = false;
     Tensor lnf, lnf_mean, lnf_rstd, lnf_full, logits, losses, lse;  // last stage
     double mask_sum = 0;
@@ -233,15 +234,15 @@ class GPTModel {
   std::vector<LayerDims> layer_dims_;  // each layer's own (dense or MoE)
   std::unique_ptr<Communicator> self_comm_;
   tp::TPGroup tp_;
-  Communicator* cp_comm_;            // null when CP = 1
-  CpLayout cp_;                      // this CP rank's tokens of each sequence
-  cp::CpAttention cp_attention_;     // the attention across the CP group (CP > 1)
+  Communicator* cp_comm_;                  // null when CP = 1
+  CpLayout cp_;                            // this CP rank's tokens of each sequence
+  cp::CpAttention cp_attention_;           // the attention across the CP group (CP > 1)
   std::unique_ptr<ParamStore> own_store_;  // when no store was given
   ParamStore* store_;
-  int param_base_ = 0;   // this chunk's first parameter in the store's layout
+  int param_base_ = 0;  // this chunk's first parameter in the store's layout
   bool report_grads_ = true;
-  ParamLayout layout_;   // this chunk's parameters
-  Tensor small_;                     // mixed precision: f32 copies of the 1-D params
+  ParamLayout layout_;                 // this chunk's parameters
+  Tensor small_;                       // mixed precision: f32 copies of the 1-D params
   std::vector<int64_t> small_offset_;  // per param: offset in small_, -1 for matrices
   std::vector<LayerWeights> layer_params_, layer_grads_;
   std::vector<Slot> slots_;
@@ -258,11 +259,11 @@ class GPTModel {
   Communicator* ep_comm_ = nullptr;  // set_expert_parallel
   bool ep_allgather_ = false;
   Communicator* etp_ep_comm_ = nullptr;
-  double tokens_ = 0;                // take_tokens()'s count
-  Tensor rope_inv_freq_;             // (rotary_dim/2) RoPE inverse frequencies
-  Tensor rope_positions_;            // (S*B) RoPE position of each row
-  Device dev_ = Device::CPU;         // the compute device every model buffer lives on
-  DropoutStep dropout_;              // set by dropout_on: seed, iteration and rates
+  double tokens_ = 0;         // take_tokens()'s count
+  Tensor rope_inv_freq_;      // (rotary_dim/2) RoPE inverse frequencies
+  Tensor rope_positions_;     // (S*B) RoPE position of each row
+  Device dev_ = Device::CPU;  // the compute device every model buffer lives on
+  DropoutStep dropout_;       // set by dropout_on: seed, iteration and rates
   bool dropout_enabled_ = false;
   std::vector<int> head_params_, embedding_params_;
   std::vector<std::vector<int>> layer_param_ids_;

@@ -22,14 +22,22 @@ LayerWeights layer_weights(const GPTConfig& cfg, const ShardSpec& shard, const P
   const std::string mlp = spec.is_moe() ? "mlp.shared_experts." : "mlp.";
   const bool dense = spec.has_dense_mlp();
   auto mlp_mat = [&](const std::string& n) { return dense ? mat(mlp + n) : nullptr; };
-  LayerWeights w{vec("input_layernorm.weight", true),          vec("input_layernorm.bias", ln),
-                 mat("self_attention.linear_qkv.weight"),      vec("self_attention.linear_qkv.bias", spec.qkv_bias),
-                 mat("self_attention.linear_proj.weight"),     vec("self_attention.linear_proj.bias", bias),
-                 vec("self_attention.q_layernorm.weight", qk), vec("self_attention.q_layernorm.bias", qk && ln),
-                 vec("self_attention.k_layernorm.weight", qk), vec("self_attention.k_layernorm.bias", qk && ln),
-                 vec("pre_mlp_layernorm.weight", true),        vec("pre_mlp_layernorm.bias", ln),
-                 mlp_mat("linear_fc1.weight"),  vec(mlp + "linear_fc1.bias", dense && bias),
-                 mlp_mat("linear_fc2.weight"),  vec(mlp + "linear_fc2.bias", dense && bias),
+  LayerWeights w{vec("input_layernorm.weight", true),
+                 vec("input_layernorm.bias", ln),
+                 mat("self_attention.linear_qkv.weight"),
+                 vec("self_attention.linear_qkv.bias", spec.qkv_bias),
+                 mat("self_attention.linear_proj.weight"),
+                 vec("self_attention.linear_proj.bias", bias),
+                 vec("self_attention.q_layernorm.weight", qk),
+                 vec("self_attention.q_layernorm.bias", qk && ln),
+                 vec("self_attention.k_layernorm.weight", qk),
+                 vec("self_attention.k_layernorm.bias", qk && ln),
+                 vec("pre_mlp_layernorm.weight", true),
+                 vec("pre_mlp_layernorm.bias", ln),
+                 mlp_mat("linear_fc1.weight"),
+                 vec(mlp + "linear_fc1.bias", dense && bias),
+                 mlp_mat("linear_fc2.weight"),
+                 vec(mlp + "linear_fc2.bias", dense && bias),
                  {}};
   if (spec.is_moe()) {
     w.moe.router_w = mat("mlp.router.weight");

@@ -166,9 +166,9 @@ ParamCount shard_param_count(const GPTConfig& cfg, const ShardSpec& shard) {
     const int64_t l = moe ? kinds.first_moe : kinds.first_dense;
     std::vector<ParamDecl> one;
     const float unused_std = 0.f;  // init scales do not change sizes
-    transformer_layer_params(one, l, cfg.layer_spec(l), cfg.hidden_size,
-                             {unused_std, unused_std});
-    std::erase_if(one, [&](const ParamDecl& p) { return !shard.holds(p.sharding, cfg.num_experts); });
+    transformer_layer_params(one, l, cfg.layer_spec(l), cfg.hidden_size, {unused_std, unused_std});
+    std::erase_if(one,
+                  [&](const ParamDecl& p) { return !shard.holds(p.sharding, cfg.num_experts); });
     ParamCount layer;
     add_count(layer, one, shard);
     c.elements = checked_add(c.elements, checked_mul(n, layer.elements, what), what);
@@ -193,8 +193,7 @@ void init_params(const ParamLayout& layout, float* params, uint64_t seed) {
         if (p.sharding.split_dim == 1) run = p.shape[1];
         if (p.sharding.split_dim == 0) run = p.numel() / p.sharding.stride;
         for (int64_t b = 0; b < p.numel(); b += run)
-          fill_normal(dst + b, run, p.init_std, seed, stream,
-                      global_index(p, b));
+          fill_normal(dst + b, run, p.init_std, seed, stream, global_index(p, b));
         break;
       }
       case InitKind::Zeros: std::fill(dst, dst + p.numel(), 0.f); break;

@@ -14,13 +14,13 @@
 namespace mg {
 
 struct ParamSpec {
-  std::string name;      // e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
-  Shape shape;           // local shape; [out, in] for linear weights, as Megatron stores them
-  Shape global_shape;    // shape in the single-rank model
+  std::string name;    // e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
+  Shape shape;         // local shape; [out, in] for linear weights, as Megatron stores them
+  Shape global_shape;  // shape in the single-rank model
   Sharding sharding;
   int64_t tp_size = 1, tp_rank = 0;  // the ranks a split param is split over and this one's
                                      // place: the shard's TP, or its expert TP for experts
-  int64_t offset = 0;    // elements from the start of the flat buffer
+  int64_t offset = 0;                // elements from the start of the flat buffer
   InitKind init = InitKind::Zeros;
   float init_std = 0.f;  // for InitKind::Normal
   ParamTraits traits;    // as its block declared it (weight decay, norm, layer, ...)

@@ -40,8 +40,7 @@ ParamStore::ParamStore(const GPTConfig& cfg, const StoreSpec& spec)
 // Parameters are initialized on the host in f32 (the same values on every device), then stored
 // in the store's dtype on its device: Megatron's order (init in f32, then round).
 void ParamStore::init(uint64_t seed) {
-  if (dtype() == DType::F32 && device() == Device::CPU)
-    return init_params(layout_, params(), seed);
+  if (dtype() == DType::F32 && device() == Device::CPU) return init_params(layout_, params(), seed);
   Tensor full({layout_.total_numel()});
   init_params(layout_, full.data<float>(), seed);
   store_from_host(static_cast<char*>(params_.raw()), full.data<float>(), full.numel());

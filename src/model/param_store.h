@@ -20,13 +20,13 @@ namespace mg {
 
 struct StoreSpec {
   std::vector<ShardSpec> chunks{ShardSpec{}};  // each chunk's layers and roles (same TP shard)
-  DType dtype = DType::F32;       // params: F32, BF16 (--bf16) or F16 (--fp16)
-  bool sequence_parallel = false; // TP-replicated params see a sequence chunk (finalize_grads)
-  int64_t bucket_dp = -1;         // >= 0: bucketed buffer layout (> 0: padded for DP shards)
-  int64_t bucket_size = 40000000; // elements per bucket in that layout
-  int64_t bucket_expert_dp = 0;   // > 0: the expert buckets padded for the shards of that many
-                                  // expert-data-parallel ranks (distributed optimizer)
-  bool with_grads = true;         // false (inference): no gradient buffer
+  DType dtype = DType::F32;                    // params: F32, BF16 (--bf16) or F16 (--fp16)
+  bool sequence_parallel = false;  // TP-replicated params see a sequence chunk (finalize_grads)
+  int64_t bucket_dp = -1;          // >= 0: bucketed buffer layout (> 0: padded for DP shards)
+  int64_t bucket_size = 40000000;  // elements per bucket in that layout
+  int64_t bucket_expert_dp = 0;    // > 0: the expert buckets padded for the shards of that many
+                                   // expert-data-parallel ranks (distributed optimizer)
+  bool with_grads = true;          // false (inference): no gradient buffer
 };
 
 // The layout a ParamStore of spec builds (its buffers hold layout.total_numel() elements),

@@ -77,12 +77,8 @@ std::vector<int64_t> elements(const std::vector<int64_t>& rows, int64_t row_elem
 
 }  // namespace
 
-int64_t EpRoute::rows_in() const {
-  return sum(send_per_expert);
-}
-int64_t EpRoute::rows_out() const {
-  return sum(recv);
-}
+int64_t EpRoute::rows_in() const { return sum(send_per_expert); }
+int64_t EpRoute::rows_out() const { return sum(recv); }
 
 std::vector<int64_t> EpRoute::send_per_rank() const {
   std::vector<int64_t> n(size_t(ep_size), 0);

@@ -13,8 +13,8 @@ void LossScalerConfig::validate() const {
   MG_USER_CHECK(min_loss_scale > 0.0 && min_loss_scale <= initial_loss_scale,
                 "--min-loss-scale must be positive and at most --initial-loss-scale (got ",
                 min_loss_scale, ")");
-  MG_USER_CHECK(loss_scale_window >= 1, "--loss-scale-window must be >= 1 (got ",
-                loss_scale_window, ")");
+  MG_USER_CHECK(loss_scale_window >= 1, "--loss-scale-window must be >= 1 (got ", loss_scale_window,
+                ")");
   MG_USER_CHECK(hysteresis >= 1, "--hysteresis must be >= 1 (got ", hysteresis, ")");
 }
 

@@ -10,11 +10,11 @@
 namespace mg {
 
 struct LossScalerConfig {
-  double loss_scale = 0.0;             // --loss-scale: static scale when > 0
+  double loss_scale = 0.0;                   // --loss-scale: static scale when > 0
   double initial_loss_scale = 4294967296.0;  // --initial-loss-scale (2^32)
-  double min_loss_scale = 1.0;         // --min-loss-scale
-  int64_t loss_scale_window = 1000;    // --loss-scale-window
-  int64_t hysteresis = 2;              // --hysteresis
+  double min_loss_scale = 1.0;               // --min-loss-scale
+  int64_t loss_scale_window = 1000;          // --loss-scale-window
+  int64_t hysteresis = 2;                    // --hysteresis
   void validate() const;
 };
 
@@ -32,7 +32,8 @@ class LossScaler {
   void update(bool found_inf);
   LossScalerState state() const { return {scale_, growth_tracker_, hysteresis_tracker_}; }
   void set_state(const LossScalerState& s) {
-    scale_ = s.scale, growth_tracker_ = s.growth_tracker, hysteresis_tracker_ = s.hysteresis_tracker;
+    scale_ = s.scale, growth_tracker_ = s.growth_tracker,
+    hysteresis_tracker_ = s.hysteresis_tracker;
   }
 
  private:

@@ -54,11 +54,13 @@ void LRSchedule::validate() const {
   MG_USER_CHECK(style == "constant" || style == "linear" || style == "cosine" ||
                     style == "inverse-square-root" || style == "WSD",
                 "--lr-decay-style must be one of constant, linear, cosine, inverse-square-root, "
-                "WSD (got '", style, "')");
-  MG_USER_CHECK(wsd_style == "linear" || wsd_style == "cosine" || wsd_style == "exponential" ||
-                    wsd_style == "minus_sqrt",
-                "--lr-wsd-decay-style must be one of linear, cosine, exponential, minus_sqrt (got '",
-                wsd_style, "')");
+                "WSD (got '",
+                style, "')");
+  MG_USER_CHECK(
+      wsd_style == "linear" || wsd_style == "cosine" || wsd_style == "exponential" ||
+          wsd_style == "minus_sqrt",
+      "--lr-wsd-decay-style must be one of linear, cosine, exponential, minus_sqrt (got '",
+      wsd_style, "')");
   MG_USER_CHECK(lr >= 0.0, "--lr must be >= 0 (got ", lr, ")");
   MG_USER_CHECK(std::isnan(decoupled_lr) || decoupled_lr >= 0.0,
                 "--decoupled-lr must be >= 0 (got ", decoupled_lr, ")");
@@ -66,8 +68,10 @@ void LRSchedule::validate() const {
                 "--decoupled-min-lr must be >= 0 (got ", decoupled_min_lr, ")");
   MG_USER_CHECK(min_lr >= 0.0 && min_lr <= lr, "--min-lr ", min_lr, " must be in [0, --lr ", lr,
                 "]");
-  MG_USER_CHECK(warmup_steps >= 0, "the warmup (--lr-warmup-iters / -samples / -fraction) must "
-                "be >= 0 samples (got ", warmup_steps, ")");
+  MG_USER_CHECK(warmup_steps >= 0,
+                "the warmup (--lr-warmup-iters / -samples / -fraction) must "
+                "be >= 0 samples (got ",
+                warmup_steps, ")");
   MG_USER_CHECK(style == "constant" || double(decay_steps) > warmup_steps, "the decay horizon (",
                 decay_steps, " samples) must be longer than the warmup (", warmup_steps,
                 " samples)");
@@ -79,7 +83,8 @@ void LRSchedule::validate() const {
   MG_USER_CHECK(wd_style != "constant" || start_wd == end_wd,
                 "--weight-decay-incr-style constant needs --start-weight-decay == "
                 "--end-weight-decay");
-  MG_USER_CHECK(start_wd >= 0 && end_wd >= 0, "weight decay (--weight-decay, "
+  MG_USER_CHECK(start_wd >= 0 && end_wd >= 0,
+                "weight decay (--weight-decay, "
                 "--start-weight-decay, --end-weight-decay) must be >= 0");
 }
 

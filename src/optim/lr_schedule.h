@@ -17,8 +17,9 @@ struct LRSchedule {
   double warmup_steps = 0;      // in samples (--lr-warmup-iters|-samples|-fraction); as
                                 // Megatron, a fraction of the decay horizon is kept unrounded
   int64_t decay_steps = 0;      // in samples (--lr-decay-iters|-samples)
-  std::string style = "linear"; // --lr-decay-style: constant, linear, cosine, inverse-square-root, WSD
-  int64_t wsd_decay_steps = 0;  // --lr-wsd-decay-iters|-samples, in samples
+  std::string style =
+      "linear";  // --lr-decay-style: constant, linear, cosine, inverse-square-root, WSD
+  int64_t wsd_decay_steps = 0;            // --lr-wsd-decay-iters|-samples, in samples
   std::string wsd_style = "exponential";  // --lr-wsd-decay-style
   // --decoupled-lr / --decoupled-min-lr (NaN: unset): the embedding and output layer's peak and
   // floor, on the same warmup and decay (Megatron's param-group max_lr / min_lr override; an

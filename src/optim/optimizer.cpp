@@ -40,8 +40,7 @@ std::vector<ParamRun> param_runs(const ParamLayout& layout) {
     if (!runs.empty() && runs.back().decay == p.traits.weight_decay &&
         runs.back().decoupled == decoupled && runs.back().offset + runs.back().numel == p.offset)
       runs.back().numel += p.numel();
-    else
-      runs.push_back({p.offset, p.numel(), p.traits.weight_decay, decoupled});
+    else runs.push_back({p.offset, p.numel(), p.traits.weight_decay, decoupled});
   }
   return runs;
 }
@@ -71,7 +70,8 @@ void Optimizer::copy_main_from(const void* model_params) {
 double Optimizer::step(float* params, float* grads, float lr) {
   std::vector<ops::Range> ranges;
   for (const ParamRun& r : runs_) ranges.push_back({r.offset, r.numel});
-  const double norm = std::sqrt(ops::sum_squares_ranges(grads, ranges.data(), int64_t(ranges.size())));
+  const double norm =
+      std::sqrt(ops::sum_squares_ranges(grads, ranges.data(), int64_t(ranges.size())));
   step(params, grads, lr, cfg_.weight_decay, norm);
   return norm;
 }
@@ -106,12 +106,12 @@ void Optimizer::step(void* model_params, float* grads, float lr_default, float w
     const float clip = coeff < 1.0 ? float(coeff) : 1.0f;  // applied as the update reads g
     const float decay = r.decay ? wd : 0.f;
     const float lr = r.decoupled && !std::isnan(decoupled_lr) ? decoupled_lr : lr_default;
-    float* p = main_.empty() ? static_cast<float*>(model_params) + r.offset : main_.data<float>() + s;
+    float* p =
+        main_.empty() ? static_cast<float*>(model_params) + r.offset : main_.data<float>() + s;
     if (cfg_.kind == "adam")
       ops::adamw_update(p, g, state + s, state + numel_ + s, r.numel, lr, cfg_.beta1, cfg_.beta2,
                         cfg_.eps, decay, t_, clip);
-    else
-      ops::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_, clip);
+    else ops::sgd_update(p, g, state + s, r.numel, lr, cfg_.sgd_momentum, decay, t_, clip);
     if (!main_.empty())  // copy the main params back to the model, rounded
       ops::cast_from_f32(static_cast<char*>(model_params) + r.offset * esize, dtype_, p, r.numel);
     s += r.numel;

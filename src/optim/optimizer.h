@@ -53,10 +53,10 @@ std::vector<ParamRun> param_runs(const ParamLayout& layout);
 class Optimizer {
  public:
   // model_params: the model's flat buffer in model_dtype (needed when that is 16-bit).
-  Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg,
-            DType model_dtype = DType::F32, const void* model_params = nullptr);
-  Optimizer(const ParamLayout& layout, const OptimizerConfig& cfg,
-            DType model_dtype = DType::F32, const void* model_params = nullptr)
+  Optimizer(std::vector<ParamRun> runs, const OptimizerConfig& cfg, DType model_dtype = DType::F32,
+            const void* model_params = nullptr);
+  Optimizer(const ParamLayout& layout, const OptimizerConfig& cfg, DType model_dtype = DType::F32,
+            const void* model_params = nullptr)
       : Optimizer(param_runs(layout), cfg, model_dtype, model_params) {}
 
   // Clips the runs' grads given the global grad norm (computed over all ranks by the caller; the
@@ -94,7 +94,7 @@ class Optimizer {
   int64_t numel_ = 0;
   Tensor state_;  // the kind's slots one after the other, numel_ elements each
   DType dtype_;
-  Tensor main_;   // fp32 main params of the runs, packed like state_ (16-bit models only)
+  Tensor main_;  // fp32 main params of the runs, packed like state_ (16-bit models only)
   int64_t t_ = 0;
 };
 

@@ -64,13 +64,15 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                 "over heads); Megatron's allgather and a2a+p2p, and one type per layer, are not "
                 "supported yet");
   if (CP > 1 && cp_comm_type == "a2a") {
-    MG_USER_CHECK((m.num_attention_heads / T) % CP == 0, "--cp-comm-type a2a splits each TP "
-                  "rank's heads across CP ranks: --num-attention-heads ", m.num_attention_heads,
-                  " / --tensor-model-parallel-size ", T,
+    MG_USER_CHECK((m.num_attention_heads / T) % CP == 0,
+                  "--cp-comm-type a2a splits each TP "
+                  "rank's heads across CP ranks: --num-attention-heads ",
+                  m.num_attention_heads, " / --tensor-model-parallel-size ", T,
                   " must be divisible by --context-parallel-size ", CP);
-    MG_USER_CHECK((m.num_query_groups / T) % CP == 0, "--cp-comm-type a2a splits each TP rank's "
-                  "query groups across CP ranks: --num-query-groups ", m.num_query_groups,
-                  " / --tensor-model-parallel-size ", T,
+    MG_USER_CHECK((m.num_query_groups / T) % CP == 0,
+                  "--cp-comm-type a2a splits each TP rank's "
+                  "query groups across CP ranks: --num-query-groups ",
+                  m.num_query_groups, " / --tensor-model-parallel-size ", T,
                   " must be divisible by --context-parallel-size ", CP);
   }
   // Megatron's TransformerConfig rules: heads and query groups are split across TP ranks.
@@ -87,14 +89,16 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
                 "--decoder-first/last-pipeline-num-layers must be >= 0");
   const int64_t L = m.num_layers, first = decoder_first_pipeline_num_layers,
                 last = decoder_last_pipeline_num_layers;
-  MG_USER_CHECK(first <= L && last <= L, "--decoder-first/last-pipeline-num-layers (", first,
-                ", ", last, ") must not exceed --num-layers ", L);
+  MG_USER_CHECK(first <= L && last <= L, "--decoder-first/last-pipeline-num-layers (", first, ", ",
+                last, ") must not exceed --num-layers ", L);
   if (first == 0 && last == 0) {
-    MG_USER_CHECK(L % P == 0, "--num-layers ", L, " is not divisible by --pipeline-model-parallel-size ",
-                  P, "; use --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
+    MG_USER_CHECK(L % P == 0, "--num-layers ", L,
+                  " is not divisible by --pipeline-model-parallel-size ", P,
+                  "; use --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers "
                   "for an uneven split");
   } else {
-    MG_USER_CHECK(P > 1, "--decoder-first/last-pipeline-num-layers need "
+    MG_USER_CHECK(P > 1,
+                  "--decoder-first/last-pipeline-num-layers need "
                   "--pipeline-model-parallel-size > 1");
     const int64_t middle = P - (first > 0) - (last > 0);
     const int64_t rest = L - first - last;
@@ -105,18 +109,21 @@ std::string ParallelConfig::validate(int world, const ModelDims& m, int64_t mbs,
   }
   MG_USER_CHECK(L >= P, "--num-layers ", L, " is smaller than --pipeline-model-parallel-size ", P);
   MG_USER_CHECK(gbs % checked_mul(mbs, DP, "--micro-batch-size x data-parallel size") == 0,
-                "--global-batch-size ", gbs,
-                " must be a multiple of --micro-batch-size ", mbs, " x data-parallel size ", DP,
-                " (world ", world, " / (TP ", T, " x CP ", CP, " x PP ", P, "))");
-  MG_USER_CHECK(ddp_bucket_size >= 0, "--ddp-bucket-size must be positive, or 0 for Megatron's default "
-                "max(40M, 1M x data-parallel size) (got ", ddp_bucket_size, ")");
+                "--global-batch-size ", gbs, " must be a multiple of --micro-batch-size ", mbs,
+                " x data-parallel size ", DP, " (world ", world, " / (TP ", T, " x CP ", CP,
+                " x PP ", P, "))");
+  MG_USER_CHECK(ddp_bucket_size >= 0,
+                "--ddp-bucket-size must be positive, or 0 for Megatron's default "
+                "max(40M, 1M x data-parallel size) (got ",
+                ddp_bucket_size, ")");
   if (ddp_bucket_size == 0) ddp_bucket_size = default_ddp_bucket_size(DP);
 
   std::string warning;
   if (sequence_parallel && T == 1) {
     sequence_parallel = false;
-    warning = "WARNING: --sequence-parallel has no effect with --tensor-model-parallel-size 1; "
-              "ignoring it";
+    warning =
+        "WARNING: --sequence-parallel has no effect with --tensor-model-parallel-size 1; "
+        "ignoring it";
   }
   // Sequence parallelism splits each CP rank's S / CP tokens across the TP ranks.
   if (sequence_parallel)

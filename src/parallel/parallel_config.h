@@ -34,20 +34,21 @@ struct ParallelConfig {
   bool sequence_parallel = false;        // --sequence-parallel (needs TP > 1)
   int expert_model_parallel_size = 1;    // --expert-model-parallel-size: EP (MoE experts split)
   int expert_tensor_parallel_size = 0;   // --expert-tensor-parallel-size: ETP (0: TP)
-  std::string moe_token_dispatcher_type = "allgather";  // --moe-token-dispatcher-type (Megatron's default)
+  std::string moe_token_dispatcher_type =
+      "allgather";  // --moe-token-dispatcher-type (Megatron's default)
   int64_t decoder_first_pipeline_num_layers = 0;  // --decoder-first-pipeline-num-layers (0: even)
   int64_t decoder_last_pipeline_num_layers = 0;   // --decoder-last-pipeline-num-layers (0: even)
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // --num-layers-per-virtual-pipeline-stage
   int64_t num_virtual_stages_per_pipeline_rank = 0;   // --num-virtual-stages-per-pipeline-rank
   int64_t microbatch_group_size_per_vp_stage = 0;     // --microbatch-group-size-per-virtual-
                                                       // pipeline-stage (0: PP)
-  int virtual_stages = 1;  // v, model chunks per pipeline rank (the trainer's config resolves
-                           // it from the above: pipeline/schedule_table.h)
+  int virtual_stages = 1;       // v, model chunks per pipeline rank (the trainer's config resolves
+                                // it from the above: pipeline/schedule_table.h)
   int64_t ddp_bucket_size = 0;  // --ddp-bucket-size: elements per DP all-reduce (0: Megatron's
                                 // default, max(40M, 1M x DP), set by validate)
-  bool overlap_grad_reduce = false;      // --overlap-grad-reduce
-  bool overlap_param_gather = false;     // --overlap-param-gather (distributed optimizer)
-  bool grad_reduce_in_bf16 = false;      // --grad-reduce-in-bf16: DP grad sums in bf16
+  bool overlap_grad_reduce = false;   // --overlap-grad-reduce
+  bool overlap_param_gather = false;  // --overlap-param-gather (distributed optimizer)
+  bool grad_reduce_in_bf16 = false;   // --grad-reduce-in-bf16: DP grad sums in bf16
 
   int tp() const { return tensor_model_parallel_size; }
   int pp() const { return pipeline_model_parallel_size; }

@@ -10,13 +10,18 @@
 namespace mg {
 
 std::vector<ProcessGroups::Named> ProcessGroups::named() const {
-  const std::vector<Named> all = {
-      {"world", world.get()},         {"tp", tp.get()},
-      {"pp", pp.get()},               {"dp", dp.get()},
-      {"cp", cp.get()},               {"dp_cp", dp_cp.get()},
-      {"model_parallel", model_parallel.get()}, {"embedding", embedding.get()},
-      {"ep", ep.get()},               {"edp", edp.get()},
-      {"etp_ep", etp_ep.get()},       {"expert_mp", expert_mp.get()}};
+  const std::vector<Named> all = {{"world", world.get()},
+                                  {"tp", tp.get()},
+                                  {"pp", pp.get()},
+                                  {"dp", dp.get()},
+                                  {"cp", cp.get()},
+                                  {"dp_cp", dp_cp.get()},
+                                  {"model_parallel", model_parallel.get()},
+                                  {"embedding", embedding.get()},
+                                  {"ep", ep.get()},
+                                  {"edp", edp.get()},
+                                  {"etp_ep", etp_ep.get()},
+                                  {"expert_mp", expert_mp.get()}};
   std::vector<Named> out;
   for (const Named& n : all)
     if (n.comm) out.push_back(n);
@@ -28,7 +33,6 @@ Communicator* ProcessGroups::find(std::string_view name) const {
     if (n.name == name) return n.comm;
   return nullptr;
 }
-
 
 namespace {
 // Every group but the world, each made by `make` from its lists of world ranks. Every rank
@@ -87,8 +91,7 @@ ProcessGroups make_gpu_process_groups(const RankGrid& grid, const std::string& b
   g.world = make_staging_communicator(std::move(g.world), Device::CPU);
   make_groups(g, grid, [&](const std::vector<std::vector<int>>& groups, const std::string& name) {
 #ifdef MG_HAS_CUDA
-    if (backend == "nccl")
-      return make_staging_communicator(nccl_group(groups, name), Device::CUDA);
+    if (backend == "nccl") return make_staging_communicator(nccl_group(groups, name), Device::CUDA);
 #endif
     return make_staging_communicator(mpi_group(groups, name), Device::CPU);
   });

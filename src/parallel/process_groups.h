@@ -28,9 +28,9 @@ struct ProcessGroups {
                                                  // are exchanged over it
   std::unique_ptr<Communicator> edp;             // expert data parallel (EP > 1 or folded)
   // Parallel folding (RankGrid::folded, expert TP other than TP) only:
-  std::unique_ptr<Communicator> etp_ep;          // the experts' ETP x EP ranks: each TP rank's
-                                                 // share of the tokens is dispatched over it
-  std::unique_ptr<Communicator> expert_mp;       // ETP x EP x PP: the experts' norms
+  std::unique_ptr<Communicator> etp_ep;     // the experts' ETP x EP ranks: each TP rank's
+                                            // share of the tokens is dispatched over it
+  std::unique_ptr<Communicator> expert_mp;  // ETP x EP x PP: the experts' norms
 
   // The group expert gradients are reduced and sharded over: TP x DP x CP / (ETP x EP) ranks
   // (RankGrid::edp), which is DP x CP itself when EP = 1 and ETP = TP (no group of its own).
@@ -40,7 +40,8 @@ struct ProcessGroups {
   // A whole-model sum from this rank's parts (each element counted once per TP shard):
   // `dense` summed over TP x PP, `experts` over the experts' ETP x EP x PP.
   double model_sum(double dense, double experts) const {
-    if (expert_mp) return all_reduce_sum(*model_parallel, dense) + all_reduce_sum(*expert_mp, experts);
+    if (expert_mp)
+      return all_reduce_sum(*model_parallel, dense) + all_reduce_sum(*expert_mp, experts);
     return all_reduce_sum(*model_parallel, dense + ep_sum(experts));
   }
 

@@ -51,8 +51,8 @@ std::vector<std::vector<int>> RankGrid::groups(const std::string& dims) const {
 }
 
 std::vector<std::vector<int>> RankGrid::expert_groups(const std::string& dims) const {
-  MG_CHECK(ep >= 1 && (tp * cp * dp) % (expert_tp() * ep) == 0, "expert TP ", expert_tp(),
-           " x EP ", ep, " must divide TP x CP x DP ", tp * cp * dp);
+  MG_CHECK(ep >= 1 && (tp * cp * dp) % (expert_tp() * ep) == 0, "expert TP ", expert_tp(), " x EP ",
+           ep, " must divide TP x CP x DP ", tp * cp * dp);
   return grid_groups({"etp", "ep", "edp", "pp"}, {expert_tp(), ep, edp(), pp}, dims);
 }
 

@@ -47,8 +47,7 @@ class StageLinks {
  public:
   StageLinks(const std::vector<GPTModel*>& chunks, Communicator& pp)
       : chunks_(chunks), pp_(pp), P_(pp.size()), r_(pp.rank()), v_(int(chunks.size())),
-        n_(chunks.front()->activation_numel()),
-        d_output_({n_}, DType::F32, ops::device()) {}
+        n_(chunks.front()->activation_numel()), d_output_({n_}, DType::F32, ops::device()) {}
   // Virtual stage of chunk c on this rank; the first and last of the whole model.
   int stage(int c) const { return c * P_ + r_; }
   bool first(int c) const { return stage(c) == 0; }
@@ -117,8 +116,8 @@ class StageLinks {
       return timers::kForwardBackwardSendForwardBackwardRecv;
     if (!send) return recv_act ? timers::kForwardRecv : timers::kBackwardRecv;
     if (!recv) return send_act ? timers::kForwardSend : timers::kBackwardSend;
-    if (send_act) return recv_act ? timers::kForwardSendForwardRecv
-                                  : timers::kForwardSendBackwardRecv;
+    if (send_act)
+      return recv_act ? timers::kForwardSendForwardRecv : timers::kForwardSendBackwardRecv;
     return recv_act ? timers::kBackwardSendForwardRecv : timers::kBackwardSendBackwardRecv;
   }
 
@@ -163,8 +162,8 @@ class StageLinks {
 
 // Runs the steps in order, round by round; returns the loss sum of the last virtual stage.
 double run_steps(const std::vector<GPTModel*>& chunks, Communicator& pp, const ScheduleTable& t,
-                 int64_t M, const BatchFn& batch,
-                 const std::function<void()>& before_last_backward, float scale) {
+                 int64_t M, const BatchFn& batch, const std::function<void()>& before_last_backward,
+                 float scale) {
   MG_CHECK(!chunks.empty(), "a pipeline rank needs at least one model chunk");
   for (GPTModel* c : chunks) c->reset_loss();
   StageLinks link(chunks, pp);

@@ -47,12 +47,8 @@ int64_t warmup_forwards(const ScheduleShape& s, int rank) {
   const int64_t later_ranks = s.pp_size - rank - 1;
   int64_t warmup = 0;
   switch (schedule_kind(s.pp_size, s.virtual_stages)) {
-    case ScheduleKind::NoPipelining:
-      warmup = 0;
-      break;
-    case ScheduleKind::OneFOneB:
-      warmup = later_ranks;
-      break;
+    case ScheduleKind::NoPipelining: warmup = 0; break;
+    case ScheduleKind::OneFOneB: warmup = later_ranks; break;
     // Every rank first fills its chunks 0..v-2 with one group each; earlier ranks run two more
     // forwards per later rank, the time a micro-batch takes to come back as a gradient.
     case ScheduleKind::Interleaved:

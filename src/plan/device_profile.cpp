@@ -144,8 +144,10 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.attention_causal_fraction = number(j, "attention.causal_fraction", source);
   p.attention_half_dim = number(j, "attention.half_dim", source, true);
   p.attention_causal_block = number(j, "attention.causal_block", source, true);
-  MG_USER_CHECK(j["attention"].contains("fp32_compute") && j["attention"]["fp32_compute"].is_boolean(),
-                "device profile ", source, ": field \"attention.fp32_compute\" must be true or "
+  MG_USER_CHECK(j["attention"].contains("fp32_compute") &&
+                    j["attention"]["fp32_compute"].is_boolean(),
+                "device profile ", source,
+                ": field \"attention.fp32_compute\" must be true or "
                 "false (whether the attention kernel computes in fp32 whatever the model dtype)");
   p.attention_fp32 = j["attention"]["fp32_compute"].get<bool>();
   p.attention_dropout_seconds = number(j, "attention.dropout_ns_per_element", source, true) * 1e-9;
@@ -164,9 +166,8 @@ DeviceProfile parse_device_profile(const std::string& text, const std::string& s
   p.exposed_comm_fraction = number(j, "exposed_comm_fraction", source, true);
   p.dp_exposed_fraction = number(j, "dp_exposed_fraction", source, true);
   MG_USER_CHECK(p.gemm_max_efficiency <= 1 && p.attention_efficiency <= 1 &&
-                    p.elementwise_efficiency <= 1 &&
-                    p.attention_causal_fraction <= 1 && p.exposed_comm_fraction <= 1 &&
-                    p.dp_exposed_fraction <= 1,
+                    p.elementwise_efficiency <= 1 && p.attention_causal_fraction <= 1 &&
+                    p.exposed_comm_fraction <= 1 && p.dp_exposed_fraction <= 1,
                 "device profile ", source, ": efficiencies and fractions are at most 1");
   return p;
 }
@@ -178,8 +179,8 @@ DeviceProfile load_device_profile(const std::string& name_or_file) {
   if (!in) {
     std::string names;
     for (const std::string& n : builtin_profile_names()) names += " " + n;
-    throw UsageError(str_cat("--device-profile ", name_or_file,
-                             ": neither a built-in profile (", names.substr(1),
+    throw UsageError(str_cat("--device-profile ", name_or_file, ": neither a built-in profile (",
+                             names.substr(1),
                              ") nor a readable file; `megatron plan --profile-device --output "
                              "FILE` measures one for this machine"));
   }
@@ -192,22 +193,25 @@ std::string device_profile_json(const DeviceProfile& p) {
   const json j = {
       {"name", p.name},
       {"description", p.description},
-      {"peak_tflops", {{"fp32", p.peak_fp32 / 1e12}, {"bf16", p.peak_bf16 / 1e12},
-                       {"fp16", p.peak_fp16 / 1e12}}},
+      {"peak_tflops",
+       {{"fp32", p.peak_fp32 / 1e12}, {"bf16", p.peak_bf16 / 1e12}, {"fp16", p.peak_fp16 / 1e12}}},
       {"gemm_efficiency", {{"max", p.gemm_max_efficiency}, {"half_dim", p.gemm_half_dim}}},
-      {"attention", {{"efficiency", p.attention_efficiency},
-                     {"half_dim", p.attention_half_dim},
-                     {"causal_fraction", p.attention_causal_fraction},
-                     {"causal_block", p.attention_causal_block},
-                     {"fp32_compute", p.attention_fp32},
-                     {"dropout_ns_per_element", p.attention_dropout_seconds * 1e9}}},
+      {"attention",
+       {{"efficiency", p.attention_efficiency},
+        {"half_dim", p.attention_half_dim},
+        {"causal_fraction", p.attention_causal_fraction},
+        {"causal_block", p.attention_causal_block},
+        {"fp32_compute", p.attention_fp32},
+        {"dropout_ns_per_element", p.attention_dropout_seconds * 1e9}}},
       {"memory_bandwidth_gbs", p.memory_bandwidth / 1e9},
       {"elementwise_efficiency", p.elementwise_efficiency},
       {"memory_gib", double(p.memory_bytes) / double(int64_t(1) << 30)},
-      {"intra_node", {{"bandwidth_gbs", p.intra_node.bandwidth / 1e9},
-                      {"latency_us", p.intra_node.latency * 1e6}}},
-      {"inter_node", {{"bandwidth_gbs", p.inter_node.bandwidth / 1e9},
-                      {"latency_us", p.inter_node.latency * 1e6}}},
+      {"intra_node",
+       {{"bandwidth_gbs", p.intra_node.bandwidth / 1e9},
+        {"latency_us", p.intra_node.latency * 1e6}}},
+      {"inter_node",
+       {{"bandwidth_gbs", p.inter_node.bandwidth / 1e9},
+        {"latency_us", p.inter_node.latency * 1e6}}},
       {"devices_per_node", p.devices_per_node},
       {"exposed_comm_fraction", p.exposed_comm_fraction},
       {"dp_exposed_fraction", p.dp_exposed_fraction}};

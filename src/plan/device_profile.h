@@ -43,7 +43,7 @@ struct DeviceProfile {
   // the loss) reach, counted in their nominal bytes: 1 where they stream (GPUs); below 1 where
   // they are compute-bound (a CPU core's GELU).
   double elementwise_efficiency = 1;
-  int64_t memory_bytes = 0;     // per device
+  int64_t memory_bytes = 0;  // per device
   LinkProfile intra_node, inter_node;
   int64_t devices_per_node = 1;
   // The fraction of TP / CP / EP communication time not hidden behind compute (calibration).

@@ -17,8 +17,7 @@ namespace mg {
 namespace {
 
 double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The best of 3 timings of fn, each repeated until it has run 30 ms.
@@ -48,8 +47,8 @@ double gemm_rate(int64_t d, DType t) {
   const cpu::Mat X(x.raw(), t), W(w.raw(), t);
   return 6.0 * double(d * d * d) / best_seconds([&] {
            ops::linear_forward({y.raw(), t}, X, W, nullptr, d, d, d);
-           ops::linear_backward(dx.data<float>(), dw.data<float>(), nullptr, dy.data<float>(), X,
-                                W, d, d, d);
+           ops::linear_backward(dx.data<float>(), dw.data<float>(), nullptr, dy.data<float>(), X, W,
+                                d, d, d);
          });
 }
 
@@ -100,18 +99,18 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
     const int64_t S = 512, W = 256;
     auto seconds = [&](int64_t HD, bool dropout) {
       const int64_t NH = W / HD;
-      Tensor q({S, W}), k({S, W}), v({S, W}), out({S, W}), lse({NH * S}), dout({S, W}),
-          dq({S, W}), dk({S, W}), dv({S, W});
+      Tensor q({S, W}), k({S, W}), v({S, W}), out({S, W}), lse({NH * S}), dout({S, W}), dq({S, W}),
+          dk({S, W}), dv({S, W});
       auto heads = [&](Tensor& t) { return cpu::Heads{t.raw(), DType::F32, W, HD, 1}; };
       cpu::AttentionShape a;
       a.B = 1, a.Sq = S, a.Sk = S, a.NH = NH, a.NKV = NH, a.HD = HD;
       if (dropout) a.dropout.key = {1234u, 5678u, uint32_t(0.1 * 4294967296.0), 1.f / 0.9f};
       return best_seconds([&] {
-        ops::attention_forward(out.data<float>(), lse.data<float>(), heads(q), heads(k),
-                               heads(v), a);
+        ops::attention_forward(out.data<float>(), lse.data<float>(), heads(q), heads(k), heads(v),
+                               a);
         ops::attention_backward(heads(dq), heads(dk), heads(dv), dout.data<float>(),
-                                out.data<float>(), heads(q), heads(k), heads(v),
-                                lse.data<float>(), a);
+                                out.data<float>(), heads(q), heads(k), heads(v), lse.data<float>(),
+                                a);
       });
     };
     p.attention_causal_fraction = 0.5;
@@ -133,8 +132,8 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
     const int64_t n_params = int64_t(4) << 20;
     Tensor param({n_params}), grad({n_params}), m({n_params}), v({n_params});
     const double s = best_seconds([&] {
-      ops::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(),
-                        v.data<float>(), n_params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+      ops::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
+                        n_params, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
     });
     p.memory_bandwidth = 28.0 * double(n_params) / s;
   }
@@ -188,9 +187,9 @@ DeviceProfile measure_cpu_profile(const MpiSession& mpi) {
   p.inter_node = p.intra_node;
   p.exposed_comm_fraction = 1.0;  // the CPU's collectives block the rank
   p.dp_exposed_fraction = 1.0;
-  p.description = str_cat("measured on ", host, ": ", n, " rank", n > 1 ? "s" : "", " x ",
-                          threads.threads, " thread", threads.threads > 1 ? "s" : "", " (",
-                          threads.cores, " cores)");
+  p.description =
+      str_cat("measured on ", host, ": ", n, " rank", n > 1 ? "s" : "", " x ", threads.threads,
+              " thread", threads.threads > 1 ? "s" : "", " (", threads.cores, " cores)");
   return p;
 }
 

@@ -29,11 +29,14 @@ void size_vocabulary(TrainConfig& train, const std::set<std::string>& given) {
   } catch (const UsageError& e) {
     if (train.tokenizer.tokenizer_type == "GPT2BPETokenizer" && !given.count("--vocab-size")) {
       train.model.vocab_size = 50257;
-      std::fputs("plan: the tokenizer files are not readable here; GPT-2's vocabulary (50257) "
-                 "assumed\n", stderr);
+      std::fputs(
+          "plan: the tokenizer files are not readable here; GPT-2's vocabulary (50257) "
+          "assumed\n",
+          stderr);
     } else if (!given.count("--vocab-size")) {
-      throw UsageError(str_cat(e.what(), " (or give --vocab-size to plan without the "
-                                         "tokenizer files)"));
+      throw UsageError(str_cat(e.what(),
+                               " (or give --vocab-size to plan without the "
+                               "tokenizer files)"));
     }
   }
 }
@@ -55,8 +58,8 @@ void run_plan(PlanCommand c, const std::vector<std::string>& args,
     return;
   }
   // A profile measured now is measured on every rank (its collectives need them all).
-  const DeviceProfile profile = c.device_profile == "cpu" ? measure_cpu_profile(mpi)
-                                                          : load_device_profile(c.device_profile);
+  const DeviceProfile profile =
+      c.device_profile == "cpu" ? measure_cpu_profile(mpi) : load_device_profile(c.device_profile);
   if (mpi.world_rank() != 0) return;
   // A GPU profile plans the run on GPUs: train's checks for --device cuda, and no host-side
   // data indices in the device's memory.

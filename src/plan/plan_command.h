@@ -13,7 +13,7 @@ namespace mg {
 
 struct PlanCommand {
   TrainConfig train;
-  int num_gpus = 0;                 // --num-gpus / --world-size (0: 1)
+  int num_gpus = 0;  // --num-gpus / --world-size (0: 1)
   std::string device_profile = "h100-sxm";
   bool search = false;
   int top = 5;

@@ -28,15 +28,19 @@ std::vector<int> divisors(int64_t n, int64_t cap) {
 }
 
 // The flags a layout sets (value-taking, then switches): replaced in train_command.
-const std::set<std::string> kLayoutValueFlags = {
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--expert-tensor-parallel-size",
-    "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank", "--micro-batch-size", "--recompute-granularity",
-    "--recompute-method", "--recompute-num-layers"};
-const std::set<std::string> kLayoutSwitches = {"--sequence-parallel",
-                                                "--use-distributed-optimizer",
-                                                "--recompute-activations"};
+const std::set<std::string> kLayoutValueFlags = {"--tensor-model-parallel-size",
+                                                 "--pipeline-model-parallel-size",
+                                                 "--context-parallel-size",
+                                                 "--expert-model-parallel-size",
+                                                 "--expert-tensor-parallel-size",
+                                                 "--num-layers-per-virtual-pipeline-stage",
+                                                 "--num-virtual-stages-per-pipeline-rank",
+                                                 "--micro-batch-size",
+                                                 "--recompute-granularity",
+                                                 "--recompute-method",
+                                                 "--recompute-num-layers"};
+const std::set<std::string> kLayoutSwitches = {"--sequence-parallel", "--use-distributed-optimizer",
+                                               "--recompute-activations"};
 
 std::string gib(int64_t bytes) { return format_bytes(bytes); }
 
@@ -75,7 +79,8 @@ SearchResult search_layouts(const TrainConfig& base, int world, const DeviceProf
   const auto start = std::chrono::steady_clock::now();
   // Layouts are compared at one batch: without the flag each would get its own (micro-batch
   // x DP, train's default).
-  MG_USER_CHECK(base.global_batch_size > 0, "--search needs --global-batch-size: the batch "
+  MG_USER_CHECK(base.global_batch_size > 0,
+                "--search needs --global-batch-size: the batch "
                 "every layout is compared at");
   SearchResult r;
   const GPTConfig& m = base.model;
@@ -145,8 +150,8 @@ std::string train_command(const Plan& plan, const std::vector<std::string>& user
   }
   const TrainConfig& c = plan.cfg;
   const ParallelConfig& p = c.parallel;
-  cmd += str_cat(" --tensor-model-parallel-size ", p.tp(), " --pipeline-model-parallel-size ",
-                 p.pp());
+  cmd +=
+      str_cat(" --tensor-model-parallel-size ", p.tp(), " --pipeline-model-parallel-size ", p.pp());
   if (p.virtual_stages > 1)
     cmd += str_cat(" --num-virtual-stages-per-pipeline-rank ", p.virtual_stages);
   if (p.cp() > 1) cmd += str_cat(" --context-parallel-size ", p.cp());
@@ -164,9 +169,8 @@ std::string plan_report(const Plan& plan, const DeviceProfile& profile) {
   const TrainConfig& c = plan.cfg;
   const bool host = plan.with_host;
   std::string out = str_cat(
-      "plan: ", c.model.num_parameters(), " parameters on ", plan.world, " x ", profile.name,
-      " (", profile.description, ")\n",
-      "layout: ", c.parallel.layout_string(plan.world),
+      "plan: ", c.model.num_parameters(), " parameters on ", plan.world, " x ", profile.name, " (",
+      profile.description, ")\n", "layout: ", c.parallel.layout_string(plan.world),
       c.parallel.sequence_parallel ? " (sequence parallel)" : "",
       c.parallel.virtual_stages > 1 ? str_cat(", ", c.parallel.virtual_stages, " virtual stages")
                                     : "",
@@ -185,20 +189,22 @@ std::string plan_report(const Plan& plan, const DeviceProfile& profile) {
                (long long)m.activations, (long long)m.total(host), gib(m.total(host)).c_str());
   }
   const RankMemory& peak = plan.stages[size_t(plan.peak_stage)].memory;
-  std::vector<std::pair<std::string, int64_t>> terms = {
-      {"params", peak.params}, {"grads", peak.grads}, {"optimizer", peak.optimizer},
-      {"activations", peak.activations}};
+  std::vector<std::pair<std::string, int64_t>> terms = {{"params", peak.params},
+                                                        {"grads", peak.grads},
+                                                        {"optimizer", peak.optimizer},
+                                                        {"activations", peak.activations}};
   if (host) terms.push_back({"data indices", peak.data + peak.final_params});
   std::sort(terms.begin(), terms.end(), [](auto& a, auto& b) { return a.second > b.second; });
   out += str_cat("  ", plan.fits ? "fits" : "DOES NOT FIT", ": stage ", plan.peak_stage, " needs ",
-                 gib(plan.peak_bytes), " of ", gib(profile.memory_bytes), " (largest: ",
-                 terms[0].first, " ", gib(terms[0].second), ", ", terms[1].first, " ",
-                 gib(terms[1].second), ")\n\n");
+                 gib(plan.peak_bytes), " of ", gib(profile.memory_bytes),
+                 " (largest: ", terms[0].first, " ", gib(terms[0].second), ", ", terms[1].first,
+                 " ", gib(terms[1].second), ")\n\n");
   const StepEstimate& e = plan.step;
-  out += fmt("step time: %.4g s per iteration | %.1f tokens/s | %.1f TFLOP/s per GPU (model "
-             "FLOPs, full s^2 attention) | MFU %.1f%% | pipeline bubble %.1f%%\n",
-             e.iteration_seconds, e.tokens_per_second, e.model_tflops_per_gpu, 100 * e.mfu,
-             100 * e.bubble_fraction);
+  out +=
+      fmt("step time: %.4g s per iteration | %.1f tokens/s | %.1f TFLOP/s per GPU (model "
+          "FLOPs, full s^2 attention) | MFU %.1f%% | pipeline bubble %.1f%%\n",
+          e.iteration_seconds, e.tokens_per_second, e.model_tflops_per_gpu, 100 * e.mfu,
+          100 * e.bubble_fraction);
   for (const auto& [name, seconds] : e.parts.named())
     if (seconds > 0)
       out += fmt("  %-16s %10.4g s  %5.1f%%\n", name.c_str(), seconds,
@@ -211,28 +217,41 @@ nlohmann::json plan_object(const Plan& plan) {
   const bool host = plan.with_host;
   nlohmann::json stages = nlohmann::json::array();
   for (const StagePlan& s : plan.stages)
-    stages.push_back({{"stage", s.stage}, {"world_rank", s.world_rank},
-                      {"params", s.memory.params}, {"grads", s.memory.grads},
-                      {"optimizer", s.memory.optimizer}, {"activations", s.memory.activations},
-                      {"data_indices", s.memory.data}, {"total", s.memory.total(host)}});
+    stages.push_back({{"stage", s.stage},
+                      {"world_rank", s.world_rank},
+                      {"params", s.memory.params},
+                      {"grads", s.memory.grads},
+                      {"optimizer", s.memory.optimizer},
+                      {"activations", s.memory.activations},
+                      {"data_indices", s.memory.data},
+                      {"total", s.memory.total(host)}});
   nlohmann::json parts = nlohmann::json::object();
   for (const auto& [name, seconds] : plan.step.parts.named()) parts[name] = seconds;
   const ParallelConfig& p = plan.cfg.parallel;
   return {{"world", plan.world},
-          {"layout", {{"tp", p.tp()}, {"pp", p.pp()}, {"vp", p.virtual_stages}, {"cp", p.cp()},
-                      {"ep", p.ep()}, {"dp", plan.cfg.data_parallel_size},
-                      {"sequence_parallel", p.sequence_parallel},
-                      {"micro_batch_size", plan.cfg.micro_batch_size},
-                      {"recompute", plan.cfg.recompute_granularity},
-                      {"distributed_optimizer", plan.cfg.use_distributed_optimizer}}},
-          {"memory", {{"stages", stages}, {"peak_bytes", plan.peak_bytes},
-                      {"peak_stage", plan.peak_stage}, {"fits", plan.fits}}},
-          {"step", {{"iteration_seconds", plan.step.iteration_seconds},
-                    {"tokens_per_second", plan.step.tokens_per_second},
-                    {"model_tflops_per_gpu", plan.step.model_tflops_per_gpu},
-                    {"mfu", plan.step.mfu},
-                    {"bubble_fraction", plan.step.bubble_fraction},
-                    {"parts", parts}}}};
+          {"layout",
+           {{"tp", p.tp()},
+            {"pp", p.pp()},
+            {"vp", p.virtual_stages},
+            {"cp", p.cp()},
+            {"ep", p.ep()},
+            {"dp", plan.cfg.data_parallel_size},
+            {"sequence_parallel", p.sequence_parallel},
+            {"micro_batch_size", plan.cfg.micro_batch_size},
+            {"recompute", plan.cfg.recompute_granularity},
+            {"distributed_optimizer", plan.cfg.use_distributed_optimizer}}},
+          {"memory",
+           {{"stages", stages},
+            {"peak_bytes", plan.peak_bytes},
+            {"peak_stage", plan.peak_stage},
+            {"fits", plan.fits}}},
+          {"step",
+           {{"iteration_seconds", plan.step.iteration_seconds},
+            {"tokens_per_second", plan.step.tokens_per_second},
+            {"model_tflops_per_gpu", plan.step.model_tflops_per_gpu},
+            {"mfu", plan.step.mfu},
+            {"bubble_fraction", plan.step.bubble_fraction},
+            {"parts", parts}}}};
 }
 }  // namespace
 
@@ -245,17 +264,19 @@ std::string plan_json(const Plan& plan, const DeviceProfile& profile) {
 
 std::string search_report(const SearchResult& r, const DeviceProfile& profile,
                           const std::vector<std::string>& user_args) {
-  std::string out = fmt("search: %lld layouts, %lld refused by train's checks, %lld over %s's "
-                        "memory, %zu shown; %.2f s\n",
-                        (long long)r.candidates, (long long)r.invalid, (long long)r.too_large,
-                        profile.name.c_str(), r.top.size(), r.seconds);
+  std::string out =
+      fmt("search: %lld layouts, %lld refused by train's checks, %lld over %s's "
+          "memory, %zu shown; %.2f s\n",
+          (long long)r.candidates, (long long)r.invalid, (long long)r.too_large,
+          profile.name.c_str(), r.top.size(), r.seconds);
   int i = 0;
   for (const Plan& p : r.top)
-    out += fmt("\n#%d  %.1f tokens/s  %.1f TFLOP/s per GPU  MFU %.1f%%  %.4g s/iter  peak %s "
-               "(stage %d)\n  %s\n",
-               ++i, p.step.tokens_per_second, p.step.model_tflops_per_gpu, 100 * p.step.mfu,
-               p.step.iteration_seconds, gib(p.peak_bytes).c_str(), p.peak_stage,
-               train_command(p, user_args).c_str());
+    out +=
+        fmt("\n#%d  %.1f tokens/s  %.1f TFLOP/s per GPU  MFU %.1f%%  %.4g s/iter  peak %s "
+            "(stage %d)\n  %s\n",
+            ++i, p.step.tokens_per_second, p.step.model_tflops_per_gpu, 100 * p.step.mfu,
+            p.step.iteration_seconds, gib(p.peak_bytes).c_str(), p.peak_stage,
+            train_command(p, user_args).c_str());
   if (r.top.empty())
     out += r.too_large > 0
                ? "no valid layout fits; add devices, or lower --seq-length / the model's size\n"
@@ -274,9 +295,10 @@ std::string search_json(const SearchResult& r, const DeviceProfile& profile,
     top.push_back(j);
   }
   return nlohmann::json{{"profile", profile.name}, {"candidates", r.candidates},
-                        {"invalid", r.invalid}, {"too_large", r.too_large},
-                        {"seconds", r.seconds}, {"top", top}}
-             .dump(2) + "\n";
+                        {"invalid", r.invalid},    {"too_large", r.too_large},
+                        {"seconds", r.seconds},    {"top", top}}
+             .dump(2) +
+         "\n";
 }
 
 }  // namespace mg

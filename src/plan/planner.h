@@ -16,19 +16,19 @@
 namespace mg {
 
 struct StagePlan {
-  int stage = 0;        // pipeline rank
-  int world_rank = 0;   // the rank shown (TP, CP and DP index 0: the largest shard)
+  int stage = 0;       // pipeline rank
+  int world_rank = 0;  // the rank shown (TP, CP and DP index 0: the largest shard)
   RankMemory memory;
 };
 
 struct Plan {
-  TrainConfig cfg;                 // finalized for `world`
+  TrainConfig cfg;  // finalized for `world`
   int world = 1;
-  bool with_host = false;          // a CPU run: its host-side data indices count too
-  std::vector<StagePlan> stages;   // every pipeline stage
-  int64_t peak_bytes = 0;          // the largest stage's total
+  bool with_host = false;         // a CPU run: its host-side data indices count too
+  std::vector<StagePlan> stages;  // every pipeline stage
+  int64_t peak_bytes = 0;         // the largest stage's total
   int peak_stage = 0;
-  bool fits = false;               // peak_bytes within the profile's memory
+  bool fits = false;  // peak_bytes within the profile's memory
   StepEstimate step;
 };
 
@@ -36,10 +36,10 @@ struct Plan {
 Plan make_plan(TrainConfig cfg, int world, const DeviceProfile& profile);
 
 struct SearchResult {
-  std::vector<Plan> top;     // fitting layouts, fastest first
-  int64_t candidates = 0;    // layouts enumerated
-  int64_t invalid = 0;       // refused by train's validation
-  int64_t too_large = 0;     // over the profile's memory
+  std::vector<Plan> top;   // fitting layouts, fastest first
+  int64_t candidates = 0;  // layouts enumerated
+  int64_t invalid = 0;     // refused by train's validation
+  int64_t too_large = 0;   // over the profile's memory
   double seconds = 0;
 };
 // Varies TP, PP, VP, CP, EP, micro-batch size, full recompute and the distributed optimizer

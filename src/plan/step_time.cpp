@@ -22,7 +22,8 @@ struct ChunkTime {
 // Seconds of collectives over n ranks moving `bytes` per rank, on `link`.
 double ring_all_reduce(double bytes, int64_t n, const LinkProfile& link) {
   if (n <= 1) return 0;
-  return 2.0 * double(n - 1) / double(n) * bytes / link.bandwidth + 2.0 * double(n - 1) * link.latency;
+  return 2.0 * double(n - 1) / double(n) * bytes / link.bandwidth +
+         2.0 * double(n - 1) * link.latency;
 }
 double ring_gather_or_scatter(double bytes, int64_t n, const LinkProfile& link) {
   return n <= 1 ? 0 : ring_all_reduce(bytes, n, link) / 2;
@@ -53,7 +54,8 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
     const LayerDims d = layer_dims(m, sd, l);
     const int64_t N = d.rows(), H = d.H;
     // GEMMs: QKV and the output projection, then the dense MLP or the experts.
-    double gemm = p.gemm_seconds(N, d.qkv_local(), H, dt) + p.gemm_seconds(N, H, d.attn_local(), dt);
+    double gemm =
+        p.gemm_seconds(N, d.qkv_local(), H, dt) + p.gemm_seconds(N, H, d.attn_local(), dt);
     double ep_bytes = 0;
     if (d.spec.is_moe()) {
       // Balanced routing: the EP group's N x topk routed rows spread over its E experts, so
@@ -77,15 +79,15 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
         attn_flops / (p.peak(p.attention_fp32 ? DType::F32 : dt) * p.attention_efficiency * hd /
                       (hd + p.attention_half_dim));
     // Attention dropout: its mask drawn over the computed scores forward and again backward.
-    const double dropout = m.attention_dropout > 0.f ? attn_flops / (4.0 * hd) *
-                                                           p.attention_dropout_seconds
-                                                     : 0.0;
+    const double dropout =
+        m.attention_dropout > 0.f ? attn_flops / (4.0 * hd) * p.attention_dropout_seconds : 0.0;
     // Elementwise passes over the rows: norms, residual adds, bias/activation, RoPE, dropout
     // (f32 residual stream, the GEMM inputs in the model dtype).
     // (the residual-stream ones on this rank's rows: a TP share under SP).
     const double elementwise =
         (double(d.local_rows()) * 40.0 * double(H) +
-         double(N) * act * (3.0 * double(d.fc1_local()) + 2.0 * double(d.qkv_local()))) / bw;
+         double(N) * act * (3.0 * double(d.fc1_local()) + 2.0 * double(d.qkv_local()))) /
+        bw;
     // TP: 2 all-reduces (or all-gather + reduce-scatter under SP) forward, 2 backward; under SP
     // backward also gathers the 2 saved norm outputs again (their rows alone are kept).
     const double tp = 2.0 * ring_all_reduce(double(N * H) * act, grid.tp, tp_link);
@@ -141,10 +143,10 @@ ChunkTime chunk_time(const TrainConfig& cfg, const StageSpec& spec, const Device
 }  // namespace
 
 std::vector<std::pair<std::string, double>> StepParts::named() const {
-  return {{"GEMMs", gemm},          {"attention", attention}, {"elementwise", elementwise},
-          {"TP/SP comm", tp_comm},  {"CP comm", cp_comm},     {"EP comm", ep_comm},
-          {"PP p2p", pp_p2p},       {"pipeline bubble", bubble},
-          {"DP grad reduce", dp_comm}, {"optimizer", optimizer}};
+  return {{"GEMMs", gemm},         {"attention", attention},    {"elementwise", elementwise},
+          {"TP/SP comm", tp_comm}, {"CP comm", cp_comm},        {"EP comm", ep_comm},
+          {"PP p2p", pp_p2p},      {"pipeline bubble", bubble}, {"DP grad reduce", dp_comm},
+          {"optimizer", optimizer}};
 }
 
 void StepParts::add_compute(const StepParts& o, double scale) {
@@ -251,17 +253,15 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   // Stages pass the f32 residual rows of a micro-batch (a TP rank's share under SP).
   const LayerDims sd = stage_dims(cfg.model, cfg.micro_batch_size, train_chunk_specs(cfg, 0)[0]);
   const LinkProfile& pp_link = grid.world() <= p.devices_per_node ? p.intra_node : p.inter_node;
-  const double p2p = grid.pp > 1 ? double(sd.local_rows() * sd.H) * 4.0 / pp_link.bandwidth +
-                                       pp_link.latency
-                                 : 0;
+  const double p2p =
+      grid.pp > 1 ? double(sd.local_rows() * sd.H) * 4.0 / pp_link.bandwidth + pp_link.latency : 0;
   const PipelineRun run = simulate_capped(shape, times, p2p);
   // The critical rank: the busiest.
   const size_t crit = size_t(std::max_element(run.busy.begin(), run.busy.end()) - run.busy.begin());
   StepEstimate e;
   e.parts = per_rank[crit];
   // Its sends: one per forward and backward step but the model's two ends.
-  const double transfers = p2p * double(2 * M * cfg.parallel.virtual_stages -
-                                        (crit == 0 ? M : 0) -
+  const double transfers = p2p * double(2 * M * cfg.parallel.virtual_stages - (crit == 0 ? M : 0) -
                                         (crit + 1 == size_t(grid.pp) ? M : 0));
   e.parts.pp_p2p = transfers;
   e.parts.bubble = run.seconds - run.busy[crit];
@@ -282,14 +282,14 @@ StepEstimate estimate_step(const TrainConfig& cfg, const DeviceProfile& p) {
   if (cfg.use_distributed_optimizer) {
     const double rs = ring_gather_or_scatter(grad_bytes, dp, dp_link);
     const double ag = ring_gather_or_scatter(n_params * double(dtype_size(dt)), dp, dp_link);
-    dp_time += cfg.parallel.overlap_grad_reduce
-                   ? std::max(rs / buckets, rs - last_backward[crit]) : rs;
-    dp_time += cfg.parallel.overlap_param_gather
-                   ? std::max(ag / buckets, ag - first_forward[crit]) : ag;
+    dp_time +=
+        cfg.parallel.overlap_grad_reduce ? std::max(rs / buckets, rs - last_backward[crit]) : rs;
+    dp_time +=
+        cfg.parallel.overlap_param_gather ? std::max(ag / buckets, ag - first_forward[crit]) : ag;
   } else {
     const double ar = ring_all_reduce(grad_bytes, dp, dp_link);
-    dp_time = cfg.parallel.overlap_grad_reduce ? std::max(ar / buckets, ar - last_backward[crit])
-                                               : ar;
+    dp_time =
+        cfg.parallel.overlap_grad_reduce ? std::max(ar / buckets, ar - last_backward[crit]) : ar;
   }
   e.parts.dp_comm = dp_time * p.dp_exposed_fraction;
   const double stepped = cfg.use_distributed_optimizer ? n_params / double(dp) : n_params;

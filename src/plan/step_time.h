@@ -29,9 +29,10 @@ struct StepParts {
 struct StepEstimate {
   double iteration_seconds = 0;
   double tokens_per_second = 0;
-  double model_tflops_per_gpu = 0;  // model FLOPs (docs/reference/formulas.md, full s^2 attention) per second
-  double mfu = 0;                   // of the profile's peak in the model dtype
-  double bubble_fraction = 0;       // idle share of the pipeline part on the critical rank
+  double model_tflops_per_gpu =
+      0;           // model FLOPs (docs/reference/formulas.md, full s^2 attention) per second
+  double mfu = 0;  // of the profile's peak in the model dtype
+  double bubble_fraction = 0;  // idle share of the pipeline part on the critical rank
   StepParts parts;
 };
 

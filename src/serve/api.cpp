@@ -65,15 +65,17 @@ std::vector<std::string> strings(const json& j, const char* f) {
   return out;
 }
 
-std::vector<int32_t> tokenize(Tokenizer& tok, const std::string& text, bool add_bos,
-                              size_t index, const Limits& limits) {
+std::vector<int32_t> tokenize(Tokenizer& tok, const std::string& text, bool add_bos, size_t index,
+                              const Limits& limits) {
   std::vector<int32_t> ids = tok.encode(text);
   if (add_bos) ids.insert(ids.begin(), tok.bos() >= 0 ? tok.bos() : tok.eod());
-  if (ids.empty()) throw ApiError(str_cat("prompt ", index, " is empty (an empty prompt needs add_BOS)"));
+  if (ids.empty())
+    throw ApiError(str_cat("prompt ", index, " is empty (an empty prompt needs add_BOS)"));
   if (int64_t(ids.size()) >= limits.max_context)
-    throw ApiError(str_cat("prompt ", index, " is ", ids.size(), " tokens, which leaves no room to "
-                           "generate in the context of ", limits.max_context,
-                           " tokens (--inference-max-seq-length)"));
+    throw ApiError(str_cat("prompt ", index, " is ", ids.size(),
+                           " tokens, which leaves no room to "
+                           "generate in the context of ",
+                           limits.max_context, " tokens (--inference-max-seq-length)"));
   return ids;
 }
 
@@ -94,7 +96,8 @@ Parsed parse_api(const json& j, Tokenizer& tok, const Limits& limits) {
     throw ApiError(str_cat("Maximum number of prompts is ", limits.max_prompts));
   Sampling s;
   s.max_new_tokens = integer(j, "tokens_to_generate", 64);
-  if (s.max_new_tokens < 0) throw ApiError("tokens_to_generate must be an integer greater than or equal to 0");
+  if (s.max_new_tokens < 0)
+    throw ApiError("tokens_to_generate must be an integer greater than or equal to 0");
   Parsed p;
   p.logprobs = s.logprobs = boolean(j, "logprobs", false);
   if (s.max_new_tokens == 0 && !s.logprobs)
@@ -121,7 +124,8 @@ Parsed parse_api(const json& j, Tokenizer& tok, const Limits& limits) {
   s.seed = seed >= 0 ? uint64_t(seed) : fresh_seed();
   const int64_t stop = integer(j, "stop_token", tok.eod());
   if (stop < 0 || stop >= tok.vocab_size())
-    throw ApiError(str_cat("stop_token ", stop, " is outside the vocabulary of ", tok.vocab_size()));
+    throw ApiError(
+        str_cat("stop_token ", stop, " is outside the vocabulary of ", tok.vocab_size()));
   s.stop_tokens = {int32_t(stop)};
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty() && !add_bos) throw ApiError("Empty prompts require add_BOS=true");
@@ -145,7 +149,7 @@ Sampling openai_fields(const json& j, Endpoint e, Tokenizer& tok, const Limits& 
   for (const char* f : {"n", "best_of"})
     if (integer(j, f, 1) != 1) throw ApiError(str_cat(f, " must be 1"));
   p.model = has(j, "model") ? (j["model"].is_string() ? j["model"].get<std::string>()
-                                                       : throw ApiError("model must be a string"))
+                                                      : throw ApiError("model must be a string"))
                             : limits.model_name;
   p.stream = boolean(j, "stream", false);
   if (has(j, "stream_options")) {
@@ -158,7 +162,8 @@ Sampling openai_fields(const json& j, Endpoint e, Tokenizer& tok, const Limits& 
   p.created = unix_seconds();
   Sampling s;
   const bool chat = e == Endpoint::ChatCompletions;
-  const char* max_field = chat && has(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const char* max_field =
+      chat && has(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   s.max_new_tokens = integer(j, max_field, chat ? limits.max_context : 16);
   if (s.max_new_tokens < 0) throw ApiError(str_cat(max_field, " must be >= 0"));
   s.temperature = number(j, "temperature", 1.0);
@@ -176,7 +181,8 @@ Sampling openai_fields(const json& j, Endpoint e, Tokenizer& tok, const Limits& 
     const int64_t lp = has(j, "logprobs") && j["logprobs"].is_boolean()
                            ? int64_t(j["logprobs"].get<bool>())
                            : integer(j, "logprobs", 0);
-    if (lp < 0 || lp > 1) throw ApiError("logprobs must be 0 or 1 (top alternatives are not returned yet)");
+    if (lp < 0 || lp > 1)
+      throw ApiError("logprobs must be 0 or 1 (top alternatives are not returned yet)");
     p.logprobs = lp > 0;
   }
   s.logprobs = p.logprobs;
@@ -220,7 +226,8 @@ ordered_json message_text(const ordered_json& content, size_t i) {
   for (const ordered_json& part : content) {
     if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
         !part.contains("text") || !part["text"].is_string())
-      throw ApiError(str_cat("messages[", i, "].content: only {\"type\": \"text\", \"text\": ...} "
+      throw ApiError(str_cat("messages[", i,
+                             "].content: only {\"type\": \"text\", \"text\": ...} "
                              "parts are supported"));
     text += part["text"].get<std::string>();
   }
@@ -230,8 +237,9 @@ ordered_json message_text(const ordered_json& content, size_t i) {
 // POST /v1/chat/completions: the messages through the model's chat template, as one prompt.
 Parsed parse_chat(const json& j, const std::string& body, Tokenizer& tok, const Limits& limits) {
   if (!limits.chat)
-    throw ApiError("this model has no chat template (no chat_template in its tokenizer's "
-                   "tokenizer_config.json): start the server with --chat-template FILE");
+    throw ApiError(
+        "this model has no chat template (no chat_template in its tokenizer's "
+        "tokenizer_config.json): start the server with --chat-template FILE");
   if (!has(j, "messages")) throw ApiError("messages is required");
   // Parsed again keeping the keys' order: templates see dicts as Python does.
   ordered_json messages = ordered_json::parse(body)["messages"];
@@ -248,7 +256,8 @@ Parsed parse_chat(const json& j, const std::string& body, Tokenizer& tok, const 
   s.stop_tokens.insert(s.stop_tokens.end(), limits.chat_stop.begin(), limits.chat_stop.end());
   std::string text;
   try {
-    const ordered_json tools = has(j, "tools") ? ordered_json::parse(body)["tools"] : ordered_json();
+    const ordered_json tools =
+        has(j, "tools") ? ordered_json::parse(body)["tools"] : ordered_json();
     text = limits.chat->apply(messages, true, tools);
   } catch (const jinja::TemplateError& e) {
     throw ApiError(str_cat("the chat template refuses these messages: ", e.what()));
@@ -256,13 +265,14 @@ Parsed parse_chat(const json& j, const std::string& body, Tokenizer& tok, const 
   std::vector<int32_t> prompt = tok.encode(text);
   if (prompt.empty()) throw ApiError("the chat template renders these messages as no tokens");
   if (int64_t(prompt.size()) >= limits.max_context)
-    throw ApiError(str_cat("the chat prompt is ", prompt.size(), " tokens, which leaves no room to "
-                           "generate in the context of ", limits.max_context,
-                           " tokens (--inference-max-seq-length)"));
+    throw ApiError(str_cat("the chat prompt is ", prompt.size(),
+                           " tokens, which leaves no room to "
+                           "generate in the context of ",
+                           limits.max_context, " tokens (--inference-max-seq-length)"));
   Request r{std::move(prompt), s};
   // The answer may use what the context has left (max_tokens is a bound, not a reservation).
-  r.sampling.max_new_tokens = std::min(r.sampling.max_new_tokens,
-                                       limits.max_context - int64_t(r.prompt.size()));
+  r.sampling.max_new_tokens =
+      std::min(r.sampling.max_new_tokens, limits.max_context - int64_t(r.prompt.size()));
   p.requests.push_back(std::move(r));
   return p;
 }
@@ -333,10 +343,13 @@ json respond(const Parsed& p, const std::vector<Completion>& done, Tokenizer& to
       if (p.logprobs) {
         lp = {{"content", json::array()}};
         for (size_t k = 0; k < c.tokens.size(); ++k)
-          lp["content"].push_back(token_logprob(tok, c.tokens[k], c.logprobs[c.prompt.size() - 1 + k]));
+          lp["content"].push_back(
+              token_logprob(tok, c.tokens[k], c.logprobs[c.prompt.size() - 1 + k]));
       }
-      choices.push_back({{"index", i}, {"message", {{"role", "assistant"}, {"content", text}}},
-                         {"logprobs", lp}, {"finish_reason", finish}});
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", text}}},
+                         {"logprobs", lp},
+                         {"finish_reason", finish}});
       continue;
     }
     if (p.echo) {  // the whole text, cut at the first stop string after the prompt's
@@ -371,8 +384,10 @@ json respond(const Parsed& p, const std::vector<Completion>& done, Tokenizer& to
 
 std::string EventStream::chunk(const json& choice, const json& use) const {
   const bool chat = p_.endpoint == Endpoint::ChatCompletions;
-  json c = {{"id", p_.id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", p_.created}, {"model", p_.model},
+  json c = {{"id", p_.id},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", p_.created},
+            {"model", p_.model},
             {"choices", choice.is_null() ? json::array() : json::array({choice})}};
   if (!use.is_null()) c["usage"] = use;
   return "data: " + c.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
@@ -380,15 +395,19 @@ std::string EventStream::chunk(const json& choice, const json& use) const {
 
 std::string EventStream::piece(const std::string& text, const json& logprobs) const {
   if (p_.endpoint == Endpoint::ChatCompletions)
-    return chunk({{"index", 0}, {"delta", {{"content", text}}}, {"logprobs", logprobs},
+    return chunk({{"index", 0},
+                  {"delta", {{"content", text}}},
+                  {"logprobs", logprobs},
                   {"finish_reason", nullptr}});
   return chunk({{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", nullptr}});
 }
 
 std::string EventStream::start() {
   if (p_.endpoint != Endpoint::ChatCompletions) return "";
-  return chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                {"logprobs", nullptr}, {"finish_reason", nullptr}});
+  return chunk({{"index", 0},
+                {"delta", {{"role", "assistant"}, {"content", ""}}},
+                {"logprobs", nullptr},
+                {"finish_reason", nullptr}});
 }
 
 std::string EventStream::update(const std::vector<int32_t>& generated,
@@ -456,7 +475,8 @@ std::string EventStream::finish(const Completion& c) {
   std::string out;
   if (!stopped_) {  // what was held back
     bool stopped = false;
-    const std::vector<float> lps(c.logprobs.end() - std::ptrdiff_t(std::min(c.logprobs.size(), c.tokens.size())),
+    const std::vector<float> lps(c.logprobs.end() -
+                                     std::ptrdiff_t(std::min(c.logprobs.size(), c.tokens.size())),
                                  c.logprobs.end());
     out += emit(c.tokens, lps, &stopped, true);
   }
@@ -465,18 +485,22 @@ std::string EventStream::finish(const Completion& c) {
   if (stopped_) finish = "stop";
   const json reason = finish;
   if (p_.endpoint == Endpoint::ChatCompletions)
-    out += chunk({{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", reason}});
-  else
-    out += chunk({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}});
+    out += chunk({{"index", 0},
+                  {"delta", json::object()},
+                  {"logprobs", nullptr},
+                  {"finish_reason", reason}});
+  else out += chunk({{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", reason}});
   if (p_.include_usage)
     out += chunk(nullptr, usage(int64_t(c.prompt.size()), int64_t(c.tokens.size())));
   return out + "data: [DONE]\n\n";
 }
 
 json models(const std::string& name) {
-  return {{"object", "list"},
-          {"data", json::array({{{"id", name}, {"object", "model"}, {"created", 0},
-                                 {"owned_by", "megatron-cpp"}}})}};
+  return {
+      {"object", "list"},
+      {"data",
+       json::array(
+           {{{"id", name}, {"object", "model"}, {"created", 0}, {"owned_by", "megatron-cpp"}}})}};
 }
 
 }  // namespace mg::api

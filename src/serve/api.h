@@ -37,8 +37,8 @@ struct Parsed {
 };
 
 struct Limits {
-  int64_t max_prompts = 128;         // Megatron's PUT /api limit
-  int64_t max_context = 0;           // --inference-max-seq-length
+  int64_t max_prompts = 128;  // Megatron's PUT /api limit
+  int64_t max_context = 0;    // --inference-max-seq-length
   std::string model_name;
   const ChatTemplate* chat = nullptr;  // POST /v1/chat/completions (none: refused, naming
                                        // --chat-template)

@@ -19,9 +19,14 @@ std::vector<uint8_t> command_bytes(bool stop, const std::vector<int64_t>& cancel
   json rs = json::array();
   for (const Request& r : requests) {
     const Sampling& s = r.sampling;
-    rs.push_back({{"prompt", r.prompt}, {"temperature", s.temperature}, {"top_k", s.top_k},
-                  {"top_p", s.top_p}, {"seed", s.seed}, {"max_new_tokens", s.max_new_tokens},
-                  {"stop_tokens", s.stop_tokens}, {"logprobs", s.logprobs}});
+    rs.push_back({{"prompt", r.prompt},
+                  {"temperature", s.temperature},
+                  {"top_k", s.top_k},
+                  {"top_p", s.top_p},
+                  {"seed", s.seed},
+                  {"max_new_tokens", s.max_new_tokens},
+                  {"stop_tokens", s.stop_tokens},
+                  {"logprobs", s.logprobs}});
   }
   return json::to_cbor(json{{"stop", stop}, {"cancel", cancel}, {"requests", rs}});
 }
@@ -51,9 +56,8 @@ bool read_command(const std::vector<uint8_t>& bytes, std::vector<int64_t>& cance
 void EngineLoop::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] {
-      return stop_ || !incoming_.empty() || !engine_.idle() || cancel_pending_;
-    });
+    wake_.wait(lock,
+               [&] { return stop_ || !incoming_.empty() || !engine_.idle() || cancel_pending_; });
     if (stop_) break;
     std::vector<Pending> in;  // (a client gone before its request joined: dropped here)
     for (Pending& p : incoming_)
@@ -78,7 +82,8 @@ void EngineLoop::run() {
       mpi_broadcast_idle(bytes, 0);
     }
     for (size_t i = 0; i < cancel.size(); ++i)
-      if (engine_.cancel(cancel[i])) log_line(str_cat(" > request ", cancel[i], " cancelled: ", why[i]));
+      if (engine_.cancel(cancel[i]))
+        log_line(str_cat(" > request ", cancel[i], " cancelled: ", why[i]));
     for (size_t i = 0; i < in.size(); ++i) {
       try {
         active_.emplace(engine_.add(std::move(requests[i])), in[i].channel);
@@ -89,7 +94,8 @@ void EngineLoop::run() {
     try {
       std::vector<Completion> done = engine_.step();
       for (const Engine::Generated& g : engine_.generated())
-        if (auto it = active_.find(g.id); it != active_.end()) it->second->token(g.token, g.logprob);
+        if (auto it = active_.find(g.id); it != active_.end())
+          it->second->token(g.token, g.logprob);
       for (Completion& c : done) {
         if (auto it = active_.find(c.id); it != active_.end()) {
           it->second->finish(std::move(c));

@@ -85,8 +85,10 @@ bool HttpFrontend::next_events(const std::shared_ptr<StreamState>& st, httplib::
   }
   const Channel::Update u = st->ch->wait(st->seen);
   if (u.error) {
-    out += "data: " + json{{"error", {{"message", fail_message(u.error).second}}}}.dump(
-                          -1, ' ', false, json::error_handler_t::replace) + "\n\n";
+    out += "data: " +
+           json{{"error", {{"message", fail_message(u.error).second}}}}.dump(
+               -1, ' ', false, json::error_handler_t::replace) +
+           "\n\n";
     sink.write(out.data(), out.size());
     sink.done();
     return true;
@@ -165,7 +167,7 @@ void HttpFrontend::add_routes(httplib::Server& http) {
     });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // a handler's own message
-    const char* what = res.status == 413 ? "the request body is larger than --max-request-bytes"
+    const char* what = res.status == 413   ? "the request body is larger than --max-request-bytes"
                        : res.status == 404 ? "no such endpoint"
                        : res.status == 405 ? "method not allowed on this endpoint"
                                            : "bad request";

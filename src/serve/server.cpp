@@ -29,8 +29,8 @@ void ServeConfig::validate() const {
   MG_USER_CHECK(port >= 0 && port <= 65535, "--port must be in [0, 65535] (got ", port, ")");
   MG_USER_CHECK(max_seq_length >= 0, "--inference-max-seq-length must be >= 0 (got ",
                 max_seq_length, "; 0: the model's --seq-length)");
-  MG_USER_CHECK(max_requests > 0, "--inference-max-requests must be positive (got ",
-                max_requests, ")");
+  MG_USER_CHECK(max_requests > 0, "--inference-max-requests must be positive (got ", max_requests,
+                ")");
   MG_USER_CHECK(max_body_bytes > 0, "--max-request-bytes must be positive");
 }
 
@@ -39,14 +39,18 @@ namespace {
 // The layout to serve in: TP x PP ranks, one model (no DP, CP or EP).
 RankGrid serve_grid(const ServeConfig& cfg, const GPTConfig& mc, int world) {
   const ParallelConfig& p = cfg.parallel;
-  MG_USER_CHECK(p.cp() == 1, "--context-parallel-size ", p.cp(), " is not supported by serve "
+  MG_USER_CHECK(p.cp() == 1, "--context-parallel-size ", p.cp(),
+                " is not supported by serve "
                 "(decoding runs one token per sequence): use 1");
-  MG_USER_CHECK(p.ep() == 1 && p.etp() == p.tp(), "--expert-model-parallel-size / "
+  MG_USER_CHECK(p.ep() == 1 && p.etp() == p.tp(),
+                "--expert-model-parallel-size / "
                 "--expert-tensor-parallel-size are not supported by serve yet: experts are "
                 "split by --tensor-model-parallel-size");
   MG_USER_CHECK(p.tp() * p.pp() == world, "serve runs one copy of the model: the job's ", world,
-                " ranks must equal --tensor-model-parallel-size ", p.tp(), " x "
-                "--pipeline-model-parallel-size ", p.pp());
+                " ranks must equal --tensor-model-parallel-size ", p.tp(),
+                " x "
+                "--pipeline-model-parallel-size ",
+                p.pp());
   ParallelConfig check = p;
   check.num_layers_per_virtual_pipeline_stage = 0;  // no virtual stages when serving
   check.num_virtual_stages_per_pipeline_rank = 0;
@@ -95,7 +99,8 @@ Served describe_served(const ServeConfig& cfg, const MpiSession& mpi) {
                     str_cat("serving --load '", cfg.load, "' (", mc.num_parameters(),
                             " parameters) with --inference-max-requests ", s.ec.max_requests,
                             " x --inference-max-seq-length ", s.ec.max_seq_length),
-                    s.grid.tp, s.grid.pp, mpi.active() ? local_size() : 1);  // (every rank calls it)
+                    s.grid.tp, s.grid.pp,
+                    mpi.active() ? local_size() : 1);  // (every rank calls it)
   return s;
 }
 
@@ -114,9 +119,10 @@ bool start_engine(RankEngine& r, const ServeConfig& cfg, const Served& s, const 
   try {  // past here a failure may hit some ranks only: end the job rather than leave any waiting
     set_rank_threads();
     if (cfg.device == "cuda") ops::set_device(Device::CUDA, local_rank());
-    r.groups.emplace(!mpi.active()          ? make_single_process_groups()
-                     : cfg.device == "cuda" ? make_gpu_process_groups(s.grid, cfg.distributed_backend)
-                                            : make_mpi_process_groups(s.grid));
+    r.groups.emplace(!mpi.active() ? make_single_process_groups()
+                     : cfg.device == "cuda"
+                         ? make_gpu_process_groups(s.grid, cfg.distributed_backend)
+                         : make_mpi_process_groups(s.grid));
     InferenceLayout layout{r.groups->tp.get(), r.groups->pp.get()};
     std::tie(layout.layer_begin, layout.layer_end) =
         cfg.parallel.stage_layers(cfg.model.num_layers, r.groups->coord.pp);
@@ -135,7 +141,7 @@ bool start_engine(RankEngine& r, const ServeConfig& cfg, const Served& s, const 
   } catch (const std::exception& e) {
     if (!distributed) throw;
     log_error(str_cat(dynamic_cast<const UsageError*>(&e) ? "megatron serve: error: "
-                                                            : "megatron serve: internal error: ",
+                                                          : "megatron serve: internal error: ",
                       e.what()));
     MpiSession::abort(dynamic_cast<const UsageError*>(&e) ? 2 : 1);
   }
@@ -167,8 +173,8 @@ sigset_t block_stop_signals() {
 // Rank 0: HTTP on a thread of its own, the engine (and MPI) on this one, until a stop signal.
 // When the server stops it answers the non-streamed requests in flight (the engine still runs;
 // streams are cut by cpp-httplib's shutdown), then the engine loop ends.
-void run_http(const ServeConfig& cfg, const Served& s, const api::Limits& limits,
-              EngineLoop& loop, const sigset_t& signals) {
+void run_http(const ServeConfig& cfg, const Served& s, const api::Limits& limits, EngineLoop& loop,
+              const sigset_t& signals) {
   httplib::Server http;
   // A handler thread waits while its requests are in the engine: enough threads that every
   // request the engine can run at once (and as many queued behind them) has one; with
@@ -204,11 +210,11 @@ void run_http(const ServeConfig& cfg, const Served& s, const api::Limits& limits
                    s.ec.max_requests, " x ", s.ec.max_seq_length, " tokens, ",
                    s.ec.continuous ? "continuous batching" : "static batching",
                    ") on http://127.0.0.1:", port));
-  log_line(s.chat ? str_cat(" > chat template from ", s.chat->origin())
-                  : str_cat(" > no chat template",
-                            s.chat_warning.empty() ? "" : ": " + s.chat_warning,
-                            " (POST /v1/chat/completions is refused; --chat-template FILE gives "
-                            "one)"));
+  log_line(s.chat
+               ? str_cat(" > chat template from ", s.chat->origin())
+               : str_cat(" > no chat template", s.chat_warning.empty() ? "" : ": " + s.chat_warning,
+                         " (POST /v1/chat/completions is refused; --chat-template FILE gives "
+                         "one)"));
   std::thread http_thread([&] {
     http.listen_after_bind();
     finished = true;

@@ -17,21 +17,21 @@ namespace mg {
 
 struct ServeConfig {
   // From `train`'s flags (cli/serve_options.cpp: upstream's server scripts pass them):
-  GPTConfig model;              // the model: the checkpoint's, with the model flags given
-  TokenizerConfig tokenizer;    // --tokenizer-type, ...
-  std::string load;             // --load: the checkpoint
-  ParallelConfig parallel;      // --tensor-model-parallel-size, --pipeline-model-parallel-size
-  DType dtype = DType::F32;     // --bf16 / --fp16: parameters, activations and the KV cache
-  std::string device = "cpu";   // --device
+  GPTConfig model;             // the model: the checkpoint's, with the model flags given
+  TokenizerConfig tokenizer;   // --tokenizer-type, ...
+  std::string load;            // --load: the checkpoint
+  ParallelConfig parallel;     // --tensor-model-parallel-size, --pipeline-model-parallel-size
+  DType dtype = DType::F32;    // --bf16 / --fp16: parameters, activations and the KV cache
+  std::string device = "cpu";  // --device
   std::string distributed_backend = "nccl";  // --distributed-backend (GPUs)
   // serve's own:
-  int port = 5000;                 // --port (0: any free port, logged)
-  std::string chat_template;       // --chat-template FILE (default: the tokenizer's)
-  int64_t max_seq_length = 0;      // --inference-max-seq-length (0: the model's --seq-length)
-  int64_t max_requests = 8;        // --inference-max-requests: requests decoded together
-  bool static_batching = false;    // --inference-static-batching: a batch runs to its end
+  int port = 5000;                   // --port (0: any free port, logged)
+  std::string chat_template;         // --chat-template FILE (default: the tokenizer's)
+  int64_t max_seq_length = 0;        // --inference-max-seq-length (0: the model's --seq-length)
+  int64_t max_requests = 8;          // --inference-max-requests: requests decoded together
+  bool static_batching = false;      // --inference-static-batching: a batch runs to its end
   int64_t max_body_bytes = 1 << 20;  // --max-request-bytes: larger bodies get 413
-  int64_t max_prompts = 128;       // prompts per request (Megatron's limit)
+  int64_t max_prompts = 128;         // prompts per request (Megatron's limit)
   void validate() const;
 };
 

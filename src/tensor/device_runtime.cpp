@@ -20,7 +20,8 @@ constinit DeviceRuntime g_storage{};
 
 const DeviceRuntime& device_runtime(const char* what) {
   const DeviceRuntime* rt = g_runtime.load(std::memory_order_acquire);
-  MG_CHECK(rt != nullptr, what, " needs the CUDA backend, which this process has not selected "
+  MG_CHECK(rt != nullptr, what,
+           " needs the CUDA backend, which this process has not selected "
            "(a build without it, or no ops::set_device(Device::CUDA) yet)");
   return *rt;
 }

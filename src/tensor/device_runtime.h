@@ -21,8 +21,8 @@ struct DeviceRuntime {
   void (*copy_to_host)(void* dst, const void* src, size_t bytes);    // returns once copied
   void (*copy_on_device)(void* dst, const void* src, size_t bytes);  // queued on the stream
   bool (*is_device_pointer)(const void* p);
-  void (*synchronize)();  // waits for everything queued on the stream
-  void* (*stream)();      // the stream device work is queued on (a cudaStream_t)
+  void (*synchronize)();                   // waits for everything queued on the stream
+  void* (*stream)();                       // the stream device work is queued on (a cudaStream_t)
   int64_t (*available_bytes)() = nullptr;  // device memory this process can still allocate
                                            // (null: unknown)
 };

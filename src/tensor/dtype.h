@@ -20,9 +20,19 @@ constexpr size_t dtype_size(DType t) {
 
 const char* dtype_name(DType t);
 
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::F32; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::I64;
+};
 
 }  // namespace mg

@@ -92,7 +92,9 @@ class Tensor {
   bool empty() const { return !buf_; }
 
   template <typename T>
-  T* data() const { return view().data<T>(); }
+  T* data() const {
+    return view().data<T>();
+  }
   void* raw() const { return buf_.get(); }
 
   void zero();
@@ -119,7 +121,8 @@ int64_t decl_bytes(const std::vector<TensorDecl<Owner>>& decls) {
   int64_t b = 0;
   for (const TensorDecl<Owner>& d : decls)
     if (__builtin_add_overflow(b, tensor_alloc_bytes(shape_numel(d.shape), d.dtype, d.name), &b))
-      MG_USER_CHECK(false, "the bytes of ", d.name, " and the tensors before it overflow a "
+      MG_USER_CHECK(false, "the bytes of ", d.name,
+                    " and the tensors before it overflow a "
                     "64-bit integer; lower the sizes that drive them");
   return b;
 }

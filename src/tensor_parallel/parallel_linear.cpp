@@ -61,10 +61,8 @@ void reduce_bias_dropout_add(const TPGroup& g, float* y_local, float* partial, c
     reduce_scatter_to_sp_forward(g, partial, y_local, R * width);
   } else {
     if (g.size() > 1) reduce_from_region_forward(g, partial, rows * width);
-    if (dropout)
-      out = partial;
-    else
-      ops::copy(y_local, ops::device(), partial, ops::device(), rows * width * sizeof(float));
+    if (dropout) out = partial;
+    else ops::copy(y_local, ops::device(), partial, ops::device(), rows * width * sizeof(float));
   }
   if (bias) ops::bias_add_forward(out, bias, R, width);
   if (dropout) return ops::dropout_forward(y_local, out, residual, R, width, *dropout);

@@ -15,8 +15,8 @@
 namespace mg::tp {
 
 struct LinearShape {
-  int64_t rows;      // S x B (full sequence)
-  int64_t in, out;   // local feature sizes as stored in the weight
+  int64_t rows;     // S x B (full sequence)
+  int64_t in, out;  // local feature sizes as stored in the weight
 };
 
 // Column-parallel. x_local: (R, in) in weight's dtype. x_full: (rows, in) buffer that receives

@@ -18,8 +18,8 @@ void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_
 
 void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, float* dposition,
                                        const float* dout, const int32_t* tokens,
-                                       const int32_t* positions, int64_t vocab_local,
-                                       int64_t rows, int64_t H) {
+                                       const int32_t* positions, int64_t vocab_local, int64_t rows,
+                                       int64_t H) {
   timers::Scope timer(timers::kEmbedding);
   const int64_t v0 = g.rank() * vocab_local;
   if (dposition) ops::embedding_backward(dposition, dout, positions, 0, INT32_MAX, rows, H);
@@ -47,8 +47,8 @@ void vocab_parallel_cross_entropy_backward(const TPGroup& g, float* dlogits, con
                                            const float* dlosses, int64_t rows,
                                            int64_t vocab_local) {
   timers::Scope timer(timers::kCrossEntropy);
-  ops::cross_entropy_backward(dlogits, logits, lse, targets, dlosses, g.rank() * vocab_local,
-                              rows, vocab_local);
+  ops::cross_entropy_backward(dlogits, logits, lse, targets, dlosses, g.rank() * vocab_local, rows,
+                              vocab_local);
 }
 
 }  // namespace mg::tp

@@ -20,8 +20,8 @@ void vocab_parallel_embedding_forward(const TPGroup& g, float* out, const int32_
                                       int64_t H);
 void vocab_parallel_embedding_backward(const TPGroup& g, float* dword_local, float* dposition,
                                        const float* dout, const int32_t* tokens,
-                                       const int32_t* positions, int64_t vocab_local,
-                                       int64_t rows, int64_t H);
+                                       const int32_t* positions, int64_t vocab_local, int64_t rows,
+                                       int64_t H);
 
 // logits: (rows, V_local). Writes losses (rows) and lse (rows, saved for backward).
 void vocab_parallel_cross_entropy_forward(const TPGroup& g, float* losses, float* lse,
@@ -31,7 +31,6 @@ void vocab_parallel_cross_entropy_forward(const TPGroup& g, float* losses, float
 // dlogits (may alias logits) = dlosses * (softmax - onehot) on the local shard.
 void vocab_parallel_cross_entropy_backward(const TPGroup& g, float* dlogits, const float* logits,
                                            const float* lse, const int32_t* targets,
-                                           const float* dlosses, int64_t rows,
-                                           int64_t vocab_local);
+                                           const float* dlosses, int64_t rows, int64_t vocab_local);
 
 }  // namespace mg::tp

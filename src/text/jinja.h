@@ -26,7 +26,21 @@ struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
 struct Expr {
-  enum Kind { Literal, Name, Attr, Item, Slice, Call, Filter, Test, Unary, Binary, Cond, List, Dict };
+  enum Kind {
+    Literal,
+    Name,
+    Attr,
+    Item,
+    Slice,
+    Call,
+    Filter,
+    Test,
+    Unary,
+    Binary,
+    Cond,
+    List,
+    Dict
+  };
   Kind kind = Literal;
   Value value;       // Literal
   std::string name;  // Name; Attr's attribute; Filter's / Test's name; Unary's / Binary's op
@@ -43,10 +57,10 @@ struct Expr {
 struct Node {
   enum Kind { Text, Output, If, For, Set, Break, Continue };
   Kind kind = Text;
-  std::string text;                                              // Text
-  ExprPtr expr;                                                  // Output, For's iterable, Set's value
+  std::string text;  // Text
+  ExprPtr expr;      // Output, For's iterable, Set's value
   std::vector<std::pair<ExprPtr, std::vector<Node>>> branches;  // If: (condition, body) in order
-  std::vector<Node> body, else_body;                             // For; If's and For's else
+  std::vector<Node> body, else_body;                            // For; If's and For's else
   std::vector<std::string> targets;  // For: the loop variables (1 or 2); Set: name [, attribute]
   ExprPtr filter;                    // For: "for x in xs if filter"
   int line = 1;

@@ -54,8 +54,8 @@ std::vector<Segment> segments(const std::string& src) {
   };
   while (pos < src.size()) {
     size_t open = src.find('{', pos);
-    while (open != std::string::npos && open + 1 < src.size() &&
-           src[open + 1] != '{' && src[open + 1] != '%' && src[open + 1] != '#')
+    while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' &&
+           src[open + 1] != '%' && src[open + 1] != '#')
       open = src.find('{', open + 1);
     if (open == std::string::npos || open + 1 >= src.size()) {
       add_text(src.substr(pos));
@@ -99,8 +99,8 @@ std::vector<Segment> segments(const std::string& src) {
       size_t k = open;
       while (k > 0 && (src[k - 1] == ' ' || src[k - 1] == '\t')) --k;
       if (k == 0 || src[k - 1] == '\n')
-        for (size_t n = open - k; n > 0 && !prev.body.empty() &&
-                                  (prev.body.back() == ' ' || prev.body.back() == '\t');
+        for (size_t n = open - k;
+             n > 0 && !prev.body.empty() && (prev.body.back() == ' ' || prev.body.back() == '\t');
              --n)
           prev.body.pop_back();
     }
@@ -158,8 +158,9 @@ size_t escape(const std::string& s, size_t j, std::string& out, int line) {
       const size_t at = j + 2 + size_t(i);
       if (at >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[at])))
         fail(line, str_cat("truncated \\", e, " escape in a string literal"));
-      c = c * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(s[at])) ? s[at] - '0'
-                                                                           : std::tolower(s[at]) - 'a' + 10);
+      c = c * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(s[at]))
+                                ? s[at] - '0'
+                                : std::tolower(s[at]) - 'a' + 10);
     }
     if (c > 0x10FFFF) fail(line, "a \\U escape beyond U+10FFFF");
     unicode::append_utf8(out, char32_t(c));
@@ -185,8 +186,8 @@ struct Token {
 };
 
 std::vector<Token> tokenize(const std::string& s, int line) {
-  static const char* ops[] = {"//", "**", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}",
-                              ".", ",", ":", "|", "~", "+", "-", "*", "/", "%", "<", ">", "="};
+  static const char* ops[] = {"//", "**", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ".",
+                              ",",  ":",  "|",  "~",  "+",  "-",  "*", "/", "%", "<", ">", "="};
   std::vector<Token> out;
   size_t i = 0;
   while (i < s.size()) {
@@ -261,7 +262,8 @@ class ExprParser {
   bool accept_name(const char* name) { return accept(Token::Name, name); }
   bool accept_op(const char* op) { return accept(Token::Op, op); }
   std::string name() {
-    if (toks_[i_].kind != Token::Name) fail(line_, str_cat("expected a name, got '", toks_[i_].text, "'"));
+    if (toks_[i_].kind != Token::Name)
+      fail(line_, str_cat("expected a name, got '", toks_[i_].text, "'"));
     return toks_[i_++].text;
   }
   void expect_op(const char* op) {
@@ -614,8 +616,10 @@ class Parser {
     n.line = line;
     n.targets.push_back(p.name());
     if (p.accept_op(".")) n.targets.push_back(p.name());
-    if (!p.accept_op("=")) fail(line, "only '{% set name = value %}' and '{% set ns.attr = value %}'"
-                                      " are supported");
+    if (!p.accept_op("="))
+      fail(line,
+           "only '{% set name = value %}' and '{% set ns.attr = value %}'"
+           " are supported");
     n.expr = p.expression();
     p.expect_end();
     return n;

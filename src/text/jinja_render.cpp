@@ -35,11 +35,11 @@ bool undefined(const Value& v) { return v.is_discarded(); }
 // render may spend kBaseWork, plus a unit per 16 bytes it may output, plus 8 per unit of its
 // variables' size.
 constexpr int64_t kBaseWork = int64_t(1) << 20;
-constexpr int64_t kWorkPerOutputByte = 16;  // bytes of allowed text per unit of budget
+constexpr int64_t kWorkPerOutputByte = 16;   // bytes of allowed text per unit of budget
 constexpr int64_t kWorkPerVariableUnit = 8;  // budget per unit of the variables' size
-constexpr int64_t kPieceWork = 4;   // a string split out of a string (its own allocation)
-constexpr int kMaxNesting = 128;    // lists and dicts inside each other
-constexpr int kMaxEvalDepth = 400;  // hold() and eval() calls inside each other
+constexpr int64_t kPieceWork = 4;            // a string split out of a string (its own allocation)
+constexpr int kMaxNesting = 128;             // lists and dicts inside each other
+constexpr int kMaxEvalDepth = 400;           // hold() and eval() calls inside each other
 
 [[noreturn]] void fail(int line, const std::string& what) {
   throw TemplateError(str_cat("line ", line, ": ", what));
@@ -140,12 +140,17 @@ std::string repr(const Value& v) {
 // Python's json.dumps with its default separators (", ", ": "), keys in insertion order and
 // non-ASCII kept: Hugging Face's tojson filter. indent >= 0: one item per line. Appends to out;
 // past `limit` bytes, a TemplateError.
-void dumps(const Value& v, int64_t indent, int64_t depth, std::string& out, size_t limit, int line) {
+void dumps(const Value& v, int64_t indent, int64_t depth, std::string& out, size_t limit,
+           int line) {
   // Strings (keys too) that are not valid UTF-8 get U+FFFD where a byte is bad.
-  auto scalar = [](const Value& x) { return x.dump(-1, ' ', false, Value::error_handler_t::replace); };
+  auto scalar = [](const Value& x) {
+    return x.dump(-1, ' ', false, Value::error_handler_t::replace);
+  };
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : float_repr(d);
+    out += std::isnan(d)   ? "NaN"
+           : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                           : float_repr(d);
   } else if (undefined(v)) {
     out += "null";
   } else if (!v.is_array() && !v.is_object()) {
@@ -153,7 +158,8 @@ void dumps(const Value& v, int64_t indent, int64_t depth, std::string& out, size
   } else if (v.empty()) {
     out += v.is_array() ? "[]" : "{}";
   } else {
-    const std::string pad = indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
+    const std::string pad =
+        indent >= 0 ? "\n" + std::string(size_t(indent * (depth + 1)), ' ') : "";
     out += v.is_array() ? "[" : "{";
     bool first = true;
     for (auto it = v.begin(); it != v.end(); ++it, first = false) {
@@ -183,7 +189,8 @@ std::string strip(const std::string& s, const std::string& chars, bool left, boo
 class Renderer {
  public:
   Renderer(const Value& vars, size_t max_output)
-      : max_output_(max_output), work_budget_(kBaseWork + int64_t(max_output) / kWorkPerOutputByte) {
+      : max_output_(max_output),
+        work_budget_(kBaseWork + int64_t(max_output) / kWorkPerOutputByte) {
     if (!vars.is_object()) throw TemplateError("the template's variables must be a JSON object");
     // A template may read each variable a few times over: the budget grows with their size.
     const int64_t size = weight(vars, 0, 1);  // also refuses variables nested too deeply
@@ -216,7 +223,8 @@ class Renderer {
     if (v.is_string()) return 1 + int64_t(v.get_ref<const std::string&>().size() / 16);
     int64_t w = 1;
     if (v.is_object())
-      for (auto it = v.begin(); it != v.end(); ++it) w += 1 + int64_t(it.key().size() / 16) + weight(*it, depth + 1, line);
+      for (auto it = v.begin(); it != v.end(); ++it)
+        w += 1 + int64_t(it.key().size() / 16) + weight(*it, depth + 1, line);
     else if (v.is_array())
       for (const Value& x : v) w += weight(x, depth + 1, line);
     return w;
@@ -331,9 +339,11 @@ class Renderer {
       std::map<std::string, Value>& scope = scopes_.back();
       scope.clear();
       bind(scope, items[size_t(i)]);
-      if (!loop_vars.is_object() || (i > 0 && loop_vars.size() != 9)) loop_vars = Value::object();  // the body set `loop`
+      if (!loop_vars.is_object() || (i > 0 && loop_vars.size() != 9))
+        loop_vars = Value::object();  // the body set `loop`
       loop_vars["index"] = i + 1, loop_vars["index0"] = i, loop_vars["revindex"] = len - i;
-      loop_vars["revindex0"] = len - i - 1, loop_vars["first"] = i == 0, loop_vars["last"] = i == len - 1;
+      loop_vars["revindex0"] = len - i - 1, loop_vars["first"] = i == 0,
+      loop_vars["last"] = i == len - 1;
       loop_vars["length"] = len;
       loop_vars["previtem"] = i > 0 ? items[size_t(i - 1)] : kUndefined;
       loop_vars["nextitem"] = i + 1 < len ? items[size_t(i + 1)] : kUndefined;
@@ -354,7 +364,9 @@ class Renderer {
   void check_length(const std::string& s, int line) const {
     if (s.size() > max_output_) fail(line, str_cat("a string longer than ", max_output_, " bytes"));
   }
-  static double number(const Value& v) { return v.is_boolean() ? double(v.get<bool>()) : v.get<double>(); }
+  static double number(const Value& v) {
+    return v.is_boolean() ? double(v.get<bool>()) : v.get<double>();
+  }
 
   int64_t as_int(const Value& v, int line, const char* what) {
     if (v.is_number_integer()) return v.get<int64_t>();
@@ -384,9 +396,12 @@ class Renderer {
         const bool attr = e.kind == Expr::Attr;
         const Held obj = hold(*e.args[0], false);
         const Value key = attr ? Value(e.name) : eval(*e.args[1]);
-        if (obj->is_object()) charge_lookup(*obj, key.is_string() ? key.get_ref<const std::string&>().size() : 0, e.line);
-        if (obj->is_string()) pay_for(*obj, e.line);        // a walk
-        if (obj.ref && !obj->is_string()) return in_place(element(*obj.ref, key, e.line, attr), whole, e.line);
+        if (obj->is_object())
+          charge_lookup(*obj, key.is_string() ? key.get_ref<const std::string&>().size() : 0,
+                        e.line);
+        if (obj->is_string()) pay_for(*obj, e.line);  // a walk
+        if (obj.ref && !obj->is_string())
+          return in_place(element(*obj.ref, key, e.line, attr), whole, e.line);
         Value v = item(*obj, key, e.line, attr);
         pay_for(v, e.line);
         return Held{nullptr, std::move(v)};
@@ -415,7 +430,8 @@ class Renderer {
     return Held{v, {}};
   }
   static bool decided_by_hold(const Expr& e) {  // the kinds hold() evaluates itself
-    return e.kind == Expr::Name || e.kind == Expr::Attr || e.kind == Expr::Item || e.kind == Expr::Cond ||
+    return e.kind == Expr::Name || e.kind == Expr::Attr || e.kind == Expr::Item ||
+           e.kind == Expr::Cond ||
            (e.kind == Expr::Binary && (e.name == "and" || e.name == "or")) ||
            (e.kind == Expr::Unary && e.name == "not");
   }
@@ -424,7 +440,8 @@ class Renderer {
   struct Depth {
     Renderer& r;
     Depth(Renderer& renderer, int line) : r(renderer) {
-      if (++r.depth_ > kMaxEvalDepth) fail(line, str_cat("an expression nested more than ", kMaxEvalDepth, " deep"));
+      if (++r.depth_ > kMaxEvalDepth)
+        fail(line, str_cat("an expression nested more than ", kMaxEvalDepth, " deep"));
       r.charge(1, line);  // every step pays (a chain of `not`s makes nothing else)
     }
     ~Depth() { --r.depth_; }
@@ -484,13 +501,15 @@ class Renderer {
   // obj[key], obj.key: where obj is not a string, the item itself (&kUndefined where absent).
   static const Value* element(const Value& obj, const Value& key, int line, bool attr) {
     if (undefined(obj))
-      fail(line, str_cat("cannot read ", attr ? "attribute " : "item ", repr(key), " of an undefined value"));
+      fail(line, str_cat("cannot read ", attr ? "attribute " : "item ", repr(key),
+                         " of an undefined value"));
     if (obj.is_object() && key.is_string()) {
       auto it = obj.find(key.get<std::string>());
       return it != obj.end() ? &*it : &kUndefined;
     }
     if (obj.is_array())
-      if (const std::optional<int64_t> i = position(key, attr, int64_t(obj.size()))) return &obj[size_t(*i)];
+      if (const std::optional<int64_t> i = position(key, attr, int64_t(obj.size())))
+        return &obj[size_t(*i)];
     return &kUndefined;
   }
   // The index key names in a sequence of n (x.0 is x[0]; negative counts from the end).
@@ -500,7 +519,8 @@ class Renderer {
       i = key.get<int64_t>();
     } else if (attr && key.is_string()) {
       const std::string& k = key.get_ref<const std::string&>();
-      if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos || k.size() > 9) return std::nullopt;
+      if (k.empty() || k.find_first_not_of("0123456789") != std::string::npos || k.size() > 9)
+        return std::nullopt;
       i = std::stoll(k);
     } else {
       return std::nullopt;
@@ -528,13 +548,18 @@ class Renderer {
   Value slice(const Expr& e) {
     const Held held = hold(*e.args[0]);
     const Value& obj = *held;
-    if (!obj.is_array() && !obj.is_string()) fail(e.line, str_cat("cannot slice a ", type_name(obj)));
+    if (!obj.is_array() && !obj.is_string())
+      fail(e.line, str_cat("cannot slice a ", type_name(obj)));
     // An ASCII string is sliced by bytes; any other is split into its characters first.
     const std::string* text_in = obj.is_string() ? &obj.get_ref<const std::string&>() : nullptr;
-    const bool ascii = text_in && std::all_of(text_in->begin(), text_in->end(),
-                                              [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-    const std::vector<std::string> cs = text_in && !ascii ? chars_of(obj, e.line) : std::vector<std::string>{};
-    const int64_t n = !text_in ? int64_t(obj.size()) : ascii ? int64_t(text_in->size()) : int64_t(cs.size());
+    const bool ascii = text_in && std::all_of(text_in->begin(), text_in->end(), [](char c) {
+                         return static_cast<unsigned char>(c) < 0x80;
+                       });
+    const std::vector<std::string> cs =
+        text_in && !ascii ? chars_of(obj, e.line) : std::vector<std::string>{};
+    const int64_t n = !text_in ? int64_t(obj.size())
+                      : ascii  ? int64_t(text_in->size())
+                               : int64_t(cs.size());
     auto bound = [&](const ExprPtr& x, int64_t def) -> std::optional<int64_t> {
       if (!x) return std::nullopt;
       const Value v = eval(*x);
@@ -576,7 +601,9 @@ class Renderer {
       int c = 0;
       if (a.is_string() && b.is_string()) c = a.get<std::string>().compare(b.get<std::string>());
       else if (a.is_number() && b.is_number()) c = a < b ? -1 : b < a ? 1 : 0;
-      else fail(e.line, str_cat("'", op, "' not supported between ", type_name(a), " and ", type_name(b)));
+      else
+        fail(e.line,
+             str_cat("'", op, "' not supported between ", type_name(a), " and ", type_name(b)));
       return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
     }
     if (op == "+" && a.is_string() && b.is_string())
@@ -587,7 +614,8 @@ class Renderer {
       for (const Value& x : b) out.push_back(x);
       return out;
     }
-    if (op == "*" && ((a.is_string() && b.is_number_integer()) || (b.is_string() && a.is_number_integer()))) {
+    if (op == "*" &&
+        ((a.is_string() && b.is_number_integer()) || (b.is_string() && a.is_number_integer()))) {
       const std::string s = a.is_string() ? a.get<std::string>() : b.get<std::string>();
       const int64_t k = a.is_string() ? b.get<int64_t>() : a.get<int64_t>();
       if (s.empty() || k <= 0) return "";
@@ -596,9 +624,11 @@ class Renderer {
       for (int64_t i = 0; i < k; ++i) out += s;
       return out;
     }
-    const bool ints = (a.is_number_integer() || a.is_boolean()) && (b.is_number_integer() || b.is_boolean());
+    const bool ints =
+        (a.is_number_integer() || a.is_boolean()) && (b.is_number_integer() || b.is_boolean());
     if (!(a.is_number() || a.is_boolean()) || !(b.is_number() || b.is_boolean()))
-      fail(e.line, str_cat("unsupported operand types for ", op, ": ", type_name(a), " and ", type_name(b)));
+      fail(e.line, str_cat("unsupported operand types for ", op, ": ", type_name(a), " and ",
+                           type_name(b)));
     if (ints && op != "/") {
       const int64_t x = as_int(a, e.line, "operand"), y = as_int(b, e.line, "operand");
       int64_t r = 0;
@@ -642,9 +672,11 @@ class Renderer {
   bool contains(const Value& hay, const Value& needle, int line) {
     if (hay.is_string()) {
       if (!needle.is_string()) fail(line, "'in <string>' requires a string on the left");
-      return search(hay.get_ref<const std::string&>(), needle.get_ref<const std::string&>(), 0, line) != std::string::npos;
+      return search(hay.get_ref<const std::string&>(), needle.get_ref<const std::string&>(), 0,
+                    line) != std::string::npos;
     }
-    if (hay.is_array()) return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return equal(x, needle); });
+    if (hay.is_array())
+      return std::any_of(hay.begin(), hay.end(), [&](const Value& x) { return equal(x, needle); });
     if (hay.is_object()) return needle.is_string() && hay.contains(needle.get<std::string>());
     if (undefined(hay)) return false;
     fail(line, str_cat("argument of type ", type_name(hay), " is not iterable"));
@@ -655,7 +687,8 @@ class Renderer {
     for (size_t i = from; i < e.args.size(); ++i) v.push_back(eval(*e.args[i]));
     return v;
   }
-  Value kwarg(const Expr& e, const char* name, const std::vector<Value>& pos, size_t at, Value def) {
+  Value kwarg(const Expr& e, const char* name, const std::vector<Value>& pos, size_t at,
+              Value def) {
     for (const auto& [k, x] : e.kwargs)
       if (k == name) return eval(*x);
     return at < pos.size() ? pos[at] : def;
@@ -669,7 +702,8 @@ class Renderer {
     const Expr& f = *e.args[0];
     const std::vector<Value> a = args(e, 1);
     if (f.kind == Expr::Name) {
-      if (f.name == "raise_exception") throw TemplateError(a.empty() ? "raise_exception()" : str(a[0]));
+      if (f.name == "raise_exception")
+        throw TemplateError(a.empty() ? "raise_exception()" : str(a[0]));
       if (f.name == "namespace") {
         Value ns = Value::object();
         ns["__namespace__"] = true;
@@ -679,9 +713,11 @@ class Renderer {
       if (f.name == "range") {
         int64_t start = 0, stop = 0, step = 1;
         if (a.size() == 1) stop = as_int(a[0], e.line, "range()");
-        else if (a.size() >= 2) start = as_int(a[0], e.line, "range()"), stop = as_int(a[1], e.line, "range()");
+        else if (a.size() >= 2)
+          start = as_int(a[0], e.line, "range()"), stop = as_int(a[1], e.line, "range()");
         if (a.size() == 3) step = as_int(a[2], e.line, "range()");
-        if (step == 0 || a.empty() || a.size() > 3) fail(e.line, "range() takes 1 to 3 arguments, step not 0");
+        if (step == 0 || a.empty() || a.size() > 3)
+          fail(e.line, "range() takes 1 to 3 arguments, step not 0");
         Value out = Value::array();
         for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
           if (out.size() > 1000000) fail(e.line, "range() longer than 10^6");
@@ -703,12 +739,15 @@ class Renderer {
         return strip(s, arg0, m != "rstrip", m != "lstrip");
       if (m == "upper" || m == "lower") {
         std::string out = s;
-        for (char& c : out) c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+        for (char& c : out)
+          c = char(m == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                                : std::tolower(static_cast<unsigned char>(c)));
         return out;
       }
       if (m == "startswith") return s.starts_with(arg0);
       if (m == "endswith") return s.ends_with(arg0);
-      if (m == "replace" && a.size() == 2) return replace_all(s, arg0, text_of(a[1], e.line, "replace()"), e.line);
+      if (m == "replace" && a.size() == 2)
+        return replace_all(s, arg0, text_of(a[1], e.line, "replace()"), e.line);
       if (m == "split") {
         return split(s, arg0, a.empty() || a[0].is_null(), e.line);
       }
@@ -719,7 +758,9 @@ class Renderer {
       if (m == "items" || m == "keys" || m == "values") {
         Value out = Value::array();
         for (auto it = obj.begin(); it != obj.end(); ++it)
-          out.push_back(m == "items" ? Value::array({it.key(), *it}) : m == "keys" ? Value(it.key()) : *it);
+          out.push_back(m == "items"  ? Value::array({it.key(), *it})
+                        : m == "keys" ? Value(it.key())
+                                      : *it);
         return out;
       }
       if (m == "get" && !a.empty()) {
@@ -730,11 +771,13 @@ class Renderer {
     fail(e.line, str_cat(type_name(obj), " has no method '", m, "' (or not with these arguments)"));
   }
 
-  std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int line) {
+  std::string replace_all(const std::string& s, const std::string& from, const std::string& to,
+                          int line) {
     if (from.empty()) fail(line, "replace() of an empty string is not supported");
     std::string out;
     size_t done = 0;
-    for (size_t at = search(s, from, 0, line); at != std::string::npos; at = search(s, from, done, line)) {
+    for (size_t at = search(s, from, 0, line); at != std::string::npos;
+         at = search(s, from, done, line)) {
       out.append(s, done, at - done).append(to);
       done = at + from.size();
       if (out.size() > max_output_) fail(line, "replace() result too long");
@@ -750,7 +793,8 @@ class Renderer {
       return out;
     }
     size_t from = 0;
-    for (size_t at = search(s, sep, 0, line); at != std::string::npos; at = search(s, sep, from, line)) {
+    for (size_t at = search(s, sep, 0, line); at != std::string::npos;
+         at = search(s, sep, from, line)) {
       out.push_back(s.substr(from, at - from));
       from = at + sep.size();
       charge(kPieceWork, line);
@@ -774,7 +818,8 @@ class Renderer {
     const Held held = hold(*e.args[0], f != "length" && f != "count");
     const Value& v = *held;
     const std::vector<Value> a = args(e, 1);
-    if (f == "trim") return strip(text_of(v, e.line, "trim's input"), a.empty() ? "" : str(a[0]), true, true);
+    if (f == "trim")
+      return strip(text_of(v, e.line, "trim's input"), a.empty() ? "" : str(a[0]), true, true);
     if (f == "length" || f == "count") {
       if (undefined(v)) return 0;  // Jinja's undefined is an empty iterable
       if (v.is_string()) {
@@ -786,7 +831,9 @@ class Renderer {
     }
     if (f == "lower" || f == "upper") {
       std::string s = str(v);
-      for (char& c : s) c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+      for (char& c : s)
+        c = char(f == "upper" ? std::toupper(static_cast<unsigned char>(c))
+                              : std::tolower(static_cast<unsigned char>(c)));
       return s;
     }
     if (f == "capitalize" || f == "title") return capitalize(str(v), f == "title");
@@ -796,7 +843,8 @@ class Renderer {
       // Python: indent=None is one line, indent <= 0 a newline per item without spaces.
       int64_t spaces = -1;
       if (indent.is_number_integer()) spaces = std::max<int64_t>(0, indent.get<int64_t>());
-      if (spaces > int64_t(max_output_ / (kMaxNesting + 2))) fail(e.line, "tojson's indent is too large");
+      if (spaces > int64_t(max_output_ / (kMaxNesting + 2)))
+        fail(e.line, "tojson's indent is too large");
       std::string out;
       dumps(v, spaces, 0, out, max_output_, e.line);
       return out;
@@ -831,8 +879,10 @@ class Renderer {
     if (f == "list") {
       if (v.is_array()) return v;
       Value out = Value::array();
-      if (v.is_string()) for (const std::string& c : chars_of(v, e.line)) out.push_back(c);
-      else if (v.is_object()) for (auto it = v.begin(); it != v.end(); ++it) out.push_back(it.key());
+      if (v.is_string())
+        for (const std::string& c : chars_of(v, e.line)) out.push_back(c);
+      else if (v.is_object())
+        for (auto it = v.begin(); it != v.end(); ++it) out.push_back(it.key());
       else fail(e.line, str_cat("list of a ", type_name(v)));
       return out;
     }

@@ -61,7 +61,8 @@ std::optional<ChatTemplate> ChatTemplate::find(const std::string& tokenizer_path
             named.contains("template") && named["template"].is_string())
           source = named["template"].get<std::string>();
     if (source.empty()) {
-      *warning = str_cat("'", cfg_file.string(), "': chat_template is neither a string nor a list "
+      *warning = str_cat("'", cfg_file.string(),
+                         "': chat_template is neither a string nor a list "
                          "holding a \"default\" template");
       return std::nullopt;
     }
@@ -105,12 +106,10 @@ ChatTemplate::ChatTemplate(const std::string& source, std::string bos, std::stri
 std::string ChatTemplate::apply(const jinja::Value& messages, bool add_generation_prompt,
                                 const jinja::Value& tools) const {
   // As transformers passes them: tools and documents None when not given.
-  const jinja::Value vars = {{"messages", messages},
-                             {"add_generation_prompt", add_generation_prompt},
-                             {"bos_token", bos_},
-                             {"eos_token", eos_},
-                             {"tools", tools},
-                             {"documents", nullptr}};
+  const jinja::Value vars = {
+      {"messages", messages}, {"add_generation_prompt", add_generation_prompt},
+      {"bos_token", bos_},    {"eos_token", eos_},
+      {"tools", tools},       {"documents", nullptr}};
   return jinja::render(*program_, vars, size_t(64) << 20);
 }
 

@@ -327,8 +327,7 @@ std::string HfDecoder::apply(std::vector<std::string> tokens) const {
         size_t run = 0;
         auto flush = [&] {
           if (!run) return;
-          if (unicode::is_valid_utf8(bytes))
-            out.push_back(bytes);
+          if (unicode::is_valid_utf8(bytes)) out.push_back(bytes);
           else
             for (size_t k = 0; k < run; ++k) out.push_back("\xef\xbf\xbd");
           bytes.clear();

@@ -334,19 +334,12 @@ HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& dir) try {
 }
 
 HuggingFaceTokenizer::HuggingFaceTokenizer(std::shared_ptr<const Model> model)
-    : model_(std::move(model)),
-      added_pattern_(model_->added_pattern),
+    : model_(std::move(model)), added_pattern_(model_->added_pattern),
       pre_tokenizer_(model_->pre_tokenizer) {}
 
-int64_t HuggingFaceTokenizer::vocab_size() const {
-  return model_->vocab_size;
-}
-int32_t HuggingFaceTokenizer::eod() const {
-  return model_->eos;
-}
-int32_t HuggingFaceTokenizer::bos() const {
-  return model_->bos;
-}
+int64_t HuggingFaceTokenizer::vocab_size() const { return model_->vocab_size; }
+int32_t HuggingFaceTokenizer::eod() const { return model_->eos; }
+int32_t HuggingFaceTokenizer::bos() const { return model_->bos; }
 
 std::unique_ptr<Tokenizer> HuggingFaceTokenizer::clone() const {
   return std::unique_ptr<Tokenizer>(new HuggingFaceTokenizer(model_));

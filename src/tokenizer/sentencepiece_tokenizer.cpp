@@ -13,10 +13,10 @@ namespace mg {
 struct SentencePieceTokenizer::Model {
   sentencepiece::SentencePieceProcessor sp;
   Kind kind = Kind::kSentencePiece;
-  int32_t pieces = 0;                                    // the model's piece count
+  int32_t pieces = 0;  // the model's piece count
   int32_t eod = -1, bos = -1, eos = -1;
   int64_t vocab_size = 0;
-  bool word_split = false;  // encode word by word (word_split_safe)
+  bool word_split = false;                                // encode word by word (word_split_safe)
   std::vector<std::pair<std::string, int32_t>> specials;  // kSentencePiece, Megatron's order
   std::unordered_map<int32_t, std::string> special_of_id;
   std::unordered_map<std::string, int32_t> special_ids;
@@ -64,7 +64,7 @@ constexpr std::string_view kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's e
 // The fields of a serialized ModelProto (sentencepiece_model.proto) that decide whether words
 // can be encoded apart, read from the protobuf wire format with their proto2 defaults.
 struct ModelSpec {
-  int64_t model_type = 1;  // TrainerSpec.model_type (3): 1 unigram, 2 BPE
+  int64_t model_type = 1;                   // TrainerSpec.model_type (3): 1 unigram, 2 BPE
   bool treat_whitespace_as_suffix = false;  // TrainerSpec (24)
   std::string normalizer;                   // NormalizerSpec.name (1)
   bool has_charsmap = false;                // NormalizerSpec.precompiled_charsmap (2)
@@ -91,9 +91,17 @@ bool read_fields(std::string_view msg, F field) {
     if (!varint(key)) return false;
     std::string_view bytes;
     switch (key & 7) {
-      case 0: if (!varint(v)) return false; break;
-      case 1: if (msg.size() - at < 8) return false; at += 8; break;
-      case 5: if (msg.size() - at < 4) return false; at += 4; break;
+      case 0:
+        if (!varint(v)) return false;
+        break;
+      case 1:
+        if (msg.size() - at < 8) return false;
+        at += 8;
+        break;
+      case 5:
+        if (msg.size() - at < 4) return false;
+        at += 4;
+        break;
       case 2:
         if (!varint(v) || v > msg.size() - at) return false;
         bytes = msg.substr(at, size_t(v));
@@ -191,8 +199,9 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model_file, Ki
     // Megatron takes EOD from the model's eos (and Llama2Tokenizer prepends its bos): a model
     // trained without them would put -1 into the token files.
     MG_USER_CHECK(kind != Kind::kLlama2 || (sp_bos >= 0 && sp_bos < m->pieces),
-                  "--tokenizer-model '", model_file, "' has no beginning-of-sentence piece (bos_id ",
-                  sp_bos, "), which Llama2Tokenizer puts before every text");
+                  "--tokenizer-model '", model_file,
+                  "' has no beginning-of-sentence piece (bos_id ", sp_bos,
+                  "), which Llama2Tokenizer puts before every text");
     MG_USER_CHECK(sp_eos >= 0 && sp_eos < m->pieces, "--tokenizer-model '", model_file,
                   "' has no end-of-sentence piece (eos_id ", sp_eos, "), which ", kind_name(kind),
                   " uses as EOD; train it with an eos piece or use SentencePieceTokenizer");

@@ -68,9 +68,9 @@ void validate_tiktoken_flags(const TokenizerConfig& cfg) {
     for (const char* required : {"<unk>", "<s>", "</s>"})
       MG_USER_CHECK(std::count(named.begin(), named.end(), required) == 1,
                     "--tiktoken-special-tokens must hold ", required, " exactly once");
-    MG_USER_CHECK(
-        std::unordered_set<std::string>(named.begin(), named.end()).size() == named.size(),
-        "--tiktoken-special-tokens: the special tokens must differ");
+    MG_USER_CHECK(std::unordered_set<std::string>(named.begin(), named.end()).size() ==
+                      named.size(),
+                  "--tiktoken-special-tokens: the special tokens must differ");
   }
   MG_USER_CHECK(cfg.tiktoken_num_special_tokens >= 0, "--tiktoken-num-special-tokens must be >= 0");
 }
@@ -105,9 +105,9 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
                 v->vocab_size, ")");
   for (int64_t i = int64_t(special.size()); i < num_special; ++i)
     special.push_back(str_cat("<SPECIAL_", i, ">"));
-  MG_USER_CHECK(
-      std::unordered_set<std::string>(special.begin(), special.end()).size() == special.size(),
-      "--tiktoken-special-tokens: a named token is also a <SPECIAL_i> filler");
+  MG_USER_CHECK(std::unordered_set<std::string>(special.begin(), special.end()).size() ==
+                    special.size(),
+                "--tiktoken-special-tokens: a named token is also a <SPECIAL_i> filler");
   v->num_special = int32_t(num_special);
   v->id_to_bytes = special;
   auto index_of = [&](const char* t) {
@@ -166,15 +166,9 @@ TikTokenizer::TikTokenizer(const TokenizerConfig& cfg) try
   throw UsageError(str_cat(kFlag, " '", cfg.tokenizer_model, "': unexpected JSON: ", e.what()));
 }
 
-int64_t TikTokenizer::vocab_size() const {
-  return vocab_->vocab_size;
-}
-int32_t TikTokenizer::eod() const {
-  return vocab_->eos;
-}
-int32_t TikTokenizer::bos() const {
-  return vocab_->bos;
-}
+int64_t TikTokenizer::vocab_size() const { return vocab_->vocab_size; }
+int32_t TikTokenizer::eod() const { return vocab_->eos; }
+int32_t TikTokenizer::bos() const { return vocab_->bos; }
 
 std::unique_ptr<Tokenizer> TikTokenizer::clone() const {
   return std::unique_ptr<Tokenizer>(new TikTokenizer(vocab_, pattern_));

@@ -77,12 +77,12 @@ inline constexpr const char* kTokenizerTypesHelp =
 // The tokenizer flags (Megatron's names), shared by preprocess, train and generate
 // (cli/tokenizer_options.h lists them once).
 struct TokenizerConfig {
-  std::string tokenizer_type;   // --tokenizer-type
-  std::string vocab_file;       // --vocab-file
-  std::string merge_file;       // --merge-file
-  std::string tokenizer_model;  // --tokenizer-model: a directory or file, by type
-  std::string tiktoken_pattern;                 // --tiktoken-pattern v1 | v2
-  int64_t tiktoken_num_special_tokens = 1000;   // --tiktoken-num-special-tokens
+  std::string tokenizer_type;                  // --tokenizer-type
+  std::string vocab_file;                      // --vocab-file
+  std::string merge_file;                      // --merge-file
+  std::string tokenizer_model;                 // --tokenizer-model: a directory or file, by type
+  std::string tiktoken_pattern;                // --tiktoken-pattern v1 | v2
+  int64_t tiktoken_num_special_tokens = 1000;  // --tiktoken-num-special-tokens
   std::vector<std::string> tiktoken_special_tokens;  // --tiktoken-special-tokens
   int64_t vocab_size = 0;       // --vocab-size (NullTokenizer; TikTokenizer's vocabulary cap)
   int64_t vocab_extra_ids = 0;  // --vocab-extra-ids: SentencePieceTokenizer's <extra_id_N> tokens
@@ -97,7 +97,6 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& cfg);
 // afterwards). The types Megatron builds from args.vocab_size take the model's --vocab-size:
 // NullTokenizer always, TikTokenizer as its cap when the flag is given (else its own default).
 // Validates cfg and builds the tokenizer (UsageError naming the flag or file).
-int64_t tokenizer_vocab_size(TokenizerConfig& cfg, int64_t model_vocab_size,
-                             bool vocab_size_given);
+int64_t tokenizer_vocab_size(TokenizerConfig& cfg, int64_t model_vocab_size, bool vocab_size_given);
 
 }  // namespace mg

@@ -44,8 +44,8 @@ BuiltData load_data(const TrainConfig& cfg, const ProcessGroups& g, int32_t& eod
 
 BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const ProcessGroups& g,
                          const BatchOptions& opt, bool prefetch, int64_t consumed)
-    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp), dp_rank_(g.coord.dp),
-      cp_{g.grid.cp, g.coord.cp, cfg.model.seq_length}, opt_(opt) {
+    : ds_(ds), cfg_(cfg), dp_size_(g.grid.dp),
+      dp_rank_(g.coord.dp), cp_{g.grid.cp, g.coord.cp, cfg.model.seq_length}, opt_(opt) {
   if (ds && prefetch) {
     LoaderSpec spec;
     spec.micro_batch_size = cfg.micro_batch_size;
@@ -63,8 +63,7 @@ BatchSource::BatchSource(const SampleDataset* ds, const TrainConfig& cfg, const 
 BatchFn BatchSource::at(int64_t consumed) {
   return [this, consumed](int64_t m) -> MicroBatch {
     // Every stage knows which samples it runs (their global indices key the dropout masks).
-    const int64_t start =
-        micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
+    const int64_t start = micro_batch_start(consumed, m, cfg_.micro_batch_size, dp_size_, dp_rank_);
     if (!ds_) {  // a middle pipeline stage
       MicroBatch mb{nullptr, nullptr, nullptr, nullptr};
       mb.first_sample = start;
@@ -77,14 +76,18 @@ BatchFn BatchSource::at(int64_t consumed) {
     MG_CHECK(m <= int64_t(batches_.size()), "micro-batch ", m, " requested before micro-batch ",
              batches_.size());
     if (m == int64_t(batches_.size())) {
-      batches_.push_back(loader_ ? loader_->next()
-                                 : make_batch(*ds_, start, cfg_.micro_batch_size,
-                                              cfg_.model.seq_length, opt_));
+      batches_.push_back(
+          loader_ ? loader_->next()
+                  : make_batch(*ds_, start, cfg_.micro_batch_size, cfg_.model.seq_length, opt_));
       if (cp_.size > 1) batches_.back() = slice_for_context_parallel(batches_.back(), cp_);
     }
     const Batch& b = batches_[size_t(m)];
-    return {b.tokens.data(), b.position_ids.data(), b.labels.data(), b.loss_mask.data(),
-            b.attention_start.empty() ? nullptr : b.attention_start.data(), start};
+    return {b.tokens.data(),
+            b.position_ids.data(),
+            b.labels.data(),
+            b.loss_mask.data(),
+            b.attention_start.empty() ? nullptr : b.attention_start.data(),
+            start};
   };
 }
 

@@ -42,7 +42,7 @@ class BatchSource {
   CpLayout cp_;  // this rank's tokens of each sequence (CP ranks read the same samples)
   BatchOptions opt_;
   std::unique_ptr<BatchLoader> loader_;
-  std::vector<Batch> batches_;      // the micro-batches of the iteration at batches_consumed_
+  std::vector<Batch> batches_;  // the micro-batches of the iteration at batches_consumed_
   int64_t batches_consumed_ = -1;
 };
 

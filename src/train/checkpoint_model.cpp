@@ -17,8 +17,8 @@ bool model_from_checkpoint(TrainConfig& cfg, const std::set<std::string>& given)
       taken += std::string(taken.empty() ? "" : ", ") + f.flag + " " + field_text(cfg.model, f);
   }
   if (!taken.empty())
-    log_line(str_cat(" > model flags not given, from the checkpoint in --load ", cfg.load, ": ",
-                     taken));
+    log_line(
+        str_cat(" > model flags not given, from the checkpoint in --load ", cfg.load, ": ", taken));
   return true;
 }
 

@@ -18,8 +18,8 @@ namespace {
 // Megatron's timer printout: each enabled phase as (min, max) over ranks of its ms per
 // iteration in this log interval. Returns each printed phase's max (for TensorBoard).
 std::vector<std::pair<std::string, double>> log_timers(const ProcessGroups& g,
-                                                      const std::vector<double>& t,
-                                                      int64_t iters) {
+                                                       const std::vector<double>& t,
+                                                       int64_t iters) {
   std::vector<float> mx(t.size()), neg_mn(t.size());
   for (size_t i = 0; i < t.size(); ++i) mx[i] = neg_mn[i] = float(1e3 * t[i] / double(iters));
   for (float& v : neg_mn) v = -v;
@@ -56,23 +56,24 @@ void log_pipeline_bubble(const ProcessGroups& g, const std::vector<double>& t, i
 // Megatron's name of the load-balancing loss in the log and TensorBoard.
 const char* load_balancing_name(const GPTConfig& m) {
   return m.moe_router_load_balancing_type == "seq_aux_loss" ? "seq_load_balancing_loss"
-                                                              : "load_balancing_loss";
+                                                            : "load_balancing_loss";
 }
 
 }  // namespace
 
 void TrainMetrics::open_tensorboard() {
   tb_ = mg::open_tensorboard(cfg_.tensorboard, g_.world_rank, g_.grid.world());
-  if (tb_) log_line(str_cat(" > tensorboard: rank ", g_.world_rank, " writes ", tb_->path()),
-                    /*all_ranks=*/true);
+  if (tb_)
+    log_line(str_cat(" > tensorboard: rank ", g_.world_rank, " writes ", tb_->path()),
+             /*all_ranks=*/true);
 }
 
 void TrainMetrics::begin_step() {
   for (const ProcessGroups::Named& n : g_.named()) n.comm->reset_stats();
 }
 
-void TrainMetrics::record(int64_t iter, const StepResult& step, int64_t consumed,
-                          double loss_scale, TrainResult& result) {
+void TrainMetrics::record(int64_t iter, const StepResult& step, int64_t consumed, double loss_scale,
+                          TrainResult& result) {
   for (const ProcessGroups::Named& n : g_.named())
     interval_bytes_[std::string(n.name)] += n.comm->stats().total();
   if (!std::isfinite(step.loss) || !std::isfinite(step.grad_norm)) ++interval_nan_;
@@ -112,7 +113,7 @@ void TrainMetrics::log_interval(int64_t iter, const StepResult& step, int64_t co
   l.global_batch_size = step.global_batch_size;
   l.lm_loss = interval_loss_ / double(interval_iters_);
   l.grad_norm = step.grad_norm;
-  l.nan_iterations = interval_nan_;          // per log interval, as Megatron
+  l.nan_iterations = interval_nan_;  // per log interval, as Megatron
   l.skipped_iterations = interval_skipped_;
   l.loss_scale = loss_scale;
   l.num_zeros = step.num_zeros;

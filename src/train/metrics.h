@@ -16,16 +16,16 @@ namespace mg {
 
 // What one iteration's step produced.
 struct StepResult {
-  double lr = 0;          // the scheduled learning rate it used
-  double decoupled_lr = NAN;  // --decoupled-lr's schedule (embedding and output layer)
-  double loss_scale = 1;  // fp16: the loss scale it used
-  double loss = 0;        // lm loss, averaged over DP
-  double grad_norm = 0;   // before clipping (0 when skipped)
-  bool skipped = false;   // an fp16 overflow skipped the update
+  double lr = 0;                  // the scheduled learning rate it used
+  double decoupled_lr = NAN;      // --decoupled-lr's schedule (embedding and output layer)
+  double loss_scale = 1;          // fp16: the loss scale it used
+  double loss = 0;                // lm loss, averaged over DP
+  double grad_norm = 0;           // before clipping (0 when skipped)
+  bool skipped = false;           // an fp16 overflow skipped the update
   int64_t global_batch_size = 0;  // its samples (--rampup-batch-size: growing)
-  double seconds = 0;     // wall time, the step's GPU work included
-  double num_zeros = -1;    // --log-num-zeros-in-grad: zero grad elements (-1: not counted)
-  double params_norm = -1;  // --log-params-norm: L2 norm of the updated params (-1: not)
+  double seconds = 0;             // wall time, the step's GPU work included
+  double num_zeros = -1;          // --log-num-zeros-in-grad: zero grad elements (-1: not counted)
+  double params_norm = -1;        // --log-params-norm: L2 norm of the updated params (-1: not)
   // MoE (-1: not logged): the load-balancing and z losses without their coefficients,
   // averaged over MoE layers, micro-batches and DP; assignments dropped for capacity (summed).
   double load_balancing_loss = -1, z_loss = -1, dropped_tokens = -1;

@@ -31,9 +31,7 @@ double idle_fraction(const std::vector<double>& phase_seconds) {
   return wait / fb;
 }
 
-double analytic_bubble(int64_t p, int64_t v, int64_t m) {
-  return double(p - 1) / double(v * m);
-}
+double analytic_bubble(int64_t p, int64_t v, int64_t m) { return double(p - 1) / double(v * m); }
 
 std::string bubble_line(const std::vector<double>& stage_sums, int64_t ranks_per_stage, int64_t p,
                         int64_t v, int64_t m) {

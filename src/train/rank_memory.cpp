@@ -13,8 +13,9 @@
 namespace mg {
 
 namespace {
-constexpr const char* kWhat = "bytes of this rank's params, grads, optimizer state and "
-                              "activations";
+constexpr const char* kWhat =
+    "bytes of this rank's params, grads, optimizer state and "
+    "activations";
 }  // namespace
 
 int64_t RankMemory::total(bool with_host) const {
@@ -37,9 +38,16 @@ std::vector<StageSpec> train_chunk_specs(const TrainConfig& cfg, int world_rank)
     const auto [layer_begin, layer_end] =
         cfg.parallel.chunk_layers(cfg.model.num_layers, c.pp, chunk);
     StageSpec spec;
-    spec.shard = {grid.tp, c.tp, layer_begin, layer_end, c.pp == 0 && chunk == 0,
-                  c.pp == grid.pp - 1 && chunk == v - 1, grid.ep, grid.ep_rank(c),
-                  grid.folded() ? grid.expert_tp() : 0, grid.etp_rank(c)};
+    spec.shard = {grid.tp,
+                  c.tp,
+                  layer_begin,
+                  layer_end,
+                  c.pp == 0 && chunk == 0,
+                  c.pp == grid.pp - 1 && chunk == v - 1,
+                  grid.ep,
+                  grid.ep_rank(c),
+                  grid.folded() ? grid.expert_tp() : 0,
+                  grid.etp_rank(c)};
     spec.sequence_parallel = cfg.parallel.sequence_parallel;
     spec.cp_size = grid.cp;
     spec.cp_rank = c.cp;
@@ -94,8 +102,8 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   // the unpadded arithmetic, a lower bound, refuses such a run just as well.
   if (count.tensors > 1000000) {
     const int64_t dp = int64_t(cfg.data_parallel_size) * cfg.parallel.cp();
-    const int64_t stepped = cfg.use_distributed_optimizer ? ceil_div(count.elements, dp)
-                                                          : count.elements;
+    const int64_t stepped =
+        cfg.use_distributed_optimizer ? ceil_div(count.elements, dp) : count.elements;
     m.params = checked_bytes(count.elements, dtype, kWhat);
     m.grads = checked_bytes(count.elements, DType::F32, kWhat);
     m.optimizer = checked_mul(stepped, 4 * (state_slots + (low_precision ? 1 : 0)), kWhat);
@@ -110,8 +118,8 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
   m.grads = bytes(layout.total_numel(), DType::F32);
   // Each chunk keeps f32 copies of its 1-D params under mixed precision (GPTModel::small_).
   for (const StageSpec& chunk : chunks)
-    if (low_precision) add(m.params, bytes(shard_param_count(cfg.model, chunk.shard).vector_elements,
-                                           DType::F32));
+    if (low_precision)
+      add(m.params, bytes(shard_param_count(cfg.model, chunk.shard).vector_elements, DType::F32));
   // The optimizer: Adam's 2 fp32 moments (SGD's 1) per parameter it steps, + an fp32 main
   // copy of a 16-bit model (docs/reference/formulas.md's bytes per parameter). The distributed optimizer steps
   // this rank's shard of each bucket (DP x CP ranks, expert buckets expert-DP ranks) and keeps
@@ -128,8 +136,7 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     const int64_t expert_rank = own_expert_group ? grid.edp_rank(c) : dense_rank;
     for (size_t b = 0; b < layout.buckets().size(); ++b) {
       const bool expert = layout.bucket_is_expert(b);
-      const int64_t dp = expert && own_expert_group ? grid.edp()
-                                                    : int64_t(grid.dp) * grid.cp;
+      const int64_t dp = expert && own_expert_group ? grid.edp() : int64_t(grid.dp) * grid.cp;
       const auto [begin, end] = layout.buckets()[b];
       const auto shard = bucket_shard({begin, end}, dp, expert ? expert_rank : dense_rank);
       add(stepped, owned_param_elements(layout, shard));
@@ -141,26 +148,29 @@ RankMemory rank_memory(const TrainConfig& cfg, int world_rank) {
     for (const ParamSpec& p : layout.params()) add(stepped, p.numel());
     // The data-parallel reducer's bf16 copy of each bucket (--grad-reduce-in-bf16).
     const RankGrid grid = cfg.rank_grid();
-    const bool reduces = int64_t(grid.dp) * grid.cp > 1 ||
-                         (cfg.model.num_experts > 0 && (grid.ep > 1 || grid.folded()) &&
-                          grid.edp() > 1);
+    const bool reduces =
+        int64_t(grid.dp) * grid.cp > 1 ||
+        (cfg.model.num_experts > 0 && (grid.ep > 1 || grid.folded()) && grid.edp() > 1);
     if (reduces && reduce_dtype == DType::BF16)
-      for (const auto& [begin, end] : layout.buckets()) add(m.grads, bytes(end - begin, DType::BF16));
+      for (const auto& [begin, end] : layout.buckets())
+        add(m.grads, bytes(end - begin, DType::BF16));
   }
   m.optimizer = bytes(checked_mul(stepped, state_slots, kWhat), DType::F32);
   if (low_precision) add(m.optimizer, bytes(stepped, DType::F32));
   for (const StageSpec& chunk : chunks)
-    m.activations = checked_add(
-        m.activations, GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, chunk), kWhat);
+    m.activations =
+        checked_add(m.activations,
+                    GPTModel::activation_bytes(cfg.model, cfg.micro_batch_size, chunk), kWhat);
   // The ranks that read batches build their splits' indices (train/batch_source.cpp):
   // sample_index, 2 int32 a sample, and shuffle_index, 1 int32 (the document index aside).
   if (chunks.front().shard.first_stage || chunks.back().shard.last_stage ||
       cfg.reset_attention_mask) {
     const std::array<int64_t, 3> samples = cfg.split_samples();
-    const char* what = "bytes of the dataset indices (--train-iters, --eval-iters x "
-                       "--global-batch-size samples)";
-    m.data = checked_mul(
-        checked_add(samples[0], checked_add(samples[1], samples[2], what), what), 12, what);
+    const char* what =
+        "bytes of the dataset indices (--train-iters, --eval-iters x "
+        "--global-batch-size samples)";
+    m.data = checked_mul(checked_add(samples[0], checked_add(samples[1], samples[2], what), what),
+                         12, what);
   }
   if (!cfg.dump_final_params.empty())
     m.final_params = checked_bytes(cfg.model.num_parameters(), DType::F32, kWhat);
@@ -179,10 +189,9 @@ void check_rank_memory(const TrainConfig& cfg, int world_rank, int64_t available
   if (c.kv_channels > 0) drivers += str_cat(", --kv-channels ", c.kv_channels);
   if (c.group_query_attention) drivers += str_cat(", --num-query-groups ", c.num_query_groups);
   drivers += str_cat(", --ffn-hidden-size ", c.ffn(), ", --seq-length ", c.seq_length,
-                                ", --micro-batch-size ", cfg.micro_batch_size, ", --vocab-size ",
-                                c.vocab_size, " (padded: ", c.padded_vocab_size(), ")");
-  if (c.learned_positions())
-    drivers += str_cat(", --max-position-embeddings ", c.max_positions());
+                     ", --micro-batch-size ", cfg.micro_batch_size, ", --vocab-size ", c.vocab_size,
+                     " (padded: ", c.padded_vocab_size(), ")");
+  if (c.learned_positions()) drivers += str_cat(", --max-position-embeddings ", c.max_positions());
   throw UsageError(str_cat(
       "needs ", format_bytes(m.total(with_data)), " on rank ", world_rank, " (params ",
       format_bytes(m.params), ", grads ", format_bytes(m.grads), ", optimizer ",

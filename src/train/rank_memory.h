@@ -20,17 +20,17 @@ namespace mg {
 // allocator's 64-byte rounding included). `megatron train` logs what was allocated beside
 // this; `megatron plan` prints it.
 struct RankMemory {
-  int64_t params = 0;       // flat parameter buffer in the model dtype; under mixed precision
-                            // also the f32 copies of 1-D params; the distributed optimizer's
-                            // gathered parameter shard
-  int64_t grads = 0;        // fp32 main grads (+ the distributed optimizer's reduced shard;
-                            // bf16 bucket copies under --grad-reduce-in-bf16)
-  int64_t optimizer = 0;    // Adam moments or SGD momentum, + fp32 main params of a 16-bit
-                            // model: docs/reference/formulas.md's bytes per parameter (over DP when sharded)
-  int64_t activations = 0;  // the stage's activation slots, caches, scratch and buffers
-  int64_t data = 0;         // host: the sample and shuffle indices of the splits it reads
-                            // (12 bytes a sample: data/gpt_dataset.h's int32 indices)
-  int64_t final_params = 0; // host: --dump-final-params gathers the whole model in f32
+  int64_t params = 0;     // flat parameter buffer in the model dtype; under mixed precision
+                          // also the f32 copies of 1-D params; the distributed optimizer's
+                          // gathered parameter shard
+  int64_t grads = 0;      // fp32 main grads (+ the distributed optimizer's reduced shard;
+                          // bf16 bucket copies under --grad-reduce-in-bf16)
+  int64_t optimizer = 0;  // Adam moments or SGD momentum, + fp32 main params of a 16-bit
+      // model: docs/reference/formulas.md's bytes per parameter (over DP when sharded)
+  int64_t activations = 0;   // the stage's activation slots, caches, scratch and buffers
+  int64_t data = 0;          // host: the sample and shuffle indices of the splits it reads
+                             // (12 bytes a sample: data/gpt_dataset.h's int32 indices)
+  int64_t final_params = 0;  // host: --dump-final-params gathers the whole model in f32
   // What the compute device holds (params, grads, optimizer, activations); with_host adds the
   // host-side data indices and final-params gather (a CPU run's one memory).
   int64_t total(bool with_host) const;

@@ -24,17 +24,20 @@ BatchRampup parse_rampup(const TrainConfig& c) {
   BatchRampup r;
   r.final_size = c.global_batch_size;
   if (c.rampup_batch_size.empty()) return r;
-  MG_USER_CHECK(c.rampup_batch_size.size() == 3, "--rampup-batch-size takes three numbers: "
-                "START INCREMENT SAMPLES (got ", c.rampup_batch_size.size(), ")");
+  MG_USER_CHECK(c.rampup_batch_size.size() == 3,
+                "--rampup-batch-size takes three numbers: "
+                "START INCREMENT SAMPLES (got ",
+                c.rampup_batch_size.size(), ")");
   int64_t v[3];
   for (int i = 0; i < 3; ++i)
     v[i] = parse_number<int64_t>("--rampup-batch-size", c.rampup_batch_size[size_t(i)]);
   r.start = v[0], r.increment = v[1], r.samples = v[2];
-  MG_USER_CHECK(c.train_samples > 0, "--rampup-batch-size needs sample-based training "
+  MG_USER_CHECK(c.train_samples > 0,
+                "--rampup-batch-size needs sample-based training "
                 "(--train-samples), as in Megatron");
   // (Megatron accepts SAMPLES 0 and then divides by zero on the first batch.)
-  MG_USER_CHECK(r.start > 0 && r.increment > 0 && r.samples > 0, "--rampup-batch-size ",
-                r.start, " ", r.increment, " ", r.samples,
+  MG_USER_CHECK(r.start > 0 && r.increment > 0 && r.samples > 0, "--rampup-batch-size ", r.start,
+                " ", r.increment, " ", r.samples,
                 ": START, INCREMENT and SAMPLES must be positive");
   MG_USER_CHECK(r.start < r.final_size && (r.final_size - r.start) % r.increment == 0,
                 "--rampup-batch-size START ", r.start, " must be below --global-batch-size ",
@@ -57,14 +60,16 @@ int64_t samples_consumed(const BatchRampup& rampup, int64_t iterations) {
 
 void resolve_run_length(TrainConfig& c) {
   // Megatron's default --lr is None, which its scheduler cannot use: the run stops there.
-  MG_USER_CHECK(!std::isnan(c.lr), "--lr is required (the peak learning rate; Megatron has no "
+  MG_USER_CHECK(!std::isnan(c.lr),
+                "--lr is required (the peak learning rate; Megatron has no "
                 "default either)");
   MG_USER_CHECK(c.train_iters >= 0, "--train-iters must be positive (got ", c.train_iters, ")");
   MG_USER_CHECK(c.train_samples >= 0, "--train-samples must be positive (got ", c.train_samples,
                 ")");
   MG_USER_CHECK(c.train_iters > 0 || c.train_samples > 0,
                 "give the run's length: --train-iters N or --train-samples N");
-  MG_USER_CHECK(c.train_iters == 0 || c.train_samples == 0, "pass only one of --train-iters "
+  MG_USER_CHECK(c.train_iters == 0 || c.train_samples == 0,
+                "pass only one of --train-iters "
                 "(iteration-based training) and --train-samples (sample-based training)");
   // The schedule flags of the other kind of run, each named with its counterpart.
   const bool by_iters = c.train_iters > 0;

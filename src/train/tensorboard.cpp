@@ -42,7 +42,7 @@ std::string event_head(double wall_time, int64_t step) {
   std::string e;
   put_key(e, 1, 1);  // Event.wall_time
   put_fixed(e, wall_time);
-  if (step != 0) {  // proto3 leaves a zero default out
+  if (step != 0) {     // proto3 leaves a zero default out
     put_key(e, 2, 0);  // Event.step
     put_varint(e, uint64_t(step));
   }

@@ -29,10 +29,9 @@ int64_t resident_bytes() {
 }  // namespace
 
 void TensorBoardConfig::validate() const {
-  MG_USER_CHECK(log_interval > 0, "--tensorboard-log-interval must be positive (got ",
-                log_interval, ")");
-  MG_USER_CHECK(queue_size > 0, "--tensorboard-queue-size must be positive (got ", queue_size,
+  MG_USER_CHECK(log_interval > 0, "--tensorboard-log-interval must be positive (got ", log_interval,
                 ")");
+  MG_USER_CHECK(queue_size > 0, "--tensorboard-queue-size must be positive (got ", queue_size, ")");
 }
 
 std::unique_ptr<TensorBoardWriter> open_tensorboard(const TensorBoardConfig& cfg, int world_rank,
@@ -71,8 +70,8 @@ void write_interval_scalars(TensorBoardWriter& w, int64_t iteration, double seco
   for (const auto& [name, ms] : timer_max_ms) w.add_scalar(name + "-time", ms / 1e3, iteration);
 }
 
-void write_validation_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
-                              int64_t iteration, int64_t consumed_samples, double lm_loss) {
+void write_validation_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg, int64_t iteration,
+                              int64_t consumed_samples, double lm_loss) {
   w.add_scalar("lm loss validation", lm_loss, iteration);
   w.add_scalar("lm loss validation vs samples", lm_loss, consumed_samples);
   if (cfg.log_validation_ppl) {

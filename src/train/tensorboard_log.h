@@ -54,7 +54,7 @@ void write_interval_scalars(TensorBoardWriter& w, int64_t iteration, double seco
                             std::optional<double> tflops_per_gpu,
                             const std::vector<std::pair<std::string, double>>& timer_max_ms);
 
-void write_validation_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg,
-                              int64_t iteration, int64_t consumed_samples, double lm_loss);
+void write_validation_scalars(TensorBoardWriter& w, const TensorBoardConfig& cfg, int64_t iteration,
+                              int64_t consumed_samples, double lm_loss);
 
 }  // namespace mg

@@ -29,13 +29,13 @@ LRSchedule TrainConfig::lr_schedule() const {
     s.wsd_decay_steps = lr_wsd_decay_samples;
     s.wd_incr_steps = train_samples;
   } else {
-    s.decay_steps = checked_mul(lr_decay_iters > 0 ? lr_decay_iters : train_iters,
-                                global_batch_size, what);
+    s.decay_steps =
+        checked_mul(lr_decay_iters > 0 ? lr_decay_iters : train_iters, global_batch_size, what);
     s.wsd_decay_steps = checked_mul(lr_wsd_decay_iters, global_batch_size, what);
     s.wd_incr_steps = checked_mul(train_iters, global_batch_size, what);
   }
   s.warmup_steps = !std::isnan(lr_warmup_fraction) ? lr_warmup_fraction * double(s.decay_steps)
-                   : by_samples ? double(lr_warmup_samples)
+                   : by_samples                    ? double(lr_warmup_samples)
                                 : double(checked_mul(lr_warmup_iters, global_batch_size, what));
   s.style = lr_decay_style;
   s.wsd_style = lr_wsd_decay_style;
@@ -54,8 +54,9 @@ std::array<int64_t, 3> TrainConfig::split_samples() const {
                            : checked_mul(train_iters, global_batch_size,
                                          "training samples (--train-iters x --global-batch-size)");
   if (eval_interval > 0 && eval_iters > 0) {
-    const char* what = "validation samples ((--train-iters / --eval-interval + 1) x "
-                       "--eval-iters x --global-batch-size)";
+    const char* what =
+        "validation samples ((--train-iters / --eval-interval + 1) x "
+        "--eval-iters x --global-batch-size)";
     n[1] = checked_product({train_iters / eval_interval + 1, eval_iters, global_batch_size}, what);
     // Megatron's test split: one evaluation of --eval-iters batches after training.
     n[2] = checked_mul(eval_iters, global_batch_size,
@@ -86,8 +87,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   adam.kind = optimizer;
   adam.sgd_momentum = sgd_momentum;
   adam.validate();
-  MG_USER_CHECK(micro_batch_size > 0, "--micro-batch-size must be positive (got ",
-                micro_batch_size, ")");
+  MG_USER_CHECK(micro_batch_size > 0, "--micro-batch-size must be positive (got ", micro_batch_size,
+                ")");
   MG_USER_CHECK(parallel.tp() >= 1, "--tensor-model-parallel-size must be >= 1 (got ",
                 parallel.tp(), ")");
   MG_USER_CHECK(parallel.pp() >= 1, "--pipeline-model-parallel-size must be >= 1 (got ",
@@ -102,15 +103,14 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                     "the default --global-batch-size (--micro-batch-size x data-parallel size)");
   MG_USER_CHECK(global_batch_size > 0, "--global-batch-size must be positive (got ",
                 global_batch_size, ")");
-  const std::string warning =
-      parallel.validate(world_size, model.layout_dims(parallel.tp()), micro_batch_size,
-                        global_batch_size);
+  const std::string warning = parallel.validate(world_size, model.layout_dims(parallel.tp()),
+                                                micro_batch_size, global_batch_size);
   data_parallel_size = int(world_size / model_parallel);
   const ParallelConfig& p = parallel;
-  parallel.virtual_stages = mg::virtual_stages(
-      {model.num_layers, p.pp(), p.num_layers_per_virtual_pipeline_stage,
-       p.num_virtual_stages_per_pipeline_rank, p.decoder_first_pipeline_num_layers,
-       p.decoder_last_pipeline_num_layers});
+  parallel.virtual_stages =
+      mg::virtual_stages({model.num_layers, p.pp(), p.num_layers_per_virtual_pipeline_stage,
+                          p.num_virtual_stages_per_pipeline_rank,
+                          p.decoder_first_pipeline_num_layers, p.decoder_last_pipeline_num_layers});
   MG_USER_CHECK(p.microbatch_group_size_per_vp_stage >= 0,
                 "--microbatch-group-size-per-virtual-pipeline-stage must be positive");
   model.vocab_pad_tp = parallel.tp();
@@ -130,7 +130,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 " other than --pipeline-model-parallel-size ", parallel.pp(),
                 " needs --distributed-backend mpi (NCCL's blocking exchanges pair up across "
                 "ranks only for groups of PP micro-batches)");
-  MG_USER_CHECK(distributed_backend == "mpi" || device == "cuda", "--distributed-backend nccl "
+  MG_USER_CHECK(distributed_backend == "mpi" || device == "cuda",
+                "--distributed-backend nccl "
                 "moves GPU memory and needs --device cuda; CPU runs use mpi");
   MG_USER_CHECK(std::isfinite(distributed_timeout_minutes) && distributed_timeout_minutes > 0,
                 "--distributed-timeout-minutes must be a positive number of minutes (got ",
@@ -141,16 +142,21 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                   " runs its attention (ring and all-to-all) on the CPU for now: train with "
                   "--device cpu, or --device cuda with --context-parallel-size 1");
     const int64_t head_dim = model.head_dim();
-    MG_USER_CHECK(head_dim == 32 || head_dim == 64 || head_dim == 128, "--device cuda: the CUDA "
-                  "attention kernels take head dims 32, 64 and 128, but the head dim (--kv-channels, "
-                  "or --hidden-size ", model.hidden_size, " / --num-attention-heads ",
-                  model.num_attention_heads, ") is ", head_dim,
-                  "; change one of them, or train with --device cpu");
+    MG_USER_CHECK(
+        head_dim == 32 || head_dim == 64 || head_dim == 128,
+        "--device cuda: the CUDA "
+        "attention kernels take head dims 32, 64 and 128, but the head dim (--kv-channels, "
+        "or --hidden-size ",
+        model.hidden_size, " / --num-attention-heads ", model.num_attention_heads, ") is ",
+        head_dim, "; change one of them, or train with --device cpu");
     const int64_t heads_local = model.num_attention_heads / parallel.tp();
-    MG_USER_CHECK(micro_batch_size <= 65535 / heads_local, "--device cuda: the attention kernels "
-                  "launch one grid row per (sample, head) and take at most 65535, but "
-                  "--micro-batch-size ", micro_batch_size, " x ", heads_local,
-                  " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
+    MG_USER_CHECK(
+        micro_batch_size <= 65535 / heads_local,
+        "--device cuda: the attention kernels "
+        "launch one grid row per (sample, head) and take at most 65535, but "
+        "--micro-batch-size ",
+        micro_batch_size, " x ", heads_local,
+        " heads per TP rank is more; lower --micro-batch-size or train with --device cpu");
   }
   const int ep = parallel.ep();
   MG_USER_CHECK(ep >= 1, "--expert-model-parallel-size must be positive (got ", ep, ")");
@@ -160,20 +166,26 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
     MG_USER_CHECK(model.num_experts % ep == 0, "--num-experts ", model.num_experts,
                   " must be divisible by --expert-model-parallel-size ", ep);
     // Megatron's rule (TransformerConfig): with TP, EP needs sequence parallelism.
-    MG_USER_CHECK(parallel.tp() == 1 || parallel.sequence_parallel,
-                  "--expert-model-parallel-size ", ep, " with --tensor-model-parallel-size ",
-                  parallel.tp(), " needs --sequence-parallel (as Megatron-LM requires)");
+    MG_USER_CHECK(parallel.tp() == 1 || parallel.sequence_parallel, "--expert-model-parallel-size ",
+                  ep, " with --tensor-model-parallel-size ", parallel.tp(),
+                  " needs --sequence-parallel (as Megatron-LM requires)");
   }
   const int etp = parallel.expert_tensor_parallel_size;
-  MG_USER_CHECK(etp >= 0, "--expert-tensor-parallel-size must be a positive number of ranks "
-                "(got ", etp, "; 0, or leaving it out, means --tensor-model-parallel-size)");
+  MG_USER_CHECK(etp >= 0,
+                "--expert-tensor-parallel-size must be a positive number of ranks "
+                "(got ",
+                etp, "; 0, or leaving it out, means --tensor-model-parallel-size)");
   MG_USER_CHECK(parallel.etp() == parallel.tp() || model.num_experts > 0,
-                "--expert-tensor-parallel-size ", etp, " splits the experts of MoE layers; give "
+                "--expert-tensor-parallel-size ", etp,
+                " splits the experts of MoE layers; give "
                 "--num-experts (or leave it out)");
   // Folded, each TP rank dispatches its sequence-parallel chunk of the tokens (docs/moe.md).
   MG_USER_CHECK(parallel.etp() == parallel.tp() || parallel.tp() == 1 || parallel.sequence_parallel,
-                "--expert-tensor-parallel-size ", parallel.etp(), " other than "
-                "--tensor-model-parallel-size ", parallel.tp(), " needs --sequence-parallel: each "
+                "--expert-tensor-parallel-size ", parallel.etp(),
+                " other than "
+                "--tensor-model-parallel-size ",
+                parallel.tp(),
+                " needs --sequence-parallel: each "
                 "TP rank dispatches its sequence chunk of the tokens to the experts");
   if (model.num_experts > 0) {
     // The experts' grid (ETP x EP x EDP) covers each pipeline stage's TP x CP x DP ranks.
@@ -190,9 +202,9 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 "' is not known; use alltoall or allgather");
   if (model.num_experts > 0) {
     // The experts are split over expert TP, the shared experts over TP as the MLP is.
-    MG_USER_CHECK(model.moe_ffn() % parallel.etp() == 0, "--moe-ffn-hidden-size ",
-                  model.moe_ffn(), " must be divisible by the experts' tensor parallelism ",
-                  parallel.etp(), " (--expert-tensor-parallel-size, default "
+    MG_USER_CHECK(model.moe_ffn() % parallel.etp() == 0, "--moe-ffn-hidden-size ", model.moe_ffn(),
+                  " must be divisible by the experts' tensor parallelism ", parallel.etp(),
+                  " (--expert-tensor-parallel-size, default "
                   "--tensor-model-parallel-size): each expert's MLP is split over it");
     MG_USER_CHECK(model.moe_shared_expert_intermediate_size % parallel.tp() == 0,
                   "--moe-shared-expert-intermediate-size ",
@@ -202,12 +214,15 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
     // Routing is per token and the aux and z losses are summed over CP ranks, but capacity
     // ranks each expert's assignments over the micro-batch's tokens, which CP splits.
     MG_USER_CHECK(parallel.cp() == 1 || model.moe_expert_capacity_factor == 0.f,
-                  "--context-parallel-size ", parallel.cp(), " with --num-experts: "
+                  "--context-parallel-size ", parallel.cp(),
+                  " with --num-experts: "
                   "--moe-expert-capacity-factor does not yet rank the assignments over the "
                   "whole sequence across CP ranks; drop it or use --context-parallel-size 1");
   }
-  MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2, "--timing-log-level must be 0, 1 "
-                "or 2 (got ", timing_log_level, ")");
+  MG_USER_CHECK(timing_log_level >= 0 && timing_log_level <= 2,
+                "--timing-log-level must be 0, 1 "
+                "or 2 (got ",
+                timing_log_level, ")");
   MG_USER_CHECK(log_interval > 0, "--log-interval must be positive (got ", log_interval, ")");
   tensorboard.validate();
   MG_USER_CHECK(eval_interval >= 0, "--eval-interval must be >= 0 (got ", eval_interval, ")");
@@ -230,25 +245,28 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
   }
   optimizer_kind(optimizer);  // UsageError naming --optimizer
   MG_USER_CHECK(int(lr_warmup_iters > 0) + int(lr_warmup_samples > 0) +
-                        int(!std::isnan(lr_warmup_fraction)) <= 1,
+                        int(!std::isnan(lr_warmup_fraction)) <=
+                    1,
                 "use only one of --lr-warmup-iters, --lr-warmup-samples, --lr-warmup-fraction");
   MG_USER_CHECK(std::isnan(lr_warmup_fraction) ||
                     (lr_warmup_fraction >= 0.0 && lr_warmup_fraction <= 1.0),
                 "--lr-warmup-fraction must be in [0, 1] (got ", lr_warmup_fraction, ")");
-  MG_USER_CHECK(lr_warmup_init >= 0.0, "--lr-warmup-init must be >= 0 (got ", lr_warmup_init,
-                ")");
+  MG_USER_CHECK(lr_warmup_init >= 0.0, "--lr-warmup-init must be >= 0 (got ", lr_warmup_init, ")");
   for (const auto& [flag, v] : {std::pair{"--start-weight-decay", start_weight_decay},
                                 std::pair{"--end-weight-decay", end_weight_decay}})
     MG_USER_CHECK(std::isnan(v) || v >= 0.0, flag, " must be >= 0 (got ", v, ")");
   const int sources = int(mock_data) + int(!data_path.empty()) + int(!train_data_path.empty());
-  MG_USER_CHECK(sources > 0, "no training data: pass --data-path PREFIX (a preprocessed "
+  MG_USER_CHECK(sources > 0,
+                "no training data: pass --data-path PREFIX (a preprocessed "
                 "dataset), --train-data-path, or --mock-data");
   MG_USER_CHECK(sources == 1, "pass only one of --mock-data, --data-path, --train-data-path");
   MG_USER_CHECK(mock_data || !tokenizer.tokenizer_type.empty(),
                 "--data-path needs --tokenizer-type (its vocabulary sizes the model and gives EOD)",
                 // upstream's GPT-3 and SC21 scripts leave it out
-                tokenizer.merge_file.empty() ? "" : "; with --vocab-file and --merge-file, "
-                "pass --tokenizer-type GPT2BPETokenizer (Megatron-LM needs it too)");
+                tokenizer.merge_file.empty()
+                    ? ""
+                    : "; with --vocab-file and --merge-file, "
+                      "pass --tokenizer-type GPT2BPETokenizer (Megatron-LM needs it too)");
   MG_USER_CHECK(!parallel.overlap_param_gather || use_distributed_optimizer,
                 "--overlap-param-gather needs --use-distributed-optimizer");
   MG_USER_CHECK(!(bf16 && fp16), "pass only one of --bf16 and --fp16");
@@ -266,10 +284,13 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
     MG_USER_CHECK(recompute_method == "uniform" || recompute_method == "block",
                   "--recompute-granularity full needs --recompute-method uniform or block (got '",
                   recompute_method, "')");
-    MG_USER_CHECK(recompute_num_layers >= 1, "--recompute-granularity full needs "
-                  "--recompute-num-layers N >= 1 (got ", recompute_num_layers, ")");
+    MG_USER_CHECK(recompute_num_layers >= 1,
+                  "--recompute-granularity full needs "
+                  "--recompute-num-layers N >= 1 (got ",
+                  recompute_num_layers, ")");
   } else {
-    MG_USER_CHECK(recompute_method.empty(), "--recompute-method needs --recompute-granularity full");
+    MG_USER_CHECK(recompute_method.empty(),
+                  "--recompute-method needs --recompute-granularity full");
   }
   MG_USER_CHECK(save_interval >= 0, "--save-interval must be >= 0 (got ", save_interval, ")");
   MG_USER_CHECK(save_interval == 0 || !save.empty(), "--save-interval needs --save DIR");
@@ -279,7 +300,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                 exit_duration_in_mins, ")");
   loss_scaler.validate();
   overflow_iters.clear();
-  MG_USER_CHECK(inject_grad_overflow.empty() || fp16, "--inject-grad-overflow tests fp16 loss "
+  MG_USER_CHECK(inject_grad_overflow.empty() || fp16,
+                "--inject-grad-overflow tests fp16 loss "
                 "scaling (the skipped step); it needs --fp16");
   for (const std::string& s : inject_grad_overflow) {
     size_t used = 0;
@@ -288,8 +310,8 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
       it = std::stoll(s, &used);
     } catch (const std::exception&) {
     }
-    MG_USER_CHECK(used == s.size() && it >= 1 && it <= train_iters, "--inject-grad-overflow '",
-                  s, "': give step numbers in [1, --train-iters]");
+    MG_USER_CHECK(used == s.size() && it >= 1 && it <= train_iters, "--inject-grad-overflow '", s,
+                  "': give step numbers in [1, --train-iters]");
     overflow_iters.push_back(it);
   }
   split_samples();  // throws if a split's sample count overflows
@@ -300,12 +322,12 @@ std::string TrainConfig::finalize_and_validate(int world_size) {
                            : train_samples > 0    ? "--train-samples"
                                                   : "--train-iters";
   const char* warmup_flag = !std::isnan(lr_warmup_fraction) ? "--lr-warmup-fraction"
-                            : lr_warmup_samples > 0          ? "--lr-warmup-samples"
-                                                             : "--lr-warmup-iters";
+                            : lr_warmup_samples > 0         ? "--lr-warmup-samples"
+                                                            : "--lr-warmup-iters";
   MG_USER_CHECK(sched.style == "constant" || double(sched.decay_steps) > sched.warmup_steps,
                 "the decay horizon (", decay_flag, ": ", sched.decay_steps,
-                " samples) must be longer than the warmup (", warmup_flag, ": ",
-                sched.warmup_steps, " samples)");
+                " samples) must be longer than the warmup (", warmup_flag, ": ", sched.warmup_steps,
+                " samples)");
   sched.validate();
   return warning;
 }

@@ -131,8 +131,7 @@ class Trainer {
   void finish();
 
   CheckpointIO checkpoint_io() {
-    return {*store_, optimizer_->state(), g_, ckpt_cfg_,
-            cfg_.use_distributed_optimizer};
+    return {*store_, optimizer_->state(), g_, ckpt_cfg_, cfg_.use_distributed_optimizer};
   }
 
   const TrainConfig& cfg_;
@@ -155,27 +154,23 @@ class Trainer {
   std::unique_ptr<ModelOptimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;
   int64_t built_bytes_ = 0;  // tensor bytes the model, optimizer and reducer allocated
-  TrainProgress progress_;  // as loaded, then as last saved
+  TrainProgress progress_;   // as loaded, then as last saved
   std::unique_ptr<BatchSource> train_batches_, valid_batches_, test_batches_;
 
   // Counters of the run.
   TrainResult result_;
   int64_t consumed_ = 0, valid_consumed_ = 0, test_consumed_ = 0;  // samples
   int64_t scheduler_samples_ = 0;  // samples of successful steps: the LR schedule's clock
-  int64_t skipped_iters_ = 0;  // over the run, as checkpoints save it
-  int64_t ramp_batch_ = 0;     // --rampup-batch-size: the last iteration's global batch
+  int64_t skipped_iters_ = 0;      // over the run, as checkpoints save it
+  int64_t ramp_batch_ = 0;         // --rampup-batch-size: the last iteration's global batch
   int64_t last_saved_ = 0;
-  Timer run_timer_;           // from the first iteration (--exit-duration-in-mins)
+  Timer run_timer_;       // from the first iteration (--exit-duration-in-mins)
   TrainMetrics metrics_;  // log lines, timers and TensorBoard
 };
 
 Trainer::Trainer(const TrainConfig& cfg, ProcessGroups& g)
-    : cfg_(cfg),
-      g_(g),
-      M_(cfg.num_micro_batches()),
-      ckpt_cfg_(cfg.checkpoint_config()),
-      sched_(cfg.lr_schedule()),
-      metrics_(cfg, g) {
+    : cfg_(cfg), g_(g), M_(cfg.num_micro_batches()), ckpt_cfg_(cfg.checkpoint_config()),
+      sched_(cfg.lr_schedule()), metrics_(cfg, g) {
   const bool cuda = cfg.device == "cuda";
   ops::set_device(cuda ? Device::CUDA : Device::CPU, cuda ? local_rank() : 0);
   int32_t eod = 0;
@@ -199,21 +194,20 @@ void Trainer::build_model_and_optimizer() {
   store_ = std::make_unique<ParamStore>(cfg.model, train_store_spec(cfg, g_.world_rank));
   const std::vector<StageSpec> specs = train_chunk_specs(cfg, g_.world_rank);
   for (int c = 0; c < int(specs.size()); ++c) {
-    chunks_.push_back(std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size,
-                                                 specs[size_t(c)], g_.tp.get(), g_.cp.get(),
-                                                 store_.get(), c));
+    chunks_.push_back(std::make_unique<GPTModel>(cfg.model, cfg.micro_batch_size, specs[size_t(c)],
+                                                 g_.tp.get(), g_.cp.get(), store_.get(), c));
     chunks_.back()->set_per_token_loss(cfg.calculate_per_token_loss);
     if (g_.grid.ep > 1 || g_.grid.folded())
-      chunks_.back()->set_expert_parallel(
-          g_.ep.get(), g_.etp_ep.get(), cfg.parallel.moe_token_dispatcher_type == "allgather");
+      chunks_.back()->set_expert_parallel(g_.ep.get(), g_.etp_ep.get(),
+                                          cfg.parallel.moe_token_dispatcher_type == "allgather");
     chunk_ptrs_.push_back(chunks_.back().get());
   }
   store_->init(cfg.seed);
   sync_tied_embedding_params(*store_, g_);
   const DType grad_reduce_dtype = cfg.parallel.grad_reduce_in_bf16 ? DType::BF16 : DType::F32;
-  optimizer_ = make_model_optimizer(
-      *store_, g_, cfg.adam, cfg.use_distributed_optimizer,
-      {cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather, grad_reduce_dtype});
+  optimizer_ = make_model_optimizer(*store_, g_, cfg.adam, cfg.use_distributed_optimizer,
+                                    {cfg.parallel.overlap_grad_reduce,
+                                     cfg.parallel.overlap_param_gather, grad_reduce_dtype});
   if (cfg.fp16) scaler_ = std::make_unique<LossScaler>(cfg.loss_scaler);
 }
 
@@ -221,9 +215,9 @@ void Trainer::load_or_init() {
   if (!cfg_.load.empty() && load_checkpoint(checkpoint_io(), progress_) && scaler_ &&
       progress_.has_scaler)
     scaler_->set_state(progress_.scaler);
-  train_batches_ = std::make_unique<BatchSource>(data_.split[0], cfg_, g_, batch_options_,
-                                                 /*prefetch=*/true,
-                                                 progress_.consumed_train_samples);
+  train_batches_ =
+      std::make_unique<BatchSource>(data_.split[0], cfg_, g_, batch_options_,
+                                    /*prefetch=*/true, progress_.consumed_train_samples);
   valid_batches_ = std::make_unique<BatchSource>(data_.split[1], cfg_, g_, batch_options_,
                                                  /*prefetch=*/false);
   test_batches_ = std::make_unique<BatchSource>(data_.split[2], cfg_, g_, batch_options_,
@@ -261,13 +255,12 @@ void Trainer::log_setup() const {
                      " per EP rank, each split over ", cfg_.parallel.etp(), " expert-TP rank",
                      cfg_.parallel.etp() > 1 ? "s" : "",
                      g_.grid.folded() ? " (parallel folding)" : "", "), top-", m.moe_router_topk,
-                     ", ",
-                     m.moe_router_load_balancing_type, ", experts' GEMMs ",
+                     ", ", m.moe_router_load_balancing_type, ", experts' GEMMs ",
                      m.moe_grouped_gemm ? "grouped (--moe-grouped-gemm)" : "one call per expert"));
   }
   log_line(str_cat(" > precision: params and activations ", dtype_name(model.dtype()),
                    model.dtype() == DType::F32 ? ""
-                   : ops::on_cuda() ? " (GEMMs: cuBLASLt, fp32 accumulation)"
+                   : ops::on_cuda()            ? " (GEMMs: cuBLASLt, fp32 accumulation)"
                    : cpu::native_lowp_gemm(model.dtype())
                        ? " (GEMMs: native 16-bit kernels, fp32 accumulation)"
                        : " (GEMMs: no native 16-bit kernel on this CPU, operands widened to fp32)",
@@ -275,15 +268,16 @@ void Trainer::log_setup() const {
   // The estimate the start-up check made (train/rank_memory.h) beside what was allocated.
   const RankMemory estimate = rank_memory(cfg_, g_.world_rank);
   log_line(memory_report(model.num_params() * int64_t(dtype_size(model.dtype())),
-                         model.num_params() * 4, optimizer_->state_bytes(), size_t(estimate.activations),
-                         double(estimate.optimizer)));
+                         model.num_params() * 4, optimizer_->state_bytes(),
+                         size_t(estimate.activations), double(estimate.optimizer)));
   // The allocator's own count of what building the model, optimizer and reducer took, beside
   // the estimate made before (megatron plan prints the same estimate).
   log_line(str_cat(" > tensor bytes of rank ", g_.world_rank, ": ", built_bytes_,
                    " allocated by the model, optimizer and grad reducer (estimated before "
-                   "allocation: ", estimate.total(false), " = params ", estimate.params,
-                   " + grads ", estimate.grads, " + optimizer ", estimate.optimizer,
-                   " + activations ", estimate.activations, ")"),
+                   "allocation: ",
+                   estimate.total(false), " = params ", estimate.params, " + grads ",
+                   estimate.grads, " + optimizer ", estimate.optimizer, " + activations ",
+                   estimate.activations, ")"),
            /*all_ranks=*/true);
 }
 
@@ -302,8 +296,7 @@ TrainResult Trainer::run() {
       metrics_.log_interval(iter, step, consumed_, loss_scale);
     if (do_valid && iter % cfg_.eval_interval == 0)
       evaluate(iter, *valid_batches_, valid_consumed_);
-    if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0)
-      save(iter);
+    if (!cfg_.save.empty() && cfg_.save_interval > 0 && iter % cfg_.save_interval == 0) save(iter);
     if (exit_early(iter)) break;
   }
   finish();
@@ -333,8 +326,7 @@ StepResult Trainer::train_step(int64_t iter) {
     timers::Scope timer(timers::kForwardBackward);
     local_loss = forward_backward(
         chunk_ptrs_, *g_.pp, cfg_.schedule_shape(M), train_batches_->at(consumed_),
-        [&] { optimizer_->arm(); },
-        step.loss_scale, cfg_.calculate_per_token_loss);
+        [&] { optimizer_->arm(); }, step.loss_scale, cfg_.calculate_per_token_loss);
   }
   for (auto& c : chunks_) c->dropout_off();
   // Megatron's order: the DP reduction first, then the TP (SP) and tied-embedding sums.
@@ -396,19 +388,21 @@ void Trainer::optimizer_phase(int64_t iter, double wd, StepResult& step) {
     timers::Scope timer(timers::kOptimizerClipMainGrad);
     step.grad_norm = optimizer_->grad_norm();
     if (cfg_.log_num_zeros_in_grad)
-      step.num_zeros = double(count_zero_grads(
-          *store_, g_, optimizer_->counted_ranges()));
+      step.num_zeros = double(count_zero_grads(*store_, g_, optimizer_->counted_ranges()));
   }
   // Every rank holds the same loss and norm, so every rank stops here together.
   MG_USER_CHECK(!cfg_.check_for_nan_in_loss_and_grad ||
                     (std::isfinite(step.loss) && std::isfinite(step.grad_norm)),
-                "NaN/Inf at iteration ", iter, " on rank ", g_.world_rank, ": lm loss ",
-                step.loss, ", grad norm ", step.grad_norm, " (lower --lr, check the data, or "
+                "NaN/Inf at iteration ", iter, " on rank ", g_.world_rank, ": lm loss ", step.loss,
+                ", grad norm ", step.grad_norm,
+                " (lower --lr, check the data, or "
                 "pass --no-check-for-nan-in-loss-and-grad to continue)");
   if (step.skipped) {
     ++skipped_iters_;
-    log_line(str_cat(" > iteration ", iter, ": inf/NaN in the fp16 grads, step skipped on all "
-                     "ranks; loss scale now ", scaler_->scale()));
+    log_line(str_cat(" > iteration ", iter,
+                     ": inf/NaN in the fp16 grads, step skipped on all "
+                     "ranks; loss scale now ",
+                     scaler_->scale()));
   } else {
     timers::Scope timer(timers::kOptimizerInnerStep);
     optimizer_->step(float(step.lr), float(wd), step.grad_norm, float(step.decoupled_lr));
@@ -485,17 +479,17 @@ void Trainer::finish() {
   optimizer_->wait_params();
   const std::optional<int64_t> early = optimizer_->buckets_launched_early();
   if (early && cfg_.parallel.overlap_grad_reduce)
-    log_line(str_cat(" > overlap-grad-reduce: ", *early,
-                     " of ", int64_t(store_->layout().buckets().size()) * cfg_.train_iters,
+    log_line(str_cat(" > overlap-grad-reduce: ", *early, " of ",
+                     int64_t(store_->layout().buckets().size()) * cfg_.train_iters,
                      " DP buckets started during the backward"));
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   log_line(str_cat(" > peak memory of rank ", g_.world_rank, " (MiB): resident ",
                    double(ru.ru_maxrss) / 1024.0, " | tensors ",
                    double(tensor_bytes_peak()) / (1024.0 * 1024.0),
-                   ops::on_cuda() ? str_cat(" | device ", double(ops::device_bytes_peak()) /
-                                                              (1024.0 * 1024.0))
-                                  : std::string()),
+                   ops::on_cuda()
+                       ? str_cat(" | device ", double(ops::device_bytes_peak()) / (1024.0 * 1024.0))
+                       : std::string()),
            /*all_ranks=*/true);
   if (!cfg_.dump_final_params.empty()) {
     const std::vector<float> full = gather_full_params(*store_, g_);

@@ -11,12 +11,12 @@
 namespace mg {
 
 struct TrainResult {
-  std::vector<double> losses;      // lm loss of every iteration (averaged over DP)
-  std::vector<double> grad_norms;  // before clipping (0 on skipped iterations)
-  std::vector<double> loss_scales; // fp16 loss scale used by each iteration (1 otherwise)
-  std::vector<bool> skipped;       // iterations whose step an fp16 overflow skipped
-  std::vector<double> valid_losses;  // each validation, the one after training last
-  std::vector<double> test_losses;   // the test evaluation after training (if a test split)
+  std::vector<double> losses;         // lm loss of every iteration (averaged over DP)
+  std::vector<double> grad_norms;     // before clipping (0 on skipped iterations)
+  std::vector<double> loss_scales;    // fp16 loss scale used by each iteration (1 otherwise)
+  std::vector<bool> skipped;          // iterations whose step an fp16 overflow skipped
+  std::vector<double> valid_losses;   // each validation, the one after training last
+  std::vector<double> test_losses;    // the test evaluation after training (if a test split)
   double mean_iteration_seconds = 0;  // over all iterations but the first
   bool exited_early = false;          // --exit-interval / --exit-duration-in-mins / SIGTERM
 };

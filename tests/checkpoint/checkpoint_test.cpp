@@ -34,7 +34,9 @@ testing::RunResult run(int ranks, const std::string& flags, const std::string& m
   const std::string launcher = ranks > 1 ? testing::mpirun_prefix(ranks) : "";
   return testing::run_command(launcher + MG_BINARY + model + " " + flags);
 }
-std::vector<double> losses(const testing::RunResult& r) { return testing::log_values(r.output, "lm loss"); }
+std::vector<double> losses(const testing::RunResult& r) {
+  return testing::log_values(r.output, "lm loss");
+}
 std::vector<double> tail(const std::vector<double>& v, size_t n) {
   return std::vector<double>(v.end() - std::min(n, v.size()), v.end());
 }
@@ -92,8 +94,9 @@ struct Target {
 // Save under `from` ((TP, PP, DP) = (2, 2, 2) by default) at iteration 10; load under other
 // layouts and continue within 1e-5 of the uninterrupted run.
 void expect_reshard(const std::vector<Target>& targets, const std::string& model = kModel,
-                    const Target& from = {8, "--tensor-model-parallel-size 2 "
-                                             "--pipeline-model-parallel-size 2"}) {
+                    const Target& from = {8,
+                                          "--tensor-model-parallel-size 2 "
+                                          "--pipeline-model-parallel-size 2"}) {
   TempDir d;
   const std::string& layout = from.flags;
   const auto full = run(from.ranks, layout, model);
@@ -108,7 +111,8 @@ void expect_reshard(const std::vector<Target>& targets, const std::string& model
     const auto got = losses(r);
     ASSERT_EQ(got.size(), 10u) << r.output;
     for (size_t i = 0; i < 10; ++i)
-      EXPECT_NEAR(got[i], want[i], 1e-5 * want[i]) << "np " << t.ranks << " " << t.flags << " step " << i + 11;
+      EXPECT_NEAR(got[i], want[i], 1e-5 * want[i])
+          << "np " << t.ranks << " " << t.flags << " step " << i + 11;
   }
 }
 
@@ -122,19 +126,23 @@ TEST(Checkpoint, ReshardsIntoOtherLayouts) {
 // continued on one rank, without interleaving, and under another virtual-stage layout with the
 // distributed optimizer.
 TEST(Checkpoint, InterleavedPipelineReshards) {
-  const std::string vp2 = "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
-  expect_reshard({Target{1, ""}, Target{2, "--pipeline-model-parallel-size 2"},
-                  Target{4, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
-                            " --use-distributed-optimizer"}},
-                 kModel, Target{2, vp2});
+  const std::string vp2 =
+      "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
+  expect_reshard(
+      {Target{1, ""}, Target{2, "--pipeline-model-parallel-size 2"},
+       Target{4,
+              "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
+              " --use-distributed-optimizer"}},
+      kModel, Target{2, vp2});
 }
 
 // Saved under context parallelism (CP 2 x DP 2, distributed optimizer sharded over DP x CP):
 // continued on one rank, under CP 4 with the all-to-all attention, and under PP 2 x VP 2.
 TEST(Checkpoint, ContextParallelReshards) {
   expect_reshard({Target{1, ""}, Target{4, "--context-parallel-size 4 --cp-comm-type a2a"},
-                  Target{2, "--pipeline-model-parallel-size 2 "
-                            "--num-virtual-stages-per-pipeline-rank 2"}},
+                  Target{2,
+                         "--pipeline-model-parallel-size 2 "
+                         "--num-virtual-stages-per-pipeline-rank 2"}},
                  kModel, Target{4, "--context-parallel-size 2 --use-distributed-optimizer"});
 }
 
@@ -142,37 +150,45 @@ TEST(Checkpoint, ContextParallelReshards) {
 // stride 2) reshard from TP 2 to TP 1 and TP 4.
 TEST(Checkpoint, LlamaReshardsIntoOtherLayouts) {
   const std::string llama =
-      kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
-               " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
-               " --position-embedding-type rope --disable-bias-linear"
-               " --untie-embeddings-and-output-weights";
+      kModel +
+      " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
+      " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
+      " --position-embedding-type rope --disable-bias-linear"
+      " --untie-embeddings-and-output-weights";
   expect_reshard({Target{1, ""}, Target{8, "--tensor-model-parallel-size 4"}}, llama);
 }
 
 // A Mixtral-like MoE: 4 SwiGLU experts, top 2, aux and z losses.
 const std::string kMoe =
-    kModel + " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
-             " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
-             " --position-embedding-type rope --disable-bias-linear"
-             " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
-             " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
+    kModel +
+    " --hidden-size 64 --num-attention-heads 8 --group-query-attention"
+    " --num-query-groups 4 --normalization RMSNorm --swiglu --ffn-hidden-size 96"
+    " --position-embedding-type rope --disable-bias-linear"
+    " --untie-embeddings-and-output-weights --num-experts 4 --moe-router-topk 2"
+    " --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
 
 // The MoE (experts named by global index) saved under TP 2 x SP x DP 2 with the distributed optimizer, continued on one rank and under
 // PP 2 x TP 2; and saved under expert parallelism.
 TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
-  expect_reshard({Target{1, ""}, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
-                                           "--pipeline-model-parallel-size 2"}},
-                 kMoe, Target{4, "--tensor-model-parallel-size 2 --sequence-parallel "
-                                "--use-distributed-optimizer"});
+  expect_reshard({Target{1, ""}, Target{4,
+                                        "--tensor-model-parallel-size 2 --sequence-parallel "
+                                        "--pipeline-model-parallel-size 2"}},
+                 kMoe,
+                 Target{4,
+                        "--tensor-model-parallel-size 2 --sequence-parallel "
+                        "--use-distributed-optimizer"});
   // Saved under EP 4 with the distributed optimizer (each rank one expert, the expert
   // shards over expert-DP 1): continued on one rank (every expert local), under EP 2 x TP 2
   // and under EP 2 with the allgather dispatcher.
   expect_reshard({Target{1, ""},
-                  Target{4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                            "--sequence-parallel --moe-token-dispatcher-type alltoall"},
+                  Target{4,
+                         "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                         "--sequence-parallel --moe-token-dispatcher-type alltoall"},
                   Target{2, "--expert-model-parallel-size 2 --use-distributed-optimizer"}},
-                 kMoe, Target{4, "--expert-model-parallel-size 4 --use-distributed-optimizer "
-                                "--moe-token-dispatcher-type alltoall"});
+                 kMoe,
+                 Target{4,
+                        "--expert-model-parallel-size 4 --use-distributed-optimizer "
+                        "--moe-token-dispatcher-type alltoall"});
 }
 
 // Parallel folding: experts split over their own TP (--expert-tensor-parallel-size), so their
@@ -181,12 +197,16 @@ TEST(Checkpoint, MoeReshardsIntoOtherLayouts) {
 // TP 2 with whole experts (ETP 1).
 TEST(Checkpoint, FoldedExpertsReshard) {
   expect_reshard({Target{1, ""},
-                  Target{4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                            "--sequence-parallel --moe-token-dispatcher-type alltoall"},
-                  Target{2, "--tensor-model-parallel-size 2 --sequence-parallel "
-                            "--expert-tensor-parallel-size 1 --use-distributed-optimizer"}},
-                 kMoe, Target{4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
-                                "--use-distributed-optimizer --moe-token-dispatcher-type alltoall"});
+                  Target{4,
+                         "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                         "--sequence-parallel --moe-token-dispatcher-type alltoall"},
+                  Target{2,
+                         "--tensor-model-parallel-size 2 --sequence-parallel "
+                         "--expert-tensor-parallel-size 1 --use-distributed-optimizer"}},
+                 kMoe,
+                 Target{4,
+                        "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                        "--use-distributed-optimizer --moe-token-dispatcher-type alltoall"});
 }
 
 // An untied output layer is padded like the word embedding: vocab 1100 pads to 1152 rows at
@@ -195,12 +215,15 @@ TEST(Checkpoint, FoldedExpertsReshard) {
 TEST(Checkpoint, UntiedOutputLayerReshardsAcrossVocabularyPadding) {
   TempDir d;
   const std::string llama =
-      kModel + " --vocab-size 1100 --normalization RMSNorm --swiglu --ffn-hidden-size 64"
-               " --position-embedding-type rope --untie-embeddings-and-output-weights";
+      kModel +
+      " --vocab-size 1100 --normalization RMSNorm --swiglu --ffn-hidden-size 64"
+      " --position-embedding-type rope --untie-embeddings-and-output-weights";
   const auto save = run(1, "--save " + d.str("ck") + " --exit-interval 10", llama);
   ASSERT_EQ(save.exit_code, 0) << save.output;
-  const auto tp2 = run(2, "--tensor-model-parallel-size 2 --train-iters 12 --load " + d.str("ck") +
-                              " --save " + d.str("ck"), llama);
+  const auto tp2 = run(2,
+                       "--tensor-model-parallel-size 2 --train-iters 12 --load " + d.str("ck") +
+                           " --save " + d.str("ck"),
+                       llama);
   ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
   EXPECT_NE(tp2.output.find("loaded checkpoint"), std::string::npos) << tp2.output;
   const auto l = losses(tp2);
@@ -208,19 +231,23 @@ TEST(Checkpoint, UntiedOutputLayerReshardsAcrossVocabularyPadding) {
   EXPECT_TRUE(std::isfinite(l[0]) && std::isfinite(l[1]));
   const auto g = testing::run_command(std::string(MG_BINARY) +
                                       " generate --tokenizer-type NullTokenizer --vocab-size 1100"
-                                      " --load " + d.str("ck") + " --prompt '1 2 3' --max-new-tokens 2");
+                                      " --load " +
+                                      d.str("ck") + " --prompt '1 2 3' --max-new-tokens 2");
   EXPECT_EQ(g.exit_code, 0) << g.output;
 }
 
 // The model record names every differing setting as its flags, in one message.
 TEST(Checkpoint, LlamaIntoGpt2RunNamesEveryDifference) {
   TempDir d;
-  const std::string llama = kModel + " --normalization RMSNorm --swiglu --ffn-hidden-size 64"
-                                     " --position-embedding-type rope --train-iters 4";
+  const std::string llama = kModel +
+                            " --normalization RMSNorm --swiglu --ffn-hidden-size 64"
+                            " --position-embedding-type rope --train-iters 4";
   ASSERT_EQ(run(1, "--save " + d.str("ck"), llama).exit_code, 0);
   // Model flags not given come from the checkpoint (--swiglu here); the given ones must agree.
-  const auto r = run(1, "--train-iters 5 --normalization LayerNorm --ffn-hidden-size 128 "
-                        "--position-embedding-type learned_absolute --load " + d.str("ck"));
+  const auto r = run(1,
+                     "--train-iters 5 --normalization LayerNorm --ffn-hidden-size 128 "
+                     "--position-embedding-type learned_absolute --load " +
+                         d.str("ck"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   for (const char* want : {"normalization: checkpoint --normalization RMSNorm, this run "
                            "--normalization LayerNorm",
@@ -280,8 +307,10 @@ TEST(Checkpoint, MissingCheckpointStartsFreshOrFails) {
 
 TEST(Checkpoint, KeepLastRemovesOnlyOlderCompleteCheckpoints) {
   TempDir d;
-  ASSERT_EQ(run(1, "--train-iters 10 --save " + d.str("ck") +
-                       " --save-interval 2 --ckpt-keep-last 2").exit_code, 0);
+  ASSERT_EQ(run(1,
+                "--train-iters 10 --save " + d.str("ck") + " --save-interval 2 --ckpt-keep-last 2")
+                .exit_code,
+            0);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(d.path / "ck")) names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());

@@ -29,8 +29,9 @@ using testing::TempDir;
 const std::string kBin = MG_BINARY;
 const std::string kModel =
     " --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 512 --vocab-size 60";
-const std::string kTrain = kBin + " train --mock-data" + kModel +
-                           " --micro-batch-size 1 --global-batch-size 1 --lr 2e-3 --log-interval 1 --seed 3";
+const std::string kTrain =
+    kBin + " train --mock-data" + kModel +
+    " --micro-batch-size 1 --global-batch-size 1 --lr 2e-3 --log-interval 1 --seed 3";
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
@@ -61,13 +62,14 @@ std::vector<std::string> tmp_files(const fs::path& dir) {
 
 const fs::path kV2 = fs::path(MG_SOURCE_DIR) / "tests/data/checkpoint_v2";
 const std::string kV2Run =
-    kBin + " train --mock-data --num-layers 1 --hidden-size 16 --num-attention-heads 2"
-           " --group-query-attention --num-query-groups 1 --normalization RMSNorm --swiglu"
-           " --ffn-hidden-size 32 --position-embedding-type rope --disable-bias-linear --seq-length 8"
-           " --vocab-size 60 --make-vocab-size-divisible-by 4 --micro-batch-size 2"
-           " --global-batch-size 4 --lr 2e-3 --log-interval 1 --seed 7 --fp16 --initial-loss-scale 1024"
-           " --loss-scale-window 3 --train-iters 8"
-           " --attention-dropout 0 --hidden-dropout 0";  // recorded before dropout existed
+    kBin +
+    " train --mock-data --num-layers 1 --hidden-size 16 --num-attention-heads 2"
+    " --group-query-attention --num-query-groups 1 --normalization RMSNorm --swiglu"
+    " --ffn-hidden-size 32 --position-embedding-type rope --disable-bias-linear --seq-length 8"
+    " --vocab-size 60 --make-vocab-size-divisible-by 4 --micro-batch-size 2"
+    " --global-batch-size 4 --lr 2e-3 --log-interval 1 --seed 7 --fp16 --initial-loss-scale 1024"
+    " --loss-scale-window 3 --train-iters 8"
+    " --attention-dropout 0 --hidden-dropout 0";  // recorded before dropout existed
 
 // The checkpoint b4793f0's binary saved (capture.sh) continues as that binary continued it:
 // the same losses (1e-5: other CPUs round differently) and the same loss scales.
@@ -124,7 +126,10 @@ TEST(CheckpointHardening, MalformedMetadataIsAUsageErrorNamingTheField) {
 TEST(CheckpointHardening, OlderIterationUnderANewerNameIsRefused) {
   TempDir d;
   const fs::path ck = d.path / "ck";
-  ASSERT_EQ(testing::run_command(kTrain + " --train-iters 3 --save-interval 1 --save " + ck.string()).exit_code, 0);
+  ASSERT_EQ(testing::run_command(kTrain + " --train-iters 3 --save-interval 1 --save " +
+                                 ck.string())
+                .exit_code,
+            0);
   fs::remove_all(ck / "iter_0000003");
   fs::copy(ck / "iter_0000001", ck / "iter_0000003", fs::copy_options::recursive);
   expect_usage_error(testing::run_command(kTrain + " --train-iters 5 --load " + ck.string()),
@@ -148,7 +153,10 @@ TEST(CheckpointHardening, OlderIterationUnderANewerNameIsRefused) {
 TEST(CheckpointHardening, NextSaveRemovesWhatCrashesLeft) {
   TempDir d;
   const fs::path ck = d.path / "ck";
-  ASSERT_EQ(testing::run_command(kTrain + " --train-iters 3 --save-interval 1 --save " + ck.string()).exit_code, 0);
+  ASSERT_EQ(testing::run_command(kTrain + " --train-iters 3 --save-interval 1 --save " +
+                                 ck.string())
+                .exit_code,
+            0);
   fs::remove(ck / "iter_0000001/metadata.json");  // half-deleted in place by an older build
   fs::remove(ck / "iter_0000001/rank_00000.bin");
   fs::create_directories(ck / "iter_0000000");  // left empty by an older build
@@ -162,7 +170,9 @@ TEST(CheckpointHardening, NextSaveRemovesWhatCrashesLeft) {
   for (const char* n : {"iter_0000000", "iter_0000001", "iter_0000002.deleting", "iter_0000004.tmp",
                         "latest_checkpointed_iteration.txt.tmp"})
     EXPECT_NE(r.output.find("removing '" + (ck / n).string() + "', left by an interrupted"),
-              std::string::npos) << n << "\n" << r.output;
+              std::string::npos)
+        << n << "\n"
+        << r.output;
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(ck)) names.push_back(e.path().filename());
   std::sort(names.begin(), names.end());
@@ -177,16 +187,19 @@ TEST(CheckpointHardening, ConvertRefusesToOverwriteUnlessTold) {
   TempDir d;
   const fs::path ck = d.path / "ck", hf = d.path / "hf";
   ASSERT_EQ(testing::run_command(kTrain + " --train-iters 2 --save " + ck.string()).exit_code, 0);
-  const std::string to_hf = kBin + " convert --direction megatron-to-hf --load " + ck.string() + " --save ";
-  const std::string to_ck = kBin + " convert --direction hf-to-megatron --load " + hf.string() + " --save ";
+  const std::string to_hf =
+      kBin + " convert --direction megatron-to-hf --load " + ck.string() + " --save ";
+  const std::string to_ck =
+      kBin + " convert --direction hf-to-megatron --load " + hf.string() + " --save ";
   auto r = testing::run_command(to_hf + hf.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_usage_error(testing::run_command(to_ck + ck.string()),
                      "--save '" + ck.string() + "' holds a training checkpoint");
   EXPECT_EQ(read_latest_iteration(ck.string()), 2);
   expect_usage_error(testing::run_command(to_hf + hf.string()),
-                     "--save '" + hf.string() + "' is not empty: choose a new or empty directory, "
-                     "or pass --overwrite");
+                     "--save '" + hf.string() +
+                         "' is not empty: choose a new or empty directory, "
+                         "or pass --overwrite");
   r = testing::run_command(to_hf + hf.string() + " --overwrite");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   r = testing::run_command(to_ck + ck.string() + " --overwrite");
@@ -204,8 +217,10 @@ TEST(CheckpointHardening, FailedOutputsLeaveNothingBehind) {
   TempDir d;
   const fs::path ck = d.path / "ck", hf = d.path / "hf";
   ASSERT_EQ(testing::run_command(kTrain + " --train-iters 2 --save " + ck.string()).exit_code, 0);
-  ASSERT_EQ(testing::run_command(kBin + " convert --direction megatron-to-hf --load " + ck.string() +
-                                 " --save " + hf.string()).exit_code, 0);
+  ASSERT_EQ(testing::run_command(kBin + " convert --direction megatron-to-hf --load " +
+                                 ck.string() + " --save " + hf.string())
+                .exit_code,
+            0);
   const std::string limited = "trap '' XFSZ; ulimit -f 16; exec ";
   auto r = testing::run_command(limited + kBin + " convert --direction megatron-to-hf --load " +
                                 ck.string() + " --save " + d.str("hf2"));
@@ -220,7 +235,8 @@ TEST(CheckpointHardening, FailedOutputsLeaveNothingBehind) {
                            ck.string() + " --save " + d.str("hf3"));
   expect_usage_error(r, "(disk full?)");
   EXPECT_TRUE(fs::is_empty(d.path / "hf3"));
-  r = testing::run_command(limited + kTrain + " --train-iters 1 --dump-final-params " + d.str("p.bin"));
+  r = testing::run_command(limited + kTrain + " --train-iters 1 --dump-final-params " +
+                           d.str("p.bin"));
   expect_usage_error(r, "(disk full?)");
   EXPECT_EQ(tmp_files(d.path), std::vector<std::string>{});
   EXPECT_FALSE(fs::exists(d.path / "p.bin"));
@@ -231,23 +247,29 @@ TEST(CheckpointHardening, FailedOutputsLeaveNothingBehind) {
 TEST(CheckpointHardening, GenerateChecksTheParamsFileAndItsLogits) {
   TempDir d;
   const std::string p = d.str("p.bin");
-  ASSERT_EQ(testing::run_command(kTrain + " --train-iters 2 --dump-final-params " + p).exit_code, 0);
-  const std::string gen = kBin + " generate --tokenizer-type NullTokenizer --prompt '1 2 3'"
-                                 " --max-new-tokens 2 --load-params " + p;
+  ASSERT_EQ(testing::run_command(kTrain + " --train-iters 2 --dump-final-params " + p).exit_code,
+            0);
+  const std::string gen = kBin +
+                          " generate --tokenizer-type NullTokenizer --prompt '1 2 3'"
+                          " --max-new-tokens 2 --load-params " +
+                          p;
   auto r = testing::run_command(gen + kModel);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = testing::run_command(gen + kModel + " --num-attention-heads 4");
-  expect_usage_error(r, "--load-params '" + p + "' holds another model (num_attention_heads: "
-                        "checkpoint --num-attention-heads 2, this run --num-attention-heads 4");
+  expect_usage_error(r, "--load-params '" + p +
+                            "' holds another model (num_attention_heads: "
+                            "checkpoint --num-attention-heads 2, this run --num-attention-heads 4");
   // NaN parameters under a valid checksum: the logits are NaN and generate stops.
   std::vector<float> values(fs::file_size(p) / 4, std::nanf(""));
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(values.data()),
-                                           std::streamsize(values.size() * 4));
-  edit_json(p + ".json", [&](json& j) { j["crc32"] = ckpt::crc32_of(values.data(), values.size() * 4); });
+  std::ofstream(p, std::ios::binary)
+      .write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * 4));
+  edit_json(p + ".json",
+            [&](json& j) { j["crc32"] = ckpt::crc32_of(values.data(), values.size() * 4); });
   r = testing::run_command(gen + kModel);
   expect_usage_error(r, "the model from --load-params '" + p + "' gives non-finite logits (");
-  expect_usage_error(r, "for token 0) on --prompt '1 2 3': its parameters are corrupt or diverged; "
-                        "refusing to sample");
+  expect_usage_error(r,
+                     "for token 0) on --prompt '1 2 3': its parameters are corrupt or diverged; "
+                     "refusing to sample");
 }
 
 }  // namespace

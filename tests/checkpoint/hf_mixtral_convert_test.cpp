@@ -35,8 +35,9 @@ class HFMixtralConvert : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new testing::TempDir("mg_hf_mixtral");
-    const auto py = testing::run_command(std::string(MG_PYTHON) + " " + MG_SOURCE_DIR +
-                                         "/tests/checkpoint/hf_mixtral_reference.py " + dir_->str());
+    const auto py =
+        testing::run_command(std::string(MG_PYTHON) + " " + MG_SOURCE_DIR +
+                             "/tests/checkpoint/hf_mixtral_reference.py " + dir_->str());
     ASSERT_EQ(py.exit_code, 0) << py.output;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -58,13 +59,14 @@ TEST_F(HFMixtralConvert, RoundTripsExactlyAndMatchesTheLogits) {
                        ck.string());
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_NE(r.output.find("4 experts, top-2"), std::string::npos) << r.output;
-      r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
-                  back.string() + (std::string(src) == "hf" ? "" : " --max-shard-size 20KB"));
+      r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " + back.string() +
+                  (std::string(src) == "hf" ? "" : " --max-shard-size 20KB"));
       ASSERT_EQ(r.exit_code, 0) << r.output;
       EXPECT_EQ(fs::exists(back / "model.safetensors.index.json"), std::string(src) != "hf");
       testing::expect_same_hf(c / src, back);
     }
-    const CheckpointMetadata meta = read_checkpoint_metadata(latest_checkpoint_dir((c / "ck_hf").string()));
+    const CheckpointMetadata meta =
+        read_checkpoint_metadata(latest_checkpoint_dir((c / "ck_hf").string()));
     EXPECT_EQ(dtype_name(meta.precision), std::string(dt));
     EXPECT_EQ(meta.model.num_experts, 4);
     EXPECT_EQ(meta.model.moe_router_topk, 2);
@@ -80,8 +82,9 @@ TEST_F(HFMixtralConvert, RoundTripsExactlyAndMatchesTheLogits) {
 // at one rank with the reference's logits and goes back to HF bit-identical.
 TEST_F(HFMixtralConvert, TargetLayoutTp2Pp2) {
   const fs::path c = ref("mixtral_bf16"), ck = c / "ck_tp2pp2", back = c / "back_tp2pp2";
-  auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
-                   ck.string() + " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
+  auto r =
+      convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+              ck.string() + " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const CheckpointMetadata meta = read_checkpoint_metadata(latest_checkpoint_dir(ck.string()));
   EXPECT_EQ(meta.tp, 2);
@@ -125,7 +128,8 @@ TEST_F(HFMixtralConvert, TrainLoadOneRankAndTp2Agree) {
   const std::string train = std::string(MG_BINARY) +
                             " train --mock-data --seq-length 16 --micro-batch-size 2 "
                             "--global-batch-size 4 --train-iters 3 --lr 1e-4 --log-interval 1 "
-                            "--load " + ck.string();
+                            "--load " +
+                            ck.string();
   const auto one = testing::run_command(train);
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const auto tp2 = testing::run_command(testing::mpirun_prefix(2) + train +
@@ -149,10 +153,11 @@ TEST_F(HFMixtralConvert, BadConfigNamesTheFieldAndWritesNothing) {
     json j = json::parse(testing::slurp(d / "config.json"));
     edit(j);
     testing::write_bytes(d / "config.json", j.dump());
-    const auto r = convert("--direction hf-to-megatron --load " + d.string() + " --save " +
-                           out.string());
+    const auto r =
+        convert("--direction hf-to-megatron --load " + d.string() + " --save " + out.string());
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos)
+        << "wanted '" << needle << "' in: " << r.output;
     EXPECT_FALSE(fs::exists(out)) << out;
   };
   expect_refused([](json& j) { j.erase("num_local_experts"); }, "num_local_experts");
@@ -204,8 +209,8 @@ TEST(HFMixtralExport, RefusesWhatMixtralCannotExpress) {
   for (const auto& [edit, flag] : cases) {
     GPTConfig c = m;
     edit(c);
-    const std::string msg =
-        testing::usage_error_of([&] { hf_llama_architecture_for(c, "MixtralForCausalLM", "--load x"); });
+    const std::string msg = testing::usage_error_of(
+        [&] { hf_llama_architecture_for(c, "MixtralForCausalLM", "--load x"); });
     EXPECT_NE(msg.find(flag), std::string::npos) << "wanted '" << flag << "' in: " << msg;
     EXPECT_NE(msg.find("MixtralForCausalLM cannot represent it"), std::string::npos) << msg;
   }

@@ -47,7 +47,8 @@ std::string slurp(const fs::path& p) {
 // latest file, and names that only a crash leaves (removed by the next save). Returns the
 // iteration the latest file names.
 int64_t expect_sound(const fs::path& ck, bool leftovers_allowed, const std::string& when) {
-  const std::regex leftover(R"(iter_[0-9]{7}\.(tmp|deleting)|latest_checkpointed_iteration\.txt\.tmp)");
+  const std::regex leftover(
+      R"(iter_[0-9]{7}\.(tmp|deleting)|latest_checkpointed_iteration\.txt\.tmp)");
   for (const auto& e : fs::directory_iterator(ck)) {
     const std::string n = e.path().filename().string();
     if (iteration_of_dir_name(n) >= 0) {  // a final name: must be complete and intact
@@ -70,17 +71,19 @@ int64_t expect_sound(const fs::path& ck, bool leftovers_allowed, const std::stri
 // load exactly that checkpoint, and its save must clean up whatever the kill left.
 void expect_resumes(const fs::path& ck, int64_t latest, const std::string& when,
                     const std::string& model = "") {
-  const auto r = testing::run_command(kTiny + model + kKeep + " --train-iters " + std::to_string(latest + 1) +
-                                      " --load " + ck.string() + " --save " + ck.string() +
-                                      " --exit-on-missing-checkpoint");
+  const auto r = testing::run_command(kTiny + model + kKeep + " --train-iters " +
+                                      std::to_string(latest + 1) + " --load " + ck.string() +
+                                      " --save " + ck.string() + " --exit-on-missing-checkpoint");
   ASSERT_EQ(r.exit_code, 0) << when << "\n" << r.output;
   EXPECT_NE(r.output.find("loaded checkpoint '" + (ck / checkpoint_dir_name(latest)).string() +
                           "' (iteration " + std::to_string(latest)),
             std::string::npos)
-      << when << "\n" << r.output;
+      << when << "\n"
+      << r.output;
   EXPECT_EQ(expect_sound(ck, false, when + ", after the resumed run's save"), latest + 1);
   int finals = 0;
-  for (const auto& e : fs::directory_iterator(ck)) finals += iteration_of_dir_name(e.path().filename()) >= 0;
+  for (const auto& e : fs::directory_iterator(ck))
+    finals += iteration_of_dir_name(e.path().filename()) >= 0;
   EXPECT_EQ(finals, 2) << when;  // --ckpt-keep-last 2
 }
 
@@ -97,7 +100,8 @@ TEST(CheckpointKill, RandomKillsNeverLeaveAnUnloadableOrPartialCheckpoint) {
   const fs::path ck = d.path / "ck";
   // A ~25 MB checkpoint: writing, fsyncing and deleting one takes longer than a step.
   const std::string model = " --hidden-size 128 --vocab-size 12000";
-  const auto first = testing::run_command(kTiny + model + kKeep + " --train-iters 2 --save " + ck.string());
+  const auto first =
+      testing::run_command(kTiny + model + kKeep + " --train-iters 2 --save " + ck.string());
   ASSERT_EQ(first.exit_code, 0) << first.output;
   std::mt19937 gen(12345);
   const int trials = trials_from_env(10);
@@ -110,7 +114,8 @@ TEST(CheckpointKill, RandomKillsNeverLeaveAnUnloadableOrPartialCheckpoint) {
                             " --save " + ck.string();
     const pid_t pid = fork();
     if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + log.string() + " 2>&1").c_str(), nullptr);
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd + " > " + log.string() + " 2>&1").c_str(),
+            nullptr);
       _exit(127);
     }
     for (int i = 0; i < 1200 && slurp(log).find(" iteration ") == std::string::npos; ++i)
@@ -121,7 +126,8 @@ TEST(CheckpointKill, RandomKillsNeverLeaveAnUnloadableOrPartialCheckpoint) {
       return false;
     };
     auto wait_until = [](const std::function<bool()>& done) {
-      for (int i = 0; i < 8000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(125));
+      for (int i = 0; i < 8000 && !done(); ++i)
+        std::this_thread::sleep_for(std::chrono::microseconds(125));
     };
     if (trial % 3 == 0) {  // anywhere
       std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 500));
@@ -161,11 +167,13 @@ TEST(CheckpointKill, KillAtEveryFileSystemCallOfASave) {
     GTEST_SKIP() << "strace is not installed (scripts/setup.sh installs it)";
   TempDir d("mg_strace");
   const fs::path base = d.path / "base", ck = d.path / "ck";
-  const auto first = testing::run_command(kTiny + kKeep + " --train-iters 2 --save " + base.string());
+  const auto first =
+      testing::run_command(kTiny + kKeep + " --train-iters 2 --save " + base.string());
   ASSERT_EQ(first.exit_code, 0) << first.output;
   fs::create_directories(base / "iter_0000007.tmp");  // a save killed earlier
   std::ofstream(base / "iter_0000007.tmp" / "rank_00000.bin") << "partial";
-  const std::string run = kTiny + kKeep + " --train-iters 3 --load " + ck.string() + " --save " + ck.string();
+  const std::string run =
+      kTiny + kKeep + " --train-iters 3 --load " + ck.string() + " --save " + ck.string();
   const std::string mutating =
       "openat,creat,mkdir,mkdirat,write,pwrite64,fsync,fdatasync,ftruncate,rename,renameat,"
       "renameat2,unlink,unlinkat,rmdir";
@@ -181,16 +189,18 @@ TEST(CheckpointKill, KillAtEveryFileSystemCallOfASave) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::set<std::string> paths = {ck.string()};
   const std::string text = slurp(trace);
-  const std::regex path_re(std::regex_replace(ck.string(), std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-                           R"([^"<>,)\s]*)");
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re); it != std::sregex_iterator(); ++it)
+  const std::regex path_re(
+      std::regex_replace(ck.string(), std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+      R"([^"<>,)\s]*)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), path_re);
+       it != std::sregex_iterator(); ++it)
     paths.insert(it->str());
   std::string path_flags;
   for (const std::string& p : paths) path_flags += " -P " + p;
   // 2. How often the run makes each mutating call on those paths.
   fresh_copy();
-  r = testing::run_command("strace -f -qq -o " + trace.string() + path_flags + " -e trace=" + mutating +
-                           " " + run);
+  r = testing::run_command("strace -f -qq -o " + trace.string() + path_flags +
+                           " -e trace=" + mutating + " " + run);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::map<std::string, int> calls;
   const std::regex call_re(R"(^(?:\d+\s+)?([a-z0-9_]+)\()");
@@ -222,8 +232,10 @@ TEST(CheckpointKill, KillAtEveryFileSystemCallOfASave) {
       if (HasFatalFailure()) return;
     }
   }
-  std::printf("%d kills, one at each file-system call of the save (%s): every latest checkpoint "
-              "loaded\n", kills, counts.c_str());
+  std::printf(
+      "%d kills, one at each file-system call of the save (%s): every latest checkpoint "
+      "loaded\n",
+      kills, counts.c_str());
   EXPECT_EQ(kills, total);
 }
 

@@ -69,9 +69,11 @@ TEST(CheckpointMetadata, ReadsVersionOneAndTwo) {
   EXPECT_EQ(v2.model.hidden_dropout, 0.f);
   // A record that holds the rates gives them back.
   const CheckpointMetadata with = parse_checkpoint_metadata(v2_with([](json& j) {
-    j["model"]["hidden_dropout"] = 0.25;
-    j["model"]["attention_dropout"] = 0.125;
-  }), "v2 edited");
+                                                              j["model"]["hidden_dropout"] = 0.25;
+                                                              j["model"]["attention_dropout"] =
+                                                                  0.125;
+                                                            }),
+                                                            "v2 edited");
   EXPECT_EQ(with.model.hidden_dropout, 0.25f);
   EXPECT_EQ(with.model.attention_dropout, 0.125f);
   ASSERT_TRUE(v2.loss_scaler.has_value());
@@ -99,7 +101,8 @@ TEST(CheckpointMetadata, WrittenTextParsesBackToTheSameValues) {
 
 // Issue 23's inputs, each accepted before; version 2 so that no checksum stands in the way.
 TEST(CheckpointMetadata, EveryFieldIsCheckedWithANamedMessage) {
-  EXPECT_EQ(error_of(v2_with([](json& j) { j.erase("layout"); })), kWhere + "field 'layout' is missing");
+  EXPECT_EQ(error_of(v2_with([](json& j) { j.erase("layout"); })),
+            kWhere + "field 'layout' is missing");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["iteration"] = -1; })),
             kWhere + "field 'iteration' must be an integer >= 0, got -1");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["iteration"] = 1e18; })),
@@ -107,19 +110,24 @@ TEST(CheckpointMetadata, EveryFieldIsCheckedWithANamedMessage) {
   EXPECT_EQ(error_of(v2_with([](json& j) { j["iteration"] = 6.5; })),
             kWhere + "field 'iteration' must be an integer >= 0, got 6.5");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["iteration"] = int64_t(1e18); })),
-            kWhere + "field 'iteration' must be an integer <= 1125899906842624 (2^50), got "
-                     "1000000000000000000");
+            kWhere +
+                "field 'iteration' must be an integer <= 1125899906842624 (2^50), got "
+                "1000000000000000000");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["optimizer"]["steps"] = -1; })),
             kWhere + "field 'optimizer.steps' must be an integer >= 0, got -1");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["layout"]["data_parallel_size"] = 0; })),
             kWhere + "field 'layout.data_parallel_size' must be an integer in [1, 1048576], got 0");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["model"]["padded_vocab_size"] = -1; })),
-            kWhere + "field 'model.padded_vocab_size' must be an integer in [1, 2147483647], got -1");
+            kWhere +
+                "field 'model.padded_vocab_size' must be an integer in [1, 2147483647], got -1");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["model"]["padded_vocab_size"] = 30; })),
-            kWhere + "field 'model.padded_vocab_size' must be a multiple of "
-                     "make_vocab_size_divisible_by 4 and >= vocab_size 60, got 30");
-  EXPECT_EQ(error_of(v2_with([](json& j) { j["model"]["num_attention_heads"] = "2"; })),
-            kWhere + "field 'model.num_attention_heads' must be an integer in [0, 2147483647], got \"2\"");
+            kWhere +
+                "field 'model.padded_vocab_size' must be a multiple of "
+                "make_vocab_size_divisible_by 4 and >= vocab_size 60, got 30");
+  EXPECT_EQ(
+      error_of(v2_with([](json& j) { j["model"]["num_attention_heads"] = "2"; })),
+      kWhere +
+          "field 'model.num_attention_heads' must be an integer in [0, 2147483647], got \"2\"");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["model"]["num_layers"] = 0; })),
             kWhere + "the model record is invalid: --num-layers must be positive (got 0)");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["optimizer"]["kind"] = "lamb"; })),
@@ -132,19 +140,23 @@ TEST(CheckpointMetadata, EveryFieldIsCheckedWithANamedMessage) {
             kWhere + "field 'skipped_iterations' must be an integer in [0, 4], got 5");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["rng"]["seed"] = int64_t(1) << 32; })),
             kWhere + "field 'rng.seed' must be an integer in [0, 4294967295], got 4294967296");
-  EXPECT_EQ(error_of(v2_with([](json& j) { j["args"] = {"--lr", 3}; })),
+  EXPECT_EQ(error_of(v2_with([](json& j) {
+              j["args"] = {"--lr", 3};
+            })),
             kWhere + "field 'args' must be an array of strings, got an array");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["ranks"][0]["bin"] = "../../etc/passwd"; })),
             kWhere + "field 'ranks[0].bin' must be \"rank_00000.bin\"");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["layout"]["tensor_model_parallel_size"] = 2; })),
-            kWhere + "field 'ranks' lists 1 ranks but the layout (TP 2 x CP 1 x PP 1 x DP 1) has 2");
+            kWhere +
+                "field 'ranks' lists 1 ranks but the layout (TP 2 x CP 1 x PP 1 x DP 1) has 2");
   EXPECT_EQ(error_of(v2_with([](json& j) { j["version"] = 4; })),
-            kWhere + "field 'version' must be an integer in [1, 3], got 4 (this build reads "
-                     "format versions 1 to 3)");
+            kWhere +
+                "field 'version' must be an integer in [1, 3], got 4 (this build reads "
+                "format versions 1 to 3)");
   EXPECT_EQ(error_of("{\"format\": \"megatron-cpp-checkpoint\", \"vers"),
             kWhere.substr(0, kWhere.size() - 2) + " is not valid JSON (truncated or corrupt?)");
-  EXPECT_EQ(error_of("[1, 2]"), kWhere.substr(0, kWhere.size() - 2) +
-                                    " must hold a JSON object, not an array");
+  EXPECT_EQ(error_of("[1, 2]"),
+            kWhere.substr(0, kWhere.size() - 2) + " must hold a JSON object, not an array");
 }
 
 TEST(CheckpointMetadata, ChecksumCatchesAnyEdit) {
@@ -171,7 +183,8 @@ TEST(CheckpointMetadata, ChecksumIsPythonsCanonicalCrc) {
   std::ofstream(d / "metadata.json") << checkpoint_metadata_text(m);
   const auto r = testing::run_command(
       std::string(MG_PYTHON) + " -c \"import json, zlib; j = json.load(open('" +
-      (d / "metadata.json").string() + "')); c = j.pop('metadata_crc32'); print(c, zlib.crc32("
+      (d / "metadata.json").string() +
+      "')); c = j.pop('metadata_crc32'); print(c, zlib.crc32("
       "json.dumps(j, sort_keys=True, separators=(',', ':'), ensure_ascii=False).encode()))\"");
   fs::remove_all(d);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -208,10 +221,12 @@ TEST(CheckpointMetadata, MalformedInputOnlyEverThrowsUsageError) {
   }
   EXPECT_LT(parsed, 3000);
   EXPECT_EQ(error_of(std::string(100000, '[') + std::string(100000, ']')),
-            kWhere.substr(0, kWhere.size() - 2) + " nests arrays or objects more than 32 deep (corrupt?)");
-  for (const char* t : {"", "null", "{}", "{\"format\": \"megatron-cpp-checkpoint\"}", "[[[[[[[[",
-                        "{\"format\": \"megatron-cpp-checkpoint\", \"version\": 1, \"iteration\": {}}",
-                        "{\"format\": \"megatron-cpp-checkpoint\", \"version\": 18446744073709551615}"})
+            kWhere.substr(0, kWhere.size() - 2) +
+                " nests arrays or objects more than 32 deep (corrupt?)");
+  for (const char* t :
+       {"", "null", "{}", "{\"format\": \"megatron-cpp-checkpoint\"}", "[[[[[[[[",
+        "{\"format\": \"megatron-cpp-checkpoint\", \"version\": 1, \"iteration\": {}}",
+        "{\"format\": \"megatron-cpp-checkpoint\", \"version\": 18446744073709551615}"})
     only_usage_errors(t);
 }
 
@@ -236,13 +251,19 @@ TEST(CheckpointMetadata, ShardIndexPiecesMustBeSlicesOfTheirTensor) {
             where + "field 'pieces[0].tp_rank' must be an integer in [0, 0], got 1");
   EXPECT_EQ(error([](json& p) { p["numel"] = 961; }),
             where + "field 'pieces[0].numel' must be an integer in [0, 960], got 961");
-  EXPECT_EQ(error([](json& p) { p["local_shape"] = {30, 16}; }),
-            where + "piece model/embedding.word_embeddings.weight has local shape [30, 16] split "
-                    "along dim -1 with stride 1 over 1 ranks, which is not a shard of [60, 16]");
-  EXPECT_EQ(error([](json& p) { p["global_shape"] = {1 << 30, 1 << 30}; }),
+  EXPECT_EQ(error([](json& p) {
+              p["local_shape"] = {30, 16};
+            }),
+            where +
+                "piece model/embedding.word_embeddings.weight has local shape [30, 16] split "
+                "along dim -1 with stride 1 over 1 ranks, which is not a shard of [60, 16]");
+  EXPECT_EQ(error([](json& p) {
+              p["global_shape"] = {1 << 30, 1 << 30};
+            }),
             where + "field 'pieces[0].global_shape' has more than 2^40 elements");
   EXPECT_EQ(error([](json& p) { p["dtype"] = "f64"; }),
-            where + "field 'pieces[0].dtype' must be one of \"f32\", \"bf16\", \"f16\", got \"f64\"");
+            where +
+                "field 'pieces[0].dtype' must be one of \"f32\", \"bf16\", \"f16\", got \"f64\"");
 }
 
 TEST(CheckpointDir, NamesAndTheLatestFile) {
@@ -255,7 +276,8 @@ TEST(CheckpointDir, NamesAndTheLatestFile) {
   char tmpl[] = "/tmp/mg_latest_XXXXXX";
   const fs::path d = mkdtemp(tmpl);
   EXPECT_EQ(read_latest_iteration(d.string()), -1);
-  for (const auto& [text, want] : std::vector<std::pair<std::string, int64_t>>{{"20\n", 20}, {"7", 7}}) {
+  for (const auto& [text, want] :
+       std::vector<std::pair<std::string, int64_t>>{{"20\n", 20}, {"7", 7}}) {
     std::ofstream(d / "latest_checkpointed_iteration.txt") << text;
     EXPECT_EQ(read_latest_iteration(d.string()), want);
   }
@@ -294,11 +316,13 @@ TEST(ParamsFile, RecordsTheModelAndAChecksum) {
   };
   GPTConfig heads = c;
   heads.num_attention_heads = 2;  // the same shapes: only the record tells
-  EXPECT_EQ(error(heads), "--load-params '" + path + "' holds another model (num_attention_heads: "
-                          "checkpoint --num-attention-heads 4, this run --num-attention-heads 2; "
-                          "kv_channels: checkpoint --kv-channels 4, this run --kv-channels 8; "
-                          "num_query_groups: checkpoint --num-query-groups 4, this run "
-                          "--num-query-groups 2); pass the model flags it was trained with");
+  EXPECT_EQ(error(heads),
+            "--load-params '" + path +
+                "' holds another model (num_attention_heads: "
+                "checkpoint --num-attention-heads 4, this run --num-attention-heads 2; "
+                "kv_channels: checkpoint --kv-channels 4, this run --kv-channels 8; "
+                "num_query_groups: checkpoint --num-query-groups 4, this run "
+                "--num-query-groups 2); pass the model flags it was trained with");
   {  // one flipped bit in the values
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(100);
@@ -309,10 +333,12 @@ TEST(ParamsFile, RecordsTheModelAndAChecksum) {
   fs::resize_file(path, 100);
   EXPECT_EQ(error(c), "--load-params: '" + path + "' has 100 bytes but should hold " +
                           std::to_string(n) + " fp32 values (truncated?)");
-  std::ofstream(path + ".json") << "[{\"name\": \"x\", \"shape\": [1], \"offset\": 0}]";  // version 1
-  EXPECT_EQ(error(c), "--load-params: '" + path + ".json' is the bare parameter list of an older "
-                      "megatron-cpp, which records neither the model nor a checksum: write the "
-                      "file again with train --dump-final-params");
+  std::ofstream(path + ".json")
+      << "[{\"name\": \"x\", \"shape\": [1], \"offset\": 0}]";  // version 1
+  EXPECT_EQ(error(c), "--load-params: '" + path +
+                          ".json' is the bare parameter list of an older "
+                          "megatron-cpp, which records neither the model nor a checksum: write the "
+                          "file again with train --dump-final-params");
   fs::remove_all(d);
 }
 
@@ -334,18 +360,23 @@ TEST(HfConfig, FieldsAreTypedAndRanged) {
   const std::string ok = R"("n_embd": 16, "n_head": 2, "n_positions": 8, "vocab_size": 50)";
   EXPECT_EQ(error("{\"n_layer\": 2, " + ok + "}"), "");
   EXPECT_EQ(error("{\"n_layer\": \"2\", " + ok + "}"),
-            "HF config '" + path + "': field 'n_layer' must be an integer in [1, 65536], got \"2\"");
+            "HF config '" + path +
+                "': field 'n_layer' must be an integer in [1, 65536], got \"2\"");
   EXPECT_EQ(error("{\"n_layer\": 0, " + ok + "}"),
             "HF config '" + path + "': field 'n_layer' must be an integer in [1, 65536], got 0");
   EXPECT_EQ(error("{\"n_layer\": 2, \"n_inner\": -4, " + ok + "}"),
-            "HF config '" + path + "': field 'n_inner' must be an integer in [1, 2147483647], got -4");
+            "HF config '" + path +
+                "': field 'n_inner' must be an integer in [1, 2147483647], got -4");
   EXPECT_EQ(error("{\"n_layer\": 2, \"activation_function\": \"relu\", " + ok + "}"),
-            "HF config '" + path + "': field 'activation_function' must be one of \"gelu_new\", got \"relu\"");
+            "HF config '" + path +
+                "': field 'activation_function' must be one of \"gelu_new\", got \"relu\"");
   EXPECT_EQ(error("{\"n_layer\": 2, " + ok.substr(0, ok.find(", \"vocab_size")) + "}"),
             "HF config '" + path + "' lacks vocab_size (is it a GPT-2 config.json?)");
-  EXPECT_EQ(error("{\"n_layer\": 2, \"n_head\": 3, " + ok.substr(ok.find("\"n_positions")) + ", \"n_embd\": 16}"),
-            "HF config '" + path + "' describes no valid model: --num-attention-heads 3 must divide "
-            "--hidden-size 16 (or give the head size with --kv-channels)");
+  EXPECT_EQ(error("{\"n_layer\": 2, \"n_head\": 3, " + ok.substr(ok.find("\"n_positions")) +
+                  ", \"n_embd\": 16}"),
+            "HF config '" + path +
+                "' describes no valid model: --num-attention-heads 3 must divide "
+                "--hidden-size 16 (or give the head size with --kv-channels)");
   fs::remove_all(d);
 }
 

@@ -79,8 +79,9 @@ TEST(Cli, LossScalerSettings) {
 // Found by fuzzing (tests/fuzz/corpus/cli/regress-preprocess-input-name-too-long): a name the
 // file system refuses ended as an internal error (an uncaught filesystem_error).
 TEST(Cli, PreprocessInputNameTooLong) {
-  expect_usage_error(" preprocess --input " + std::string(300, 'x') + " --output-prefix o "
-                     "--tokenizer-type NullTokenizer --vocab-size 10",
+  expect_usage_error(" preprocess --input " + std::string(300, 'x') +
+                         " --output-prefix o "
+                         "--tokenizer-type NullTokenizer --vocab-size 10",
                      "File name too long");
 }
 TEST(Cli, UnknownCommand) { expect_usage_error(" trian", "trian"); }
@@ -108,10 +109,10 @@ TEST(Cli, HelpListsCommandsAndFlagsWithDefaults) {
   EXPECT_NE(top.output.find("train"), std::string::npos);
   auto train = megatron(" train --help");
   EXPECT_EQ(train.exit_code, 0);
-  for (const char* flag : {"--num-layers", "--global-batch-size", "--lr-decay-style",
-                           "--init-method-std", "--eval-iters", "--mock-data", "--swiglu",
-                           "--normalization", "--num-query-groups", "--rotary-base",
-                           "--untie-embeddings-and-output-weights", "--disable-bias-linear"})
+  for (const char* flag :
+       {"--num-layers", "--global-batch-size", "--lr-decay-style", "--init-method-std",
+        "--eval-iters", "--mock-data", "--swiglu", "--normalization", "--num-query-groups",
+        "--rotary-base", "--untie-embeddings-and-output-weights", "--disable-bias-linear"})
     EXPECT_NE(train.output.find(flag), std::string::npos) << flag;
   EXPECT_NE(train.output.find("[default: 1234]"), std::string::npos) << train.output;
 }
@@ -134,9 +135,9 @@ TEST(CliSizes, LayerCountThatCannotFitIsRefusedBeforeAllocating) {
   const auto r = testing::run_command("timeout 60 " + std::string(MG_BINARY) + kTiny +
                                       " --num-layers 2147483648");
   EXPECT_EQ(r.exit_code, 2) << r.output;  // 124: still running after 60 s
-  for (const char* part : {"megatron: error: needs ", " TiB on rank 0 (params ", ", grads ",
-                           ", optimizer ", ", activations ", "driven by --num-layers 2147483648",
-                           " available ("})
+  for (const char* part :
+       {"megatron: error: needs ", " TiB on rank 0 (params ", ", grads ", ", optimizer ",
+        ", activations ", "driven by --num-layers 2147483648", " available ("})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
 }
@@ -148,9 +149,9 @@ TEST(CliSizes, TenTerabyteModelIsRefusedWithTheBytesAndTheFlags) {
       " train --mock-data --num-layers 96 --hidden-size 20480 --num-attention-heads 160"
       " --seq-length 2048 --micro-batch-size 1 --train-iters 1 --lr 1e-4");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  for (const char* part : {" TiB on rank 0", "--num-layers 96", "--hidden-size 20480",
-                           "--seq-length 2048", "--micro-batch-size 1", "only ",
-                           "--tensor-model-parallel-size"})
+  for (const char* part :
+       {" TiB on rank 0", "--num-layers 96", "--hidden-size 20480", "--seq-length 2048",
+        "--micro-batch-size 1", "only ", "--tensor-model-parallel-size"})
     EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
   EXPECT_EQ(r.output.find("iteration"), std::string::npos);
 }
@@ -174,8 +175,7 @@ TEST(CliSizes, HugeSizesEndAsUsageErrorsNamingTheirFlag) {
            {"--eval-interval 1 --eval-iters 9223372036854775807", "--eval-iters"},
            {"--tensor-model-parallel-size 2147483648", "--tensor-model-parallel-size"},
            {"--decoder-first-pipeline-num-layers 9223372036854775807",
-            "--decoder-first/last-pipeline-num-layers"}})
-  {
+            "--decoder-first/last-pipeline-num-layers"}}) {
     SCOPED_TRACE(extra);
     expect_usage_error(kTiny + " " + extra, flag);
   }

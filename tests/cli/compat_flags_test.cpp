@@ -12,8 +12,9 @@ namespace {
 using testing::FlagClass;
 
 const std::vector<std::string> kTinyTrain = {
-    "--mock-data", "--num-layers", "1", "--hidden-size", "16", "--num-attention-heads", "2",
-    "--seq-length", "8", "--vocab-size", "64", "--train-iters", "1", "--lr", "1e-3"};
+    "--mock-data", "--num-layers", "1",   "--hidden-size", "16", "--num-attention-heads",
+    "2",           "--seq-length", "8",   "--vocab-size",  "64", "--train-iters",
+    "1",           "--lr",         "1e-3"};
 
 // The UsageError's message of `megatron train` with the tiny run plus `extra`, or "" if none.
 std::string train_refusal(const std::vector<std::string>& extra) {
@@ -55,7 +56,8 @@ TEST(CompatFlags, NotYetFlagsSaySo) {
     if (*f.metavar) extra.push_back("1");
     const std::string msg = train_refusal(extra);
     EXPECT_NE(msg.find(std::string(f.flag) + " is not supported by megatron-cpp yet"),
-              std::string::npos) << msg;
+              std::string::npos)
+        << msg;
     EXPECT_EQ(msg.find("unknown flag"), std::string::npos) << msg;
   }
   EXPECT_EQ(train_refusal({"--fp8-format", "hybrid"}),
@@ -73,7 +75,8 @@ TEST(CompatFlags, DefaultLayoutsAcceptedOthersNotYet) {
     EXPECT_EQ(train_refusal({f.flag, f.accepted}), "") << f.flag;
     const std::string msg = train_refusal({f.flag, "2"});
     EXPECT_NE(msg.find(std::string(f.flag) + " 2 is not supported by megatron-cpp yet"),
-              std::string::npos) << msg;
+              std::string::npos)
+        << msg;
   }
   // Expert parallelism became an option (docs/moe.md).
   EXPECT_EQ(train_refusal({"--expert-model-parallel-size", "2"}), "");
@@ -116,7 +119,8 @@ TEST(CompatFlags, RunnableArgsOfTheSc21ScriptUseTheCurrentFlags) {
   }();
   EXPECT_NE(joined.find("--recompute-granularity full --recompute-num-layers 1 "
                         "--recompute-method uniform "),
-            std::string::npos) << joined;
+            std::string::npos)
+      << joined;
   EXPECT_EQ(joined.find("--activations-checkpoint-method"), std::string::npos);
   EXPECT_NE(joined.find("--num-layers-per-virtual-pipeline-stage"), std::string::npos);
   EXPECT_NE(joined.find("--DDP-impl local "), std::string::npos) << joined;

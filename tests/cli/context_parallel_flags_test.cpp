@@ -17,7 +17,8 @@ TrainConfig config(const std::string& flags, int world) {
   std::istringstream in(
       "--mock-data --num-layers 2 --hidden-size 32 --num-attention-heads 4 --group-query-attention "
       "--num-query-groups 2 --seq-length 16 --max-position-embeddings 16 --vocab-size 64 "
-      "--micro-batch-size 1 --lr 1e-3 --train-iters 1 " + flags);
+      "--micro-batch-size 1 --lr 1e-3 --train-iters 1 " +
+      flags);
   for (std::string a; in >> a;) args.push_back(a);
   TrainConfig c = parse_train_args(args);
   c.finalize_and_validate(world);
@@ -43,8 +44,7 @@ TEST(ContextParallelFlags, CPRanksAreNotDataParallelReplicas) {
   EXPECT_EQ(g.dp, 2);
   EXPECT_EQ(g.world(), 8);
   EXPECT_EQ(c.parallel.layout_string(8), "TP 2 x CP 2 x PP 1 x DP 2");
-  EXPECT_EQ(config("--context-parallel-size 2 --cp-comm-type a2a", 2).parallel.cp_comm_type,
-            "a2a");
+  EXPECT_EQ(config("--context-parallel-size 2 --cp-comm-type a2a", 2).parallel.cp_comm_type, "a2a");
 }
 
 TEST(ContextParallelFlags, InvalidLayoutsNameTheFlag) {
@@ -58,11 +58,13 @@ TEST(ContextParallelFlags, InvalidLayoutsNameTheFlag) {
   EXPECT_EQ(refusal("--context-parallel-size 3", 3),
             "--seq-length 16 must be divisible by 2 x --context-parallel-size 3 (each sequence "
             "is cut into 2 x CP chunks for load balancing)");
-  EXPECT_EQ(refusal("--context-parallel-size 16", 16).find("--seq-length 16 must be divisible "
-                                                           "by 2 x --context-parallel-size 16"),
+  EXPECT_EQ(refusal("--context-parallel-size 16", 16)
+                .find("--seq-length 16 must be divisible "
+                      "by 2 x --context-parallel-size 16"),
             0u);
-  EXPECT_NE(refusal("--cp-comm-type allgather", 1).find("--cp-comm-type 'allgather' is not "
-                                                        "available; use p2p"),
+  EXPECT_NE(refusal("--cp-comm-type allgather", 1)
+                .find("--cp-comm-type 'allgather' is not "
+                      "available; use p2p"),
             std::string::npos);
   // a2a: 4 heads / TP 2 = 2 heads per TP rank, not divisible by CP 4 ...
   EXPECT_EQ(refusal("--context-parallel-size 4 --tensor-model-parallel-size 2 --cp-comm-type a2a",

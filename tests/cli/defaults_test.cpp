@@ -21,7 +21,8 @@ TrainConfig config(const std::string& flags, int world = 1) {
   std::vector<std::string> args;
   std::istringstream in(
       "--mock-data --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
-      "--vocab-size 64 --micro-batch-size 2 " + flags);
+      "--vocab-size 64 --micro-batch-size 2 " +
+      flags);
   for (std::string a; in >> a;) args.push_back(a);
   TrainConfig c = parse_train_args(args);
   c.finalize_and_validate(world);
@@ -61,18 +62,21 @@ TEST(UpstreamDefaults, IterationAndSampleFlagsDoNotMix) {
     EXPECT_NE(e.find(c.names), std::string::npos) << c.flags << ": " << e;
   }
   // Each mode's own flags are taken.
-  config("--train-iters 4 --lr 1e-3 --lr-decay-iters 3 --lr-warmup-iters 1 "
-         "--lr-decay-style WSD --lr-wsd-decay-iters 1");
-  config("--train-samples 16 --lr 1e-3 --lr-decay-samples 12 --lr-warmup-samples 2 "
-         "--lr-decay-style WSD --lr-wsd-decay-samples 4");
+  config(
+      "--train-iters 4 --lr 1e-3 --lr-decay-iters 3 --lr-warmup-iters 1 "
+      "--lr-decay-style WSD --lr-wsd-decay-iters 1");
+  config(
+      "--train-samples 16 --lr 1e-3 --lr-decay-samples 12 --lr-warmup-samples 2 "
+      "--lr-decay-style WSD --lr-wsd-decay-samples 4");
 }
 
 TEST(UpstreamDefaults, TrainSamplesSetTheIterationsAndTheSchedules) {
   // 100 samples at global batch 8: 100 // 8 = 12 iterations; the training split still asks
   // for all 100 samples, as upstream's get_train_valid_test_num_samples.
-  TrainConfig c = config("--train-samples 100 --global-batch-size 8 --lr 1e-3 --min-lr 1e-4 "
-                         "--lr-decay-samples 90 --lr-warmup-samples 10 --lr-decay-style WSD "
-                         "--lr-wsd-decay-samples 30 --eval-interval 5 --eval-iters 2");
+  TrainConfig c = config(
+      "--train-samples 100 --global-batch-size 8 --lr 1e-3 --min-lr 1e-4 "
+      "--lr-decay-samples 90 --lr-warmup-samples 10 --lr-decay-style WSD "
+      "--lr-wsd-decay-samples 30 --eval-interval 5 --eval-iters 2");
   EXPECT_EQ(c.train_iters, 12);
   const LRSchedule s = c.lr_schedule();
   EXPECT_EQ(s.decay_steps, 90);
@@ -91,8 +95,9 @@ TEST(UpstreamDefaults, TrainSamplesSetTheIterationsAndTheSchedules) {
 TEST(UpstreamDefaults, WarmupFractionIsNotRounded) {
   // 10 iterations x 2 samples = 20 decay samples; 7.5% of them is 1.5 warmup samples (the old
   // code truncated it to 1). Upstream: lr = init + (max - init) * step / 1.5 while step <= 1.5.
-  TrainConfig d = config("--train-iters 10 --global-batch-size 2 --micro-batch-size 2 "
-                         "--lr 1e-3 --lr-warmup-fraction 0.075 --lr-decay-style linear");
+  TrainConfig d = config(
+      "--train-iters 10 --global-batch-size 2 --micro-batch-size 2 "
+      "--lr 1e-3 --lr-warmup-fraction 0.075 --lr-decay-style linear");
   const LRSchedule t = d.lr_schedule();
   EXPECT_DOUBLE_EQ(t.warmup_steps, 0.075 * 20);  // 1.5 samples
   EXPECT_DOUBLE_EQ(t.at(1), 1e-3 * 1.0 / 1.5);

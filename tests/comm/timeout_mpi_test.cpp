@@ -78,7 +78,8 @@ TEST(CommTimeout, AllReduceNamesTheRankThatDoesNotJoin) {
     EXPECT_NE(o.report.find("in all-reduce over the world group [0-2]"), std::string::npos)
         << o.report;
     EXPECT_NE(o.report.find("not responding: rank 2 (stopped, stuck, or computing"),
-              std::string::npos) << o.report;
+              std::string::npos)
+        << o.report;
     // Rank 0 reports after the census grace; rank 1 defers to it for one more grace.
     EXPECT_GE(o.seconds, kTimeout + census_grace());
     EXPECT_LT(o.seconds, kTimeout + 2 * census_grace() + 2.0);  // 2 s of scheduling slack
@@ -116,8 +117,7 @@ TEST(CommTimeout, PipelineChainNamesTheStoppedRankNotItsNeighbour) {
     // The neighbour answered the census with its own wait; the late rank did not.
     EXPECT_NE(o.report.find("not responding: rank 2 ("), std::string::npos) << o.report;
     EXPECT_NE(o.report.find("rank 1: "), std::string::npos) << o.report;
-    EXPECT_NE(o.report.find("recv from rank 2 (world group [0-2])"), std::string::npos)
-        << o.report;
+    EXPECT_NE(o.report.find("recv from rank 2 (world group [0-2])"), std::string::npos) << o.report;
   }
   set_comm_timeout(30);
   w->barrier();

@@ -169,9 +169,7 @@ int cp_size() {
 TEST_P(CpAttentionTest, GroupedQueryMatchesOneRank) {
   run_case({GetParam(), 8, GetParam() == cp::CpCommType::P2P ? 2 : cp_size()});
 }
-TEST_P(CpAttentionTest, MultiHeadMatchesOneRank) {
-  run_case({GetParam(), 4, 4});
-}
+TEST_P(CpAttentionTest, MultiHeadMatchesOneRank) { run_case({GetParam(), 4, 4}); }
 TEST_P(CpAttentionTest, TwoDocumentsPerSampleMatchOneRank) {
   run_case({GetParam(), 4, 4, /*seg=*/true});
 }

@@ -31,12 +31,8 @@ double rel_error(const float* a, const float* b, int64_t n) {
 struct Params {
   std::vector<float> ln1, qkv, proj, ln2, fc1, fc2;
   explicit Params(const LayerSpec& s)
-      : ln1(H),
-        qkv(size_t(s.qkv_rows() * H)),
-        proj(size_t(H * NH * HD)),
-        ln2(H),
-        fc1(size_t(s.fc1_rows() * H)),
-        fc2(size_t(H * F)) {}
+      : ln1(H), qkv(size_t(s.qkv_rows() * H)), proj(size_t(H * NH * HD)), ln2(H),
+        fc1(size_t(s.fc1_rows() * H)), fc2(size_t(H * F)) {}
   std::vector<std::vector<float>*> all() { return {&ln1, &qkv, &proj, &ln2, &fc1, &fc2}; }
   LayerWeights weights() {
     return {ln1.data(), nullptr, qkv.data(), nullptr, proj.data(), nullptr, nullptr,    nullptr,

@@ -27,19 +27,25 @@ TEST(CheckedMath, ExactWhereItFits) {
 
 TEST(CheckedMath, OverflowNamesWhatAndTheOperands) {
   // The issue's --max-position-embeddings 9223372036854775807 times --hidden-size 16.
-  const std::string m = testing::usage_error_of(
-      [] { checked_mul(kMax, 16, "elements of the position table (--max-position-embeddings x "
-                                 "--hidden-size)"); });
-  EXPECT_EQ(m, "elements of the position table (--max-position-embeddings x --hidden-size): "
-               "9223372036854775807 x 16 overflows a 64-bit integer; lower the sizes that drive it");
-  EXPECT_NE(testing::usage_error_of([] { checked_add(kMax, 1, "bytes"); }).find("9223372036854775807 + 1"),
+  const std::string m = testing::usage_error_of([] {
+    checked_mul(kMax, 16,
+                "elements of the position table (--max-position-embeddings x "
+                "--hidden-size)");
+  });
+  EXPECT_EQ(m,
+            "elements of the position table (--max-position-embeddings x --hidden-size): "
+            "9223372036854775807 x 16 overflows a 64-bit integer; lower the sizes that drive it");
+  EXPECT_NE(testing::usage_error_of([] {
+              checked_add(kMax, 1, "bytes");
+            }).find("9223372036854775807 + 1"),
             std::string::npos);
   // The product stops at the step that overflows: 2^31 * 2^31 fits, * 4 does not.
   EXPECT_NE(testing::usage_error_of([] {
               checked_product({int64_t(1) << 31, int64_t(1) << 31, 4}, "p");
             }).find("4611686018427387904 x 4"),
             std::string::npos);
-  EXPECT_NE(testing::usage_error_of([] { checked_mul(std::numeric_limits<int64_t>::min(), -1, "m"); }),
+  EXPECT_NE(testing::usage_error_of(
+                [] { checked_mul(std::numeric_limits<int64_t>::min(), -1, "m"); }),
             "(no UsageError)");
 }
 

@@ -14,7 +14,8 @@ TEST(Crc32c, PublishedCheckValues) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
   EXPECT_EQ(crc32c("", 0), 0u);
   std::vector<unsigned char> zeros(32, 0x00), ones(32, 0xFF), up(32), down(32);
-  for (int i = 0; i < 32; ++i) up[size_t(i)] = (unsigned char)i, down[size_t(i)] = (unsigned char)(31 - i);
+  for (int i = 0; i < 32; ++i)
+    up[size_t(i)] = (unsigned char)i, down[size_t(i)] = (unsigned char)(31 - i);
   EXPECT_EQ(crc32c(zeros.data(), 32), 0x8A9136AAu);
   EXPECT_EQ(crc32c(ones.data(), 32), 0x62A8AB43u);
   EXPECT_EQ(crc32c(up.data(), 32), 0x46DD794Eu);

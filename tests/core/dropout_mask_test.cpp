@@ -49,15 +49,14 @@ TEST(DropoutMask, FractionWithinBinomialBounds) {
 
 TEST(DropoutMask, SitesLayersIterationsAndSeedsDrawApart) {
   const DropoutKey base = dropout_key(0.5f, 1, 2, 3, DropoutSite::MlpOut);
-  for (const DropoutKey& other :
-       {dropout_key(0.5f, 9, 2, 3, DropoutSite::MlpOut),
-        dropout_key(0.5f, 1, 5, 3, DropoutSite::MlpOut),
-        dropout_key(0.5f, 1, 2, 4, DropoutSite::MlpOut),
-        dropout_key(0.5f, 1, 2, 3, DropoutSite::AttentionOut)}) {
+  for (const DropoutKey& other : {dropout_key(0.5f, 9, 2, 3, DropoutSite::MlpOut),
+                                  dropout_key(0.5f, 1, 5, 3, DropoutSite::MlpOut),
+                                  dropout_key(0.5f, 1, 2, 4, DropoutSite::MlpOut),
+                                  dropout_key(0.5f, 1, 2, 3, DropoutSite::AttentionOut)}) {
     int64_t same = 0, n = 4096;
     for (int64_t i = 0; i < n; ++i)
-      same += dropout_factor(base, 0, 0, i / 64, i % 64) ==
-              dropout_factor(other, 0, 0, i / 64, i % 64);
+      same +=
+          dropout_factor(base, 0, 0, i / 64, i % 64) == dropout_factor(other, 0, 0, i / 64, i % 64);
     expect_binomial(same, n, 0.5, "agreement of two independent masks");
   }
   EXPECT_FALSE(dropout_key(0.f, 1, 2, 3, DropoutSite::MlpOut).active());

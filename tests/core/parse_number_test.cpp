@@ -6,7 +6,6 @@
 
 #include "testing/usage_error.h"
 
-
 namespace mg {
 namespace {
 
@@ -21,10 +20,12 @@ TEST(ParseNumber, AcceptsValuesOfTheirType) {
 }
 
 TEST(ParseNumber, RefusesOutOfRangeIntegers) {
-  EXPECT_EQ(testing::usage_error_of([] { parse_number<int64_t>("--num-layers", "9223372036854775808"); }),
+  EXPECT_EQ(testing::usage_error_of(
+                [] { parse_number<int64_t>("--num-layers", "9223372036854775808"); }),
             "--num-layers 9223372036854775808 is out of range: it must be in "
             "[-9223372036854775808, 9223372036854775807]");
-  EXPECT_EQ(testing::usage_error_of([] { parse_number<int>("--tensor-model-parallel-size", "2147483648"); }),
+  EXPECT_EQ(testing::usage_error_of(
+                [] { parse_number<int>("--tensor-model-parallel-size", "2147483648"); }),
             "--tensor-model-parallel-size 2147483648 is out of range: it must be in "
             "[-2147483648, 2147483647]");
   EXPECT_EQ(testing::usage_error_of([] { parse_number<uint32_t>("--seed", "-1"); }),

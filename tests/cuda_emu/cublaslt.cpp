@@ -57,9 +57,8 @@ bool fits(const mg_emu_lt_layout* x, cublasOperation_t op, uint64_t m, uint64_t 
   const uint64_t r = op == CUBLAS_OP_N ? m : k, c = op == CUBLAS_OP_N ? k : m;
   return x->rows == r && x->cols == c && x->ld >= int64_t(x->rows) && x->ld >= 1;
 }
-cublasStatus_t check(const mg_emu_lt_desc* d, const mg_emu_lt_layout* a,
-                     const mg_emu_lt_layout* b, const mg_emu_lt_layout* c,
-                     const mg_emu_lt_layout* dl) {
+cublasStatus_t check(const mg_emu_lt_desc* d, const mg_emu_lt_layout* a, const mg_emu_lt_layout* b,
+                     const mg_emu_lt_layout* c, const mg_emu_lt_layout* dl) {
   if (!d || !a || !b || !c || !dl) return CUBLAS_STATUS_INVALID_VALUE;
   const uint64_t m = dl->rows, n = dl->cols;
   const uint64_t k = d->ta == CUBLAS_OP_N ? a->cols : a->rows;

@@ -62,10 +62,11 @@ struct Context {
 };
 // A fresh stack that mg_emu_switch "returns" into entry, with the stack aligned as after a call.
 void context_init(Context& c, void* stack, size_t bytes, void (*entry)()) {
-  auto* top = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15));
-  top[-1] = 0;                                     // entry's return address: it never returns
-  top[-2] = reinterpret_cast<uint64_t>(entry);     // popped by ret
-  for (int r = 3; r <= 8; ++r) top[-r] = 0;        // rbp, rbx, r12..r15
+  auto* top =
+      reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t(15));
+  top[-1] = 0;                                  // entry's return address: it never returns
+  top[-2] = reinterpret_cast<uint64_t>(entry);  // popped by ret
+  for (int r = 3; r <= 8; ++r) top[-r] = 0;     // rbp, rbx, r12..r15
   c.sp = &top[-8];
   c.bottom = stack;
   c.size = bytes;
@@ -78,7 +79,7 @@ void context_switch(Context& from, Context& to, bool final = false) {
   mg_emu_switch(&from.sp, to.sp);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-  (void)final;
+  (void) final;
   mg_emu_switch(&from.sp, to.sp);
 #endif
 }
@@ -170,9 +171,10 @@ int linear(const uint3& t, const dim3& b) { return int(t.x + b.x * (t.y + b.y * 
 void wait_here(State s) {
   Grid& g = G();
   if (!g.fiber_mode)
-    fatal("a kernel thread reached a barrier although no thread of the launch's first block "
-          "did; the emulator runs such kernels without fibers (a kernel whose first block skips "
-          "every barrier is not supported)");
+    fatal(
+        "a kernel thread reached a barrier although no thread of the launch's first block "
+        "did; the emulator runs such kernels without fibers (a kernel whose first block skips "
+        "every barrier is not supported)");
   g.barrier_seen = true;
   Fiber& f = g.fibers[g.current];
   f.state = s;
@@ -236,9 +238,9 @@ void run_block_fibers(Grid& g, int n) {
     for (int k = 0; k < warps; ++k) {
       const int w = g.reverse ? warps - 1 - k : k;
       if (g.warps_ahead)
-        while (run_warp(w)) {}
-      else
-        released = run_warp(w) || released;
+        while (run_warp(w)) {
+        }
+      else released = run_warp(w) || released;
     }
     int done = 0, at_block = 0;
     for (int i = 0; i < n; ++i) {

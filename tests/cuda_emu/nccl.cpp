@@ -67,9 +67,11 @@ struct IdFields {
 
 size_t type_bytes(ncclDataType_t t) {
   switch (t) {
-    case ncclInt32: case ncclFloat32: return 4;
+    case ncclInt32:
+    case ncclFloat32: return 4;
     case ncclInt64: return 8;
-    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
   }
   return 0;
 }
@@ -128,7 +130,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
     for (int i = 1; i < nranks; ++i) {
       int msg[2];
       MPI_Recv(msg, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-      if (msg[0] <= 0 || msg[0] >= nranks || world[size_t(msg[0])] != -1) return ncclInvalidArgument;
+      if (msg[0] <= 0 || msg[0] >= nranks || world[size_t(msg[0])] != -1)
+        return ncclInvalidArgument;
       world[size_t(msg[0])] = msg[1];
     }
     for (int i = 1; i < nranks; ++i)
@@ -167,8 +170,8 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
   if (!reducible(t, op) || !fits_int(count, 1)) return ncclInvalidArgument;
   return enqueue(comm, [=](std::vector<MPI_Request>& r) {
     r.resize(1);
-    return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count),
-                          mpi_reduce_type(t), mpi_op(t, op), comm->comm, &r[0]);
+    return MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), mpi_reduce_type(t),
+                          mpi_op(t, op), comm->comm, &r[0]);
   });
 }
 
@@ -298,7 +301,8 @@ bool nccl_progress(uint64_t upto) {
       q.posted = true;
       rc = q.post(q.reqs);
     }
-    if (rc == MPI_SUCCESS) rc = MPI_Testall(int(q.reqs.size()), q.reqs.data(), &done, MPI_STATUSES_IGNORE);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Testall(int(q.reqs.size()), q.reqs.data(), &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS && q.comm) q.comm->error = ncclInternalError;
     if (rc == MPI_SUCCESS && !done) return false;
     g_queue.pop_front();

@@ -56,7 +56,6 @@ bool inside(const void* p, size_t bytes, bool device) {
   return r->second.device == device;
 }
 
-
 }  // namespace
 
 namespace mg_emu {
@@ -269,10 +268,10 @@ cudaError_t mg_emu_func_set_attribute(const void* f, cudaFuncAttribute a, int v)
 }
 
 // ---- CUB ----
-cudaError_t cub::DeviceRadixSort::SortPairs(void* temp, size_t& temp_bytes,
-                                            const int32_t* keys_in, int32_t* keys_out,
-                                            const int32_t* values_in, int32_t* values_out, int n,
-                                            int begin_bit, int end_bit, cudaStream_t) {
+cudaError_t cub::DeviceRadixSort::SortPairs(void* temp, size_t& temp_bytes, const int32_t* keys_in,
+                                            int32_t* keys_out, const int32_t* values_in,
+                                            int32_t* values_out, int n, int begin_bit, int end_bit,
+                                            cudaStream_t) {
   mg_emu::nccl_drain();
   const size_t need = size_t(n) * 8 + 256;
   if (!temp) {

@@ -20,8 +20,8 @@ TEST(ContextParallelSlice, PositionsOfEachRankWrittenOut) {
   // S = 16, CP = 4: chunks of 2; rank r holds chunks r and 7 - r.
   const std::vector<std::vector<int64_t>> cp4 = {
       {0, 1, 14, 15}, {2, 3, 12, 13}, {4, 5, 10, 11}, {6, 7, 8, 9}};
-  for (const auto& [S, cp, expected] : {std::tuple{int64_t(8), int64_t(2), cp2},
-                                        std::tuple{int64_t(16), int64_t(4), cp4}})
+  for (const auto& [S, cp, expected] :
+       {std::tuple{int64_t(8), int64_t(2), cp2}, std::tuple{int64_t(16), int64_t(4), cp4}})
     for (int64_t r = 0; r < cp; ++r) {
       const CpLayout l{cp, r, S};
       ASSERT_EQ(l.local_length(), 4);

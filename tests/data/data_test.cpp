@@ -124,8 +124,8 @@ void check_dataset(int64_t num_samples, bool expect_separate) {
   const int64_t first = expect_separate ? ((epochs - 1) * T - 1) / S : M;
 
   auto ref = numpy("docshuffle 4321 " + std::to_string(begin) + " " + std::to_string(end) + " " +
-                   std::to_string(epochs) + " " + std::to_string(M) + " " +
-                   std::to_string(first) + " " + (expect_separate ? "1" : "0"));
+                   std::to_string(epochs) + " " + std::to_string(M) + " " + std::to_string(first) +
+                   " " + (expect_separate ? "1" : "0"));
   const size_t D = ds.document_index().size();
   ASSERT_EQ(ref.size(), D + size_t(M));
   for (size_t i = 0; i < D; ++i) ASSERT_EQ(ds.document_index()[i], ref[i]) << "doc " << i;

@@ -95,8 +95,9 @@ TEST(IndexedDataset, MergeEqualsPreprocessingTheConcatenation) {
 
 TEST(IndexedDataset, BadLinesNameTheLineOrAreSkippedAndCounted) {
   TempDir dir;
-  std::ofstream(dir / "in.jsonl") << "{\"text\": \"1 2\"}\n{\"text\": \"3\"\n{\"text\": \"4\"}\n"
-                                  << "{\"body\": \"5\"}\n{\"text\": \"99\"}\n";  // 99: not in the vocab
+  std::ofstream(dir / "in.jsonl")
+      << "{\"text\": \"1 2\"}\n{\"text\": \"3\"\n{\"text\": \"4\"}\n"
+      << "{\"body\": \"5\"}\n{\"text\": \"99\"}\n";  // 99: not in the vocab
   auto cfg = null_cfg(dir / "in.jsonl", dir / "out", 10, 2);
   try {
     run_preprocess(cfg);
@@ -191,8 +192,8 @@ TEST(GPTDatasetIndices, EqualTheNumpyReference) {
     for (const char* name : {"document_index", "sample_index", "shuffle_index"}) {
       const auto ours = read_npy(ds.cache_prefix() + name + ".npy").as<int64_t>();
       const auto theirs = read_npy(ref + name + ".npy").as<int64_t>();
-      EXPECT_EQ(ours, theirs) << name << " for range [" << c.begin << ", " << c.end << ") S="
-                              << c.seq << " samples=" << c.samples;
+      EXPECT_EQ(ours, theirs) << name << " for range [" << c.begin << ", " << c.end
+                              << ") S=" << c.seq << " samples=" << c.samples;
     }
     // A second construction loads the cache instead of rebuilding.
     cfg.write_cache = false;
@@ -239,12 +240,14 @@ TEST(Blending, SizedPerSplitAsMegatron) {
     std::string args = "blend-size " + std::to_string(c.n);
     for (double w : c.w) args += " " + std::to_string(w);
     const std::vector<double> w = parse_blend(
-        [&] {
-          std::vector<std::string> t;
-          for (double x : c.w) t.insert(t.end(), {std::to_string(x), "p"});
-          return t;
-        }(),
-        "--data-path").weights;
+                                      [&] {
+                                        std::vector<std::string> t;
+                                        for (double x : c.w)
+                                          t.insert(t.end(), {std::to_string(x), "p"});
+                                        return t;
+                                      }(),
+                                      "--data-path")
+                                      .weights;
     auto r = reference(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(blend_size(c.n, w), std::stoll(r.output)) << args;

@@ -104,11 +104,13 @@ TEST(PreprocessPartitions, ErrorsNameTheFlagOrLine) {
   testing::TempDir dir("mg_part");
   auto lines = corpus_lines(600);
   write_lines(dir / "in.jsonl", lines);
-  EXPECT_NE(testing::usage_error_of([&] { run_preprocess(config(dir / "in.jsonl", dir / "o", 2, 3)); })
-                .find("--workers 2 must be a multiple of --partitions 3"),
+  EXPECT_NE(testing::usage_error_of([&] {
+              run_preprocess(config(dir / "in.jsonl", dir / "o", 2, 3));
+            }).find("--workers 2 must be a multiple of --partitions 3"),
             std::string::npos);
-  EXPECT_NE(testing::usage_error_of([&] { run_preprocess(config(dir / "in.jsonl", dir / "o", 1, 0)); })
-                .find("--partitions must be in [1, 1024]"),
+  EXPECT_NE(testing::usage_error_of([&] {
+              run_preprocess(config(dir / "in.jsonl", dir / "o", 1, 0));
+            }).find("--partitions must be in [1, 1024]"),
             std::string::npos);
   // A bad line in the second partition: its own line number, and no merged output.
   lines[400] = "{\"text\": oops";
@@ -129,7 +131,8 @@ TEST(PreprocessFlags, LogIntervalPrintsMegatronsProgressLine) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   const std::regex line(R"(Processed (\d+) documents \([0-9.]+ docs/s, [0-9.]+ MB/s\)\.)");
   std::vector<std::string> counts;
-  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator();
+       ++it)
     counts.push_back((*it)[1]);
   EXPECT_EQ(counts, (std::vector<std::string>{"500", "1000", "1500", "2000"})) << err;
   c.log_interval = 0;
@@ -140,17 +143,18 @@ TEST(PreprocessFlags, LogIntervalPrintsMegatronsProgressLine) {
 TEST(PreprocessFlags, KeepNewlinesIsAcceptedAndChangesNothing) {
   testing::TempDir dir("mg_part");
   write_lines(dir / "in.jsonl", corpus_lines(300));
-  const PreprocessConfig c = parse_args(
-      preprocess_options(),
-      {"--input", dir.str("in.jsonl"), "--output-prefix", dir.str("kept"), "--json-keys", "text",
-       "title", "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000", "--append-eod",
-       "--keep-newlines", "--partitions", "1", "--log-interval", "100"},
-      "preprocess");
+  const PreprocessConfig c =
+      parse_args(preprocess_options(),
+                 {"--input", dir.str("in.jsonl"), "--output-prefix", dir.str("kept"), "--json-keys",
+                  "text", "title", "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000",
+                  "--append-eod", "--keep-newlines", "--partitions", "1", "--log-interval", "100"},
+                 "preprocess");
   EXPECT_TRUE(c.keep_newlines);
   PreprocessConfig split = c;
   split.split_sentences = true;
-  EXPECT_NE(testing::usage_error_of([&] { run_preprocess(split); })
-                .find("--split-sentences is not implemented"),
+  EXPECT_NE(testing::usage_error_of([&] {
+              run_preprocess(split);
+            }).find("--split-sentences is not implemented"),
             std::string::npos);
   EXPECT_EQ(c.log_interval, 100);
   run_preprocess(c);

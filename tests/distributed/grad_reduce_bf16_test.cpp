@@ -29,8 +29,8 @@ struct TrainRun {
 TrainRun train_dp2(const std::string& flags) {
   testing::TempDir dir("mg_bf16reduce");
   const std::string dump = dir.str("p.bin");
-  const std::string cmd = testing::mpirun_prefix(2) + MG_BINARY + kRun + " " + flags +
-                          " --dump-final-params " + dump;
+  const std::string cmd =
+      testing::mpirun_prefix(2) + MG_BINARY + kRun + " " + flags + " --dump-final-params " + dump;
   const auto r = testing::run_command("timeout 300 " + cmd);
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   return {testing::log_values(r.output, "lm loss"), testing::log_values(r.output, "dp comm bytes"),

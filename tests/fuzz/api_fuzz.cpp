@@ -16,11 +16,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.model_name = "fuzz";
   static const ChatTemplate chat(
       "{% for m in messages %}{{ m['role'] | length }} {{ m.content | trim }} {% endfor %}"
-      "{% if add_generation_prompt %}7{% endif %}", "", "", "fuzz");
+      "{% if add_generation_prompt %}7{% endif %}",
+      "", "", "fuzz");
   limits.chat = &chat;
   const api::Endpoint e = api::Endpoint(data[0] % 4);
   try {
-    const api::Parsed p = api::parse(e, std::string(fuzz::as_text(data + 1, size - 1)), tok, limits);
+    const api::Parsed p =
+        api::parse(e, std::string(fuzz::as_text(data + 1, size - 1)), tok, limits);
     fuzz::require(!p.requests.empty() && int64_t(p.requests.size()) <= limits.max_prompts,
                   "1 to max_prompts requests");
     for (const Request& r : p.requests) {
@@ -28,8 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     "prompt inside the context");
       for (int32_t t : r.prompt) fuzz::require(t >= 0 && t < 500, "prompt inside the vocabulary");
       const Sampling& s = r.sampling;
-      fuzz::require(s.max_new_tokens >= 0 && s.temperature >= 0 && s.top_k >= 0 &&
-                        s.top_p >= 0 && s.top_p <= 1,
+      fuzz::require(s.max_new_tokens >= 0 && s.temperature >= 0 && s.top_k >= 0 && s.top_p >= 0 &&
+                        s.top_p <= 1,
                     "sampling the engine accepts");
     }
   } catch (const api::ApiError&) {

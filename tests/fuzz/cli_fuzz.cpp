@@ -78,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     "a finite, positive planned step time");
     } else if (command == "serve") {
       ServeCommand c = parse_args(serve_options(), args, command);  // the flags only: no
-      c.serve.load = c.train.load;                                   // checkpoint, no server
+      c.serve.load = c.train.load;                                  // checkpoint, no server
       c.serve.validate();
     } else {
       train(args, world_size);

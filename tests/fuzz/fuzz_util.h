@@ -30,9 +30,7 @@ inline const std::string& scratch_dir() {
   return dir;
 }
 
-inline std::string scratch_path(const std::string& name) {
-  return scratch_dir() + "/" + name;
-}
+inline std::string scratch_path(const std::string& name) { return scratch_dir() + "/" + name; }
 
 inline void write_file(const std::string& path, std::string_view bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);

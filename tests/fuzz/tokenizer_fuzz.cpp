@@ -34,8 +34,8 @@ mg::HuggingFaceTokenizer& llama(const char* package) {
   static std::map<std::string, mg::HuggingFaceTokenizer> loaded;
   auto it = loaded.find(package);
   if (it == loaded.end()) {
-    const std::string dir = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/" +
-                            package + "/models";
+    const std::string dir =
+        std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/" + package + "/models";
     if (!std::filesystem::exists(dir + "/tokenizer.json")) {
       std::fprintf(stderr, "tokenizer_fuzz: no %s; run scripts/setup.sh\n", dir.c_str());
       std::exit(1);
@@ -65,8 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // (its decoder turns "▁" into a space).
     if (std::string_view(package).ends_with("llama2") &&
         expected.find("<s>") == std::string::npos && expected.find("</s>") == std::string::npos &&
-        expected.find("<unk>") == std::string::npos &&
-        expected.find("\u2581") == std::string::npos)
+        expected.find("<unk>") == std::string::npos && expected.find("\u2581") == std::string::npos)
       fuzz::require(hf->decode(std::vector<int32_t>(hf_ids.begin() + 1, hf_ids.end())) == expected,
                     "Llama 2: decode(encode(text)) == text");
   }

@@ -51,8 +51,8 @@ TEST(CudaEngine, DecodeMatchesTheCpuFullForward) {
       std::vector<int32_t> rows(static_cast<size_t>(n));
       std::iota(rows.begin(), rows.end(), 0);
       std::vector<float> got(static_cast<size_t>(n * V));
-      m->step(KvStep(*cache, {{0, n, past, &blocks}}), tokens.data() + past, pos.data() + past,
-              n, rows, got.data());
+      m->step(KvStep(*cache, {{0, n, past, &blocks}}), tokens.data() + past, pos.data() + past, n,
+              rows, got.data());
       for (int64_t i = 0; i < n * V; ++i)
         worst = std::max(worst, std::fabs(double(got[size_t(i)]) - want[size_t(past * V + i)]) /
                                     std::max(1.0, std::fabs(double(want[size_t(past * V + i)]))));

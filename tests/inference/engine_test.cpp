@@ -27,7 +27,8 @@ using namespace testing;  // engine_models.h
 void expect_rows_near(const float* got, const float* want, int64_t n, const std::string& what) {
   double worst = 0;
   for (int64_t i = 0; i < n; ++i)
-    worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / std::max(1.0, std::fabs(double(want[i]))));
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]) /
+                                std::max(1.0, std::fabs(double(want[i]))));
   EXPECT_LT(worst, 1e-5) << what;
 }
 
@@ -69,7 +70,8 @@ TEST(KvCache, BatchedSequencesEqualEachAlone) {
   const int64_t V = cfg.padded_vocab_size();
   const auto owned = model(cfg, 24);
   InferenceModel& m = *owned;
-  const std::vector<int32_t> a = sequence(11, cfg.vocab_size, 1), b = sequence(6, cfg.vocab_size, 2);
+  const std::vector<int32_t> a = sequence(11, cfg.vocab_size, 1),
+                             b = sequence(6, cfg.vocab_size, 2);
   std::vector<int32_t> pos(24);
   std::iota(pos.begin(), pos.end(), 0);
   auto alone = [&](const std::vector<int32_t>& t) {  // the last row's logits
@@ -93,8 +95,8 @@ TEST(KvCache, BatchedSequencesEqualEachAlone) {
   tokens.insert(tokens.end(), b.begin(), b.end());
   std::vector<int32_t> positions = {10, 0, 1, 2, 3, 4, 5};
   std::vector<float> got(static_cast<size_t>(2 * V));
-  m.step(KvStep(*c, {{0, 1, 10, &blocks_a}, {1, 6, 0, &blocks_b}}), tokens.data(),
-         positions.data(), 7, {0, 6}, got.data());
+  m.step(KvStep(*c, {{0, 1, 10, &blocks_a}, {1, 6, 0, &blocks_b}}), tokens.data(), positions.data(),
+         7, {0, 6}, got.data());
   expect_rows_near(got.data(), want_a.data(), V, "a (decoding)");
   expect_rows_near(got.data() + V, want_b.data(), V, "b (prefilling)");
 }

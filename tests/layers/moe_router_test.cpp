@@ -55,9 +55,7 @@ std::vector<Case> all_cases() {
 }
 
 // Upstream refuses softmax top-1 without pre-softmax (the weight is always 1).
-bool refused(const Case& c) {
-  return c.k == 1 && c.score == RouterScore::Softmax && !c.pre;
-}
+bool refused(const Case& c) { return c.k == 1 && c.score == RouterScore::Softmax && !c.pre; }
 
 std::string name(const Case& c) {
   return std::string(c.score == RouterScore::Softmax ? "softmax" : "sigmoid") +
@@ -259,9 +257,9 @@ TEST(MoeRouter, GroupLimitedRouting) {
   groups_only.num_groups = 4;
   EXPECT_EQ(moe_router_forward(groups_only, x.data(), 1).experts,
             (std::vector<int32_t>{0, 4, 2, 3}));
-  for (auto [groups, gk, k] : {std::tuple{3, 1, 2}, std::tuple{4, 5, 4}, std::tuple{4, 3, 2},
-                               std::tuple{4, 1, 4}, std::tuple{0, 2, 4}, std::tuple{-1, 1, 4},
-                               std::tuple{4, -1, 4}}) {
+  for (auto [groups, gk, k] :
+       {std::tuple{3, 1, 2}, std::tuple{4, 5, 4}, std::tuple{4, 3, 2}, std::tuple{4, 1, 4},
+        std::tuple{0, 2, 4}, std::tuple{-1, 1, 4}, std::tuple{4, -1, 4}}) {
     MoeRouterConfig bad = cfg;
     bad.num_groups = groups;
     bad.group_topk = gk;

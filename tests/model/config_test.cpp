@@ -56,10 +56,11 @@ TEST(ModelConfig, MegatronDefaultsAndResolvedForm) {
   EXPECT_EQ(gpt2.resolved().position_embedding_type, "none");
   // Inactive settings do not make two configs differ.
   GPTConfig a = gpt2, b = gpt2;
-  b.rotary_base = 500000.f;   // no RoPE: unused
-  b.num_query_groups = 7;     // no --group-query-attention: unused
+  b.rotary_base = 500000.f;          // no RoPE: unused
+  b.num_query_groups = 7;            // no --group-query-attention: unused
   b.max_position_embeddings = 4096;  // no learned table: unused
-  EXPECT_EQ(field_text(a.resolved(), model_fields()[0]), field_text(b.resolved(), model_fields()[0]));
+  EXPECT_EQ(field_text(a.resolved(), model_fields()[0]),
+            field_text(b.resolved(), model_fields()[0]));
   for (const ModelField& f : model_fields())
     EXPECT_EQ(field_text(a.resolved(), f), field_text(b.resolved(), f)) << f.key;
   EXPECT_EQ(GPTConfig{}.non_gpt2_features().size(), 0u);
@@ -181,7 +182,9 @@ TEST(ParamCount, OverflowingSizesAreRefusedNamingTheFlags) {
             "--max-position-embeddings must be positive (got -1)");
   c.max_position_embeddings = 0;
   c.num_layers = INT64_MAX;
-  EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("--num-layers x the elements of one layer"),
+  EXPECT_NE(testing::usage_error_of([&] {
+              c.validate();
+            }).find("--num-layers x the elements of one layer"),
             std::string::npos);
   c.num_layers = 1;
   c.hidden_size = int64_t(1) << 62;

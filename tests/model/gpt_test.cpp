@@ -45,7 +45,8 @@ TEST(GPTParams, DeclaredTraitsAgreeWithMegatronsNameRules) {
       const bool bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
       EXPECT_EQ(p.traits.weight_decay, p.global_shape.size() > 1 && !bias) << n;
       EXPECT_EQ(p.traits.embedding_or_output,
-                n == "embedding.word_embeddings.weight" || n == "output_layer.weight") << n;
+                n == "embedding.word_embeddings.weight" || n == "output_layer.weight")
+          << n;
       const bool norm = n.find("layernorm.weight") != std::string::npos &&
                         n.find("layernorm.weight") + 16 == n.size();
       EXPECT_EQ(p.traits.norm_weight, norm) << n;
@@ -54,7 +55,8 @@ TEST(GPTParams, DeclaredTraitsAgreeWithMegatronsNameRules) {
         EXPECT_EQ(p.traits.layer, std::stoll(n.substr(15))) << n;
       } else {
         EXPECT_EQ(p.traits.part,
-                  n.rfind("embedding.", 0) == 0 ? ModelPart::Embedding : ModelPart::Head) << n;
+                  n.rfind("embedding.", 0) == 0 ? ModelPart::Embedding : ModelPart::Head)
+            << n;
       }
       ++checked;
     }
@@ -98,13 +100,15 @@ TEST(GPTParams, InitFollowsMegatron) {
   auto stdev = [&](const std::string& name) {
     const ParamSpec& p = m.layout().get(name);
     double s = 0;
-    for (int64_t i = 0; i < p.numel(); ++i) s += double(m.params()[p.offset + i]) * m.params()[p.offset + i];
+    for (int64_t i = 0; i < p.numel(); ++i)
+      s += double(m.params()[p.offset + i]) * m.params()[p.offset + i];
     return std::sqrt(s / double(p.numel()));
   };
   EXPECT_NEAR(stdev("decoder.layers.3.mlp.linear_fc1.weight"), 0.02, 0.001);
   EXPECT_NEAR(stdev("decoder.layers.3.mlp.linear_fc2.weight"), 0.02 / std::sqrt(16.0), 0.0003);
   EXPECT_EQ(m.params()[m.layout().get("decoder.layers.0.input_layernorm.weight").offset], 1.f);
-  EXPECT_EQ(m.params()[m.layout().get("decoder.layers.0.self_attention.linear_qkv.bias").offset], 0.f);
+  EXPECT_EQ(m.params()[m.layout().get("decoder.layers.0.self_attention.linear_qkv.bias").offset],
+            0.f);
 }
 
 TEST(GPTModel, WholeModelGradientMatchesFiniteDifferences) {
@@ -159,7 +163,8 @@ TEST(GPTModel, GradientsAccumulateAcrossMicroBatches) {
   std::vector<float> once(m.grads(), m.grads() + m.num_params());
   m.forward(0, mb);
   m.backward(0, nullptr, 1.f);
-  for (int64_t i = 0; i < m.num_params(); i += 7) EXPECT_NEAR(m.grads()[i], 2 * once[i], 1e-6 + 1e-5 * std::fabs(once[i]));
+  for (int64_t i = 0; i < m.num_params(); i += 7)
+    EXPECT_NEAR(m.grads()[i], 2 * once[i], 1e-6 + 1e-5 * std::fabs(once[i]));
 }
 
 }  // namespace

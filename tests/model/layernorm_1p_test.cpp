@@ -87,7 +87,8 @@ void expect_same_maths(bool rms) {
   const Step a = forward_backward(plain, c, B), b = forward_backward(zc, c1, B);
   EXPECT_NEAR(b.loss, a.loss, 1e-6 * a.loss);
   for (const ParamSpec& p : plain.layout().params()) {
-    const std::vector<double> ga(a.grads.begin() + p.offset, a.grads.begin() + p.offset + p.numel()),
+    const std::vector<double> ga(a.grads.begin() + p.offset,
+                                 a.grads.begin() + p.offset + p.numel()),
         gb(b.grads.begin() + p.offset, b.grads.begin() + p.offset + p.numel());
     EXPECT_LT(testing::rel_l2(gb, ga), 1e-6) << p.name;
   }

@@ -103,27 +103,30 @@ TEST_P(MoeGradient, WholeModelMatchesFiniteDifferences) {
   EXPECT_GE(checked, 1 + 2 * c.moe_router_topk);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Routers, MoeGradient,
-    ::testing::Values(
-        Variant{"gelu_softmax_top2_bias", [](GPTConfig&) {}},
-        Variant{"swiglu_pre_softmax_top1", [](GPTConfig& c) {
-                  c.swiglu = true;
-                  c.add_bias_linear = false;
-                  c.moe_router_topk = 1;
-                  c.moe_router_pre_softmax = true;
-                }},
-        Variant{"swiglu_sigmoid_top2_scaled_shared", [](GPTConfig& c) {
-                  c.swiglu = true;
-                  c.moe_router_score_function = "sigmoid";
-                  c.moe_router_topk_scaling_factor = 2.5f;
-                  c.moe_shared_expert_intermediate_size = 10;
-                }},
-        Variant{"gelu_softmax_top4_every_other_layer", [](GPTConfig& c) {
-                  c.moe_router_topk = 4;
-                  c.moe_layer_freq = "[0,1]";
-                }}),
-    [](const ::testing::TestParamInfo<Variant>& i) { return std::string(i.param.name); });
+INSTANTIATE_TEST_SUITE_P(Routers, MoeGradient,
+                         ::testing::Values(Variant{"gelu_softmax_top2_bias", [](GPTConfig&) {}},
+                                           Variant{"swiglu_pre_softmax_top1",
+                                                   [](GPTConfig& c) {
+                                                     c.swiglu = true;
+                                                     c.add_bias_linear = false;
+                                                     c.moe_router_topk = 1;
+                                                     c.moe_router_pre_softmax = true;
+                                                   }},
+                                           Variant{"swiglu_sigmoid_top2_scaled_shared",
+                                                   [](GPTConfig& c) {
+                                                     c.swiglu = true;
+                                                     c.moe_router_score_function = "sigmoid";
+                                                     c.moe_router_topk_scaling_factor = 2.5f;
+                                                     c.moe_shared_expert_intermediate_size = 10;
+                                                   }},
+                                           Variant{"gelu_softmax_top4_every_other_layer",
+                                                   [](GPTConfig& c) {
+                                                     c.moe_router_topk = 4;
+                                                     c.moe_layer_freq = "[0,1]";
+                                                   }}),
+                         [](const ::testing::TestParamInfo<Variant>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // With capacity factor 0.5 each of E experts takes at most cap = ceil(T k / E x 0.5) of the
 // T k assignments (the exact choice: moe_router_test.cpp): the model drops between
@@ -173,7 +176,8 @@ TEST(MoeParams, CountEqualsClosedForm) {
   EXPECT_EQ(c.train_flops_per_token(),
             6.0 * double(want - 2 * (E - k) * expert) + 12.0 * double(L * NH * HD * S));
   EXPECT_EQ(gpt_param_layout(c).total_numel(), want);
-  EXPECT_TRUE(gpt_param_layout(c).has("decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.weight"));
+  EXPECT_TRUE(
+      gpt_param_layout(c).has("decoder.layers.2.mlp.experts.local_experts.3.linear_fc2.weight"));
   EXPECT_TRUE(gpt_param_layout(c).has("decoder.layers.0.mlp.shared_experts.linear_fc1.weight"));
   EXPECT_TRUE(gpt_param_layout(c).has("decoder.layers.1.mlp.linear_fc1.weight"));
 }
@@ -195,7 +199,9 @@ TEST(MoeConfig, LayerFreqReadsMegatronsExpressions) {
   EXPECT_EQ(layers("[1, 0, 1, 0, 1, 0, 1, 0]"), "10101010");
   for (const char* bad : {"[1,0]", "[1,2]*4", "([1]*4", "1.5", "[1]*8+", "0"}) {
     c.moe_layer_freq = bad;
-    EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("--moe-layer-freq"), std::string::npos) << bad;
+    EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find("--moe-layer-freq"),
+              std::string::npos)
+        << bad;
   }
 }
 
@@ -204,20 +210,19 @@ TEST(MoeConfig, RefusesUnknownRouterSettingsNamingTheFlag) {
     void (*apply)(GPTConfig&);
     const char* flag;
   };
-  for (const Bad& b : {Bad{[](GPTConfig& c) { c.moe_router_score_function = "relu"; },
-                           "--moe-router-score-function"},
-                       Bad{[](GPTConfig& c) { c.moe_router_topk = 5; }, "--moe-router-topk"},
-                       Bad{[](GPTConfig& c) { c.moe_router_load_balancing_type = "global_aux_loss"; },
-                           "--moe-router-load-balancing-type"},
-                       Bad{[](GPTConfig& c) { c.moe_router_dtype = "fp64"; }, "--moe-router-dtype"},
-                       Bad{[](GPTConfig& c) { c.num_experts = -2; }, "--num-experts"},
-                       Bad{[](GPTConfig& c) {
-                             c.moe_router_topk = 1;
-                           },
-                           "--moe-router-pre-softmax"}}) {
+  for (const Bad& b :
+       {Bad{[](GPTConfig& c) { c.moe_router_score_function = "relu"; },
+            "--moe-router-score-function"},
+        Bad{[](GPTConfig& c) { c.moe_router_topk = 5; }, "--moe-router-topk"},
+        Bad{[](GPTConfig& c) { c.moe_router_load_balancing_type = "global_aux_loss"; },
+            "--moe-router-load-balancing-type"},
+        Bad{[](GPTConfig& c) { c.moe_router_dtype = "fp64"; }, "--moe-router-dtype"},
+        Bad{[](GPTConfig& c) { c.num_experts = -2; }, "--num-experts"},
+        Bad{[](GPTConfig& c) { c.moe_router_topk = 1; }, "--moe-router-pre-softmax"}}) {
     GPTConfig c = tiny_moe();
     b.apply(c);
-    EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find(b.flag), std::string::npos) << b.flag;
+    EXPECT_NE(testing::usage_error_of([&] { c.validate(); }).find(b.flag), std::string::npos)
+        << b.flag;
   }
 }
 

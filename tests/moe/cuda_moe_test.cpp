@@ -91,8 +91,8 @@ TEST(CudaParity, MoeTokenMovement) {
                         weighted ? weights.data() : nullptr, T, k, H, acc);
       const auto c = up(base);
       cuda::combine_rows(static_cast<float*>(c.get()), static_cast<const float*>(d_rows.get()),
-                         srow, weighted ? static_cast<const float*>(d_w.get()) : nullptr, T, k,
-                         H, acc);
+                         srow, weighted ? static_cast<const float*>(d_w.get()) : nullptr, T, k, H,
+                         acc);
       expect_near_all(down(c, size_t(T * H)), c_cpu, 1e-6, "combine_rows");
     }
 
@@ -134,8 +134,7 @@ testing::RunResult run_ok(const std::string& command) {
 
 // Every iteration's losses within tol (relative), and the dropped-token counts (logged with a
 // capacity factor) equal.
-void expect_same_curves(const std::string& gpu, const std::string& cpu, double tol,
-                        bool dropping) {
+void expect_same_curves(const std::string& gpu, const std::string& cpu, double tol, bool dropping) {
   for (const char* field : {"lm loss", "load_balancing_loss", "z_loss", "dropped tokens"}) {
     const bool counts = std::string(field) == "dropped tokens";
     const size_t want = !counts || dropping ? 12u : 0u;
@@ -151,8 +150,8 @@ void expect_same_curves(const std::string& gpu, const std::string& cpu, double t
 // gpu_flags: the GPU run's own (its layout); flags: both runs'.
 void expect_gpu_tracks_cpu(const std::string& gpu_prefix, const std::string& gpu_flags,
                            const std::string& flags, double tol) {
-  const auto gpu = run_ok(gpu_prefix + megatron_binary() + kMoeArgs + flags + " --device cuda " +
-                          gpu_flags);
+  const auto gpu =
+      run_ok(gpu_prefix + megatron_binary() + kMoeArgs + flags + " --device cuda " + gpu_flags);
   const auto cpu = run_ok(megatron_binary() + kMoeArgs + flags + " --device cpu");
   EXPECT_NE(gpu.output.find(" > device: cuda: "), std::string::npos) << gpu.output;
   expect_same_curves(gpu.output, cpu.output, tol,
@@ -205,7 +204,8 @@ TEST(CudaMoe, ExpertParallelOnOneGpuAndOverNccl) {
                         "", 1e-4);
   expect_gpu_tracks_cpu(testing::mpirun_prefix(4),
                         "--distributed-backend nccl --tensor-model-parallel-size 2 "
-                        "--sequence-parallel" + ep + "alltoall",
+                        "--sequence-parallel" +
+                            ep + "alltoall",
                         "", 1e-4);
 }
 
@@ -216,9 +216,10 @@ TEST(CudaMoe, ParallelFoldingOnOneGpuAndOverNccl) {
   MG_REQUIRE_GPU();
   if (!std::filesystem::exists(MG_MPIEXEC))
     GTEST_SKIP() << "no " << MG_MPIEXEC << " on this machine: the two-rank runs need mpirun";
-  const std::string etp1 = " --tensor-model-parallel-size 2 --sequence-parallel"
-                           " --expert-tensor-parallel-size 1 --expert-model-parallel-size 2"
-                           " --moe-token-dispatcher-type alltoall";
+  const std::string etp1 =
+      " --tensor-model-parallel-size 2 --sequence-parallel"
+      " --expert-tensor-parallel-size 1 --expert-model-parallel-size 2"
+      " --moe-token-dispatcher-type alltoall";
   const std::string etp2 = " --expert-tensor-parallel-size 2 --moe-token-dispatcher-type allgather";
   expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend mpi" + etp1, "", 1e-4);
   expect_gpu_tracks_cpu(testing::mpirun_prefix(2), "--distributed-backend mpi" + etp2, "", 1e-4);

@@ -20,8 +20,7 @@ TEST(SelfAllToAllV, CopiesAndCountsNothing) {
   EXPECT_EQ(out, in);
   EXPECT_EQ(self->stats().all_to_all_bytes, 0);
   const int64_t fewer = 2;  // this rank's own chunk must arrive whole
-  EXPECT_THROW(self->all_to_all_v(in.data(), &n, out.data(), &fewer, DType::F32),
-               std::exception);
+  EXPECT_THROW(self->all_to_all_v(in.data(), &n, out.data(), &fewer, DType::F32), std::exception);
 }
 
 TEST(EpDispatchOneRank, IsTheIdentity) {

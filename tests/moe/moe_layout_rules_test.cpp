@@ -45,9 +45,9 @@ TEST(MoeLayoutRules, RefusedNamingTheFlag) {
                 "--expert-tensor-parallel-size 2 splits the experts"},
        }) {
     SCOPED_TRACE(r.flags);
-    const auto out = testing::run_command(
-        (r.ranks > 1 ? testing::mpirun_prefix(r.ranks) : std::string()) + MG_BINARY + kMoe +
-        " " + r.flags);
+    const auto out =
+        testing::run_command((r.ranks > 1 ? testing::mpirun_prefix(r.ranks) : std::string()) +
+                             MG_BINARY + kMoe + " " + r.flags);
     EXPECT_NE(out.exit_code, 0) << out.output;
     EXPECT_NE(out.output.find(r.message), std::string::npos) << out.output;
     EXPECT_EQ(out.output.find("internal error"), std::string::npos) << out.output;

@@ -67,8 +67,8 @@ TEST(LRSchedule, WSDAnnealShapes) {
     EXPECT_DOUBLE_EQ(s.at(500), 1.0) << shape;  // stable phase
     EXPECT_DOUBLE_EQ(s.at(800), 1.0) << shape;  // anneal starts after 800
     const double r = 0.5;                       // at 900
-    const double coeff = std::string(shape) == "linear"    ? 1 - r
-                         : std::string(shape) == "cosine"  ? 0.5 * (std::cos(M_PI * r) + 1)
+    const double coeff = std::string(shape) == "linear"        ? 1 - r
+                         : std::string(shape) == "cosine"      ? 0.5 * (std::cos(M_PI * r) + 1)
                          : std::string(shape) == "exponential" ? 2 * std::pow(0.5, r) - 1
                                                                : 1 - std::sqrt(r);
     EXPECT_NEAR(s.at(900), 0.1 + coeff * 0.9, 1e-15) << shape;

@@ -51,8 +51,8 @@ Batch full_batch() {
 }
 
 MicroBatch micro_batch(const Batch& b, int64_t first_sample = -1) {
-  return {b.tokens.data(), b.position_ids.data(), b.labels.data(), b.loss_mask.data(), nullptr,
-          first_sample};
+  return {b.tokens.data(), b.position_ids.data(), b.labels.data(), b.loss_mask.data(),
+          nullptr,         first_sample};
 }
 
 // A stage with no transformer layer: the head (last) or the embedding (first).
@@ -131,8 +131,7 @@ TEST_F(ContextParallel, HeadLossAndGradientsSumToTheOneRankRun) {
     for (int64_t t = 0; t < S / 2; ++t)
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h)
-          d_ref[size_t((t * B + b) * H + h)] =
-              ref.input_grad()[(cp_.position(t) * B + b) * H + h];
+          d_ref[size_t((t * B + b) * H + h)] = ref.input_grad()[(cp_.position(t) * B + b) * H + h];
     expect_close(copy_of(m.input_grad(), R * H), d_ref, "input grad");
     // Parameter gradients: the SUM over CP ranks is the 1-rank gradient.
     std::vector<float> grads = copy_of(m.grads(), m.num_params());

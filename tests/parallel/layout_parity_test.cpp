@@ -117,15 +117,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Layout{2, "--tensor-model-parallel-size 2"},
                       Layout{4, "--tensor-model-parallel-size 4"},
                       Layout{2, "--pipeline-model-parallel-size 2"},
-                      Layout{4, "--pipeline-model-parallel-size 4"},
-                      Layout{2, ""},  // DP 2
+                      Layout{4, "--pipeline-model-parallel-size 4"}, Layout{2, ""},  // DP 2
                       Layout{4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
                       Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
                       Layout{4, "--tensor-model-parallel-size 2 --sequence-parallel"},
                       Layout{4, "--pipeline-model-parallel-size 2"},
-                      Layout{3, "--pipeline-model-parallel-size 3 "
-                                "--decoder-first-pipeline-num-layers 2 "
-                                "--decoder-last-pipeline-num-layers 1"}),
+                      Layout{3,
+                             "--pipeline-model-parallel-size 3 "
+                             "--decoder-first-pipeline-num-layers 2 "
+                             "--decoder-last-pipeline-num-layers 1"}),
     layout_name);
 
 // The interleaved schedule: v model chunks per pipeline rank (virtual stage c P + r on rank r),
@@ -141,27 +141,32 @@ std::string with_layers(const std::string& model, const std::string& layers) {
   return m.replace(m.find("--num-layers 4"), 14, "--num-layers " + layers);
 }
 class InterleavedParity : public ::testing::TestWithParam<ModelLayout> {};
-TEST_P(InterleavedParity, MatchesSingleRank) {
-  expect_parity(GetParam().layout, GetParam().model);
-}
-const std::string kVp2 = "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
+TEST_P(InterleavedParity, MatchesSingleRank) { expect_parity(GetParam().layout, GetParam().model); }
+const std::string kVp2 =
+    "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2";
 INSTANTIATE_TEST_SUITE_P(
     Layouts, InterleavedParity,
     ::testing::Values(
         ModelLayout{"pp2vp2", kModel, {2, kVp2}},
-        ModelLayout{"pp4vp2", with_layers(kModel, "8"),
-                    {4, "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1"}},
+        ModelLayout{"pp4vp2",
+                    with_layers(kModel, "8"),
+                    {4,
+                     "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 1"}},
         // 9 layers: 6 on the first rank, 3 on the last, each rank's in 3 chunks; groups of 4
-        ModelLayout{"pp2vp3_uneven_group4", with_layers(kModel, "9"),
-                    {2, "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3 "
-                        "--decoder-first-pipeline-num-layers 6 "
-                        "--microbatch-group-size-per-virtual-pipeline-stage 4"}},
+        ModelLayout{"pp2vp3_uneven_group4",
+                    with_layers(kModel, "9"),
+                    {2,
+                     "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 3 "
+                     "--decoder-first-pipeline-num-layers 6 "
+                     "--microbatch-group-size-per-virtual-pipeline-stage 4"}},
         ModelLayout{"tp2pp2vp2", kModel, {4, "--tensor-model-parallel-size 2 " + kVp2}},
-        ModelLayout{"pp2vp2dp2_distopt_overlap", kModel,
+        ModelLayout{"pp2vp2dp2_distopt_overlap",
+                    kModel,
                     {4, kVp2 + " --use-distributed-optimizer --overlap-grad-reduce "
                                "--overlap-param-gather"}},
         ModelLayout{"llama_pp2vp2", kLlama, {2, kVp2}},
-        ModelLayout{"llama_tp2pp2vp2_sp", kLlama,
+        ModelLayout{"llama_tp2pp2vp2_sp",
+                    kLlama,
                     {4, "--tensor-model-parallel-size 2 --sequence-parallel " + kVp2}},
         ModelLayout{"dropout_pp2vp2dp2", kDropout, {4, kVp2}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
@@ -183,30 +188,36 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"cp2", kModel, {2, "--context-parallel-size 2"}},
         ModelLayout{"cp4", kModel, {4, "--context-parallel-size 4"}},
         ModelLayout{"cp2_a2a", kModel, {2, "--context-parallel-size 2 --cp-comm-type a2a"}},
-        ModelLayout{"cp2tp2_sp", kModel,
-                    {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}},
-        ModelLayout{"cp2pp2", kModel,
-                    {4, "--context-parallel-size 2 --pipeline-model-parallel-size 2"}},
+        ModelLayout{"cp2tp2_sp",
+                    kModel,
+                    {4,
+                     "--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel"}},
+        ModelLayout{
+            "cp2pp2", kModel, {4, "--context-parallel-size 2 --pipeline-model-parallel-size 2"}},
         ModelLayout{"cp2pp2vp2", kModel, {4, "--context-parallel-size 2 " + kVp2}},
-        ModelLayout{"cp2dp2_distopt", kModel,
-                    {4, "--context-parallel-size 2 --use-distributed-optimizer"}},
+        ModelLayout{
+            "cp2dp2_distopt", kModel, {4, "--context-parallel-size 2 --use-distributed-optimizer"}},
         ModelLayout{"cp2_reset_attention_mask", kResetMask, {2, "--context-parallel-size 2"}},
         ModelLayout{"dropout_cp2", kDropout, {2, "--context-parallel-size 2"}},
         ModelLayout{"llama_cp2", kLlama, {2, "--context-parallel-size 2"}},
-        ModelLayout{"llama_cp2tp2_a2a", kLlama,
-                    {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--cp-comm-type a2a"}}),
+        ModelLayout{"llama_cp2tp2_a2a",
+                    kLlama,
+                    {4,
+                     "--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                     "--cp-comm-type a2a"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
 // Mixture of experts (expert parallelism 1: every rank holds every expert, TP-split): routing
 // runs on each micro-batch's full rows, so every layout routes, balances and drops as the
 // single rank does. A Mixtral-like Llama (SwiGLU experts, top-2 of 4, aux and z losses) and a
 // GPT with GELU experts, biases, shared experts, MoE every other layer and token dropping.
-const std::string kMoe = kLlama +
+const std::string kMoe =
+    kLlama +
     " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-aux-loss-coeff 0.01"
     " --moe-z-loss-coeff 0.001";
-const std::string kMoeGelu = kModel +
+const std::string kMoeGelu =
+    kModel +
     " --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64"
     " --moe-layer-freq 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01";
 // seq_aux_loss: the load-balancing loss per sequence (micro-batches of 2 sequences).
@@ -220,90 +231,132 @@ INSTANTIATE_TEST_SUITE_P(
         ModelLayout{"tp2_sp", kMoe, {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
         ModelLayout{"pp2", kMoe, {2, "--pipeline-model-parallel-size 2"}},
         ModelLayout{"dp2_distopt", kMoe, {2, "--use-distributed-optimizer"}},
-        ModelLayout{"tp2pp2_sp", kMoe,
-                    {4, "--tensor-model-parallel-size 2 --sequence-parallel "
-                        "--pipeline-model-parallel-size 2"}},
+        ModelLayout{"tp2pp2_sp",
+                    kMoe,
+                    {4,
+                     "--tensor-model-parallel-size 2 --sequence-parallel "
+                     "--pipeline-model-parallel-size 2"}},
         ModelLayout{"pp2vp2", kMoe, {2, kVp2}},
         // CP: the routed counts summed over the CP ranks, each rank's aux and z losses its share
         ModelLayout{"cp2", kMoe, {2, "--context-parallel-size 2"}},
-        ModelLayout{"gelu_shared_capacity_tp2_sp", kMoeGelu,
+        ModelLayout{"gelu_shared_capacity_tp2_sp",
+                    kMoeGelu,
                     {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
-        ModelLayout{"gelu_shared_capacity_pp2dp2", kMoeGelu,
-                    {4, "--pipeline-model-parallel-size 2"}},
+        ModelLayout{
+            "gelu_shared_capacity_pp2dp2", kMoeGelu, {4, "--pipeline-model-parallel-size 2"}},
         // Expert parallelism: the experts split over the DP x CP ranks, tokens exchanged.
-        ModelLayout{"ep2", kMoe, {2, "--expert-model-parallel-size 2 "
-                                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2",
+                    kMoe,
+                    {2,
+                     "--expert-model-parallel-size 2 "
+                     "--moe-token-dispatcher-type alltoall"}},
         ModelLayout{"ep2_allgather", kMoe, {2, "--expert-model-parallel-size 2"}},
-        ModelLayout{"ep4", kMoe, {4, "--expert-model-parallel-size 4 "
-                                     "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"ep2tp2_sp", kMoe,
-                    {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"ep2pp2", kMoe, {4, "--expert-model-parallel-size 2 "
-                                        "--pipeline-model-parallel-size 2"}},
-        ModelLayout{"ep2dp2_distopt", kMoe,
-                    {4, "--expert-model-parallel-size 2 --use-distributed-optimizer "
-                        "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"ep2cp2", kMoe,
-                    {4, "--expert-model-parallel-size 2 --context-parallel-size 2 "
-                        "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"gelu_shared_capacity_ep2tp2_sp", kMoeGelu,
-                    {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}},
-        ModelLayout{"seq_aux_tp2_sp", kMoeSeqAux,
+        ModelLayout{"ep4",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 4 "
+                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2tp2_sp",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2pp2",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 2 "
+                     "--pipeline-model-parallel-size 2"}},
+        ModelLayout{"ep2dp2_distopt",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 2 --use-distributed-optimizer "
+                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2cp2",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 2 --context-parallel-size 2 "
+                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"gelu_shared_capacity_ep2tp2_sp",
+                    kMoeGelu,
+                    {4,
+                     "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel"}},
+        ModelLayout{"seq_aux_tp2_sp",
+                    kMoeSeqAux,
                     {2, "--tensor-model-parallel-size 2 --sequence-parallel"}},
-        ModelLayout{"seq_aux_ep2pp2", kMoeSeqAux,
+        ModelLayout{"seq_aux_ep2pp2",
+                    kMoeSeqAux,
                     {4, "--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"}},
         // DeepSeek-style: sigmoid scores, group-limited top-k, a scaling factor
         ModelLayout{"group_limited_sigmoid_ep2tp2_sp",
                     kMoe + " --moe-router-score-function sigmoid --moe-router-num-groups 2 "
                            "--moe-router-group-topk 1 --moe-router-topk-scaling-factor 2.5",
-                    {4, "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}},
-        ModelLayout{"seq_aux_cp2tp2_sp", kMoeSeqAux,
-                    {4, "--context-parallel-size 2 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}},
+                    {4,
+                     "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel"}},
+        ModelLayout{"seq_aux_cp2tp2_sp",
+                    kMoeSeqAux,
+                    {4,
+                     "--context-parallel-size 2 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel"}},
         // Parallel folding (--expert-tensor-parallel-size other than TP): the experts' own
         // grid over the same ranks. ETP 1 under TP 2: whole experts, each TP rank dispatching
         // its sequence chunk (over EP 2 = the TP pair; with EP 1 the pair are expert-DP ranks).
-        ModelLayout{"etp1_tp2_sp", kMoe,
-                    {2, "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel"}},
-        ModelLayout{"ep2_etp1_tp2_sp", kMoe,
-                    {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
-                        "--tensor-model-parallel-size 2 --sequence-parallel "
-                        "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"ep2_etp1_tp2_sp_allgather", kMoe,
-                    {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
-                        "--tensor-model-parallel-size 2 --sequence-parallel"}},
+        ModelLayout{"etp1_tp2_sp",
+                    kMoe,
+                    {2,
+                     "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel"}},
+        ModelLayout{"ep2_etp1_tp2_sp",
+                    kMoe,
+                    {2,
+                     "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                     "--tensor-model-parallel-size 2 --sequence-parallel "
+                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2_etp1_tp2_sp_allgather",
+                    kMoe,
+                    {2,
+                     "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                     "--tensor-model-parallel-size 2 --sequence-parallel"}},
         // ETP 2 under TP 1: each row to both shards of its expert, partial outputs summed.
-        ModelLayout{"ep2_etp2", kMoe,
-                    {4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
-                        "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"ep2_etp2_allgather_distopt", kMoe,
-                    {4, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
-                        "--use-distributed-optimizer"}},
-        ModelLayout{"etp4_tp2_sp", kMoe,
-                    {4, "--expert-tensor-parallel-size 4 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"etp1_tp2pp2_sp", kMoe,
-                    {4, "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
-                        "--sequence-parallel --pipeline-model-parallel-size 2"}},
+        ModelLayout{"ep2_etp2",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"ep2_etp2_allgather_distopt",
+                    kMoe,
+                    {4,
+                     "--expert-model-parallel-size 2 --expert-tensor-parallel-size 2 "
+                     "--use-distributed-optimizer"}},
+        ModelLayout{"etp4_tp2_sp",
+                    kMoe,
+                    {4,
+                     "--expert-tensor-parallel-size 4 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel --moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"etp1_tp2pp2_sp",
+                    kMoe,
+                    {4,
+                     "--expert-tensor-parallel-size 1 --tensor-model-parallel-size 2 "
+                     "--sequence-parallel --pipeline-model-parallel-size 2"}},
         // Biases (the fc2 bias on expert-TP rank 0), shared experts over TP, capacity.
-        ModelLayout{"gelu_shared_capacity_ep2_etp1_tp2_sp", kMoeGelu,
-                    {2, "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
-                        "--tensor-model-parallel-size 2 --sequence-parallel "
-                        "--moe-token-dispatcher-type alltoall"}},
-        ModelLayout{"gelu_shared_capacity_etp2_dp2", kMoeGelu,
+        ModelLayout{"gelu_shared_capacity_ep2_etp1_tp2_sp",
+                    kMoeGelu,
+                    {2,
+                     "--expert-model-parallel-size 2 --expert-tensor-parallel-size 1 "
+                     "--tensor-model-parallel-size 2 --sequence-parallel "
+                     "--moe-token-dispatcher-type alltoall"}},
+        ModelLayout{"gelu_shared_capacity_etp2_dp2",
+                    kMoeGelu,
                     {2, "--expert-tensor-parallel-size 2 --moe-token-dispatcher-type alltoall"}}),
     [](const ::testing::TestParamInfo<ModelLayout>& i) { return std::string(i.param.name); });
 
 // The two token dispatchers differ only in what crosses the EP group: the same losses.
 TEST(MoeDispatchers, AlltoallEqualsAllgather) {
-  const RunOut a2a = train(4, "--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall",
-                           kMoeGelu);
-  const RunOut ag = train(4, "--expert-model-parallel-size 4 --moe-token-dispatcher-type allgather",
-                          kMoeGelu);
+  const RunOut a2a =
+      train(4, "--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall", kMoeGelu);
+  const RunOut ag =
+      train(4, "--expert-model-parallel-size 4 --moe-token-dispatcher-type allgather", kMoeGelu);
   ASSERT_EQ(a2a.losses.size(), 20u) << a2a.log;
   ASSERT_EQ(ag.losses.size(), a2a.losses.size()) << ag.log;
   for (size_t i = 0; i < a2a.losses.size(); ++i)
@@ -316,8 +369,9 @@ TEST(MoeDispatchers, AlltoallEqualsAllgather) {
 // cut into pieces whose sums round apart: 2e-3), one rank and EP2 x TP2 (SP, two local experts
 // per rank, biases and shared experts in the GELU model).
 TEST(MoeGroupedGemm, EqualsThePerExpertCalls) {
-  const std::string ep = "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
-                         "--sequence-parallel --moe-token-dispatcher-type alltoall";
+  const std::string ep =
+      "--expert-model-parallel-size 2 --tensor-model-parallel-size 2 "
+      "--sequence-parallel --moe-token-dispatcher-type alltoall";
   for (const auto& [ranks, flags, model, tol] :
        {std::tuple{1, std::string(), kMoe, 1e-6}, std::tuple{4, ep, kMoeGelu, 1e-6},
         std::tuple{1, std::string("--bf16"), kMoe, 2e-3}}) {
@@ -340,8 +394,10 @@ TEST(MoeGroupedGemm, EqualsThePerExpertCalls) {
 // A bf16 MoE under EP2 x TP2 (SP) follows the bf16 single-rank run.
 TEST(MixedPrecision, MoeBf16Ep2Tp2TracksTheSingleRankRun) {
   const RunOut one = train(1, "--bf16", kMoe);
-  const RunOut four = train(4, "--bf16 --tensor-model-parallel-size 2 --sequence-parallel "
-                               "--expert-model-parallel-size 2", kMoe);
+  const RunOut four = train(4,
+                            "--bf16 --tensor-model-parallel-size 2 --sequence-parallel "
+                            "--expert-model-parallel-size 2",
+                            kMoe);
   ASSERT_EQ(one.losses.size(), 20u) << one.log;
   ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
   for (size_t i = 0; i < one.losses.size(); ++i)
@@ -363,8 +419,7 @@ INSTANTIATE_TEST_SUITE_P(
     Layouts, DropoutLayoutParity,
     ::testing::Values(Layout{2, "--tensor-model-parallel-size 2"},
                       Layout{2, "--tensor-model-parallel-size 2 --sequence-parallel"},
-                      Layout{2, "--pipeline-model-parallel-size 2"},
-                      Layout{2, ""},  // DP 2
+                      Layout{2, "--pipeline-model-parallel-size 2"}, Layout{2, ""},  // DP 2
                       Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},
                       Layout{2, "--micro-batch-size 1"}),
     dropout_layout_name);
@@ -381,8 +436,8 @@ TEST(Dropout, ChangesTrainingLosses) {
 class LlamaLayoutParity : public ::testing::TestWithParam<Layout> {};
 
 std::string llama_layout_name(const ::testing::TestParamInfo<Layout>& info) {
-  static const char* names[] = {"tp2", "tp4_one_group_per_rank", "tp2_sp", "pp2", "pp3_uneven",
-                                "dp2_distopt", "tp2pp2dp2"};
+  static const char* names[] = {
+      "tp2", "tp4_one_group_per_rank", "tp2_sp", "pp2", "pp3_uneven", "dp2_distopt", "tp2pp2dp2"};
   return names[info.index];
 }
 
@@ -394,9 +449,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{4, "--tensor-model-parallel-size 4"},
                       Layout{2, "--tensor-model-parallel-size 2 --sequence-parallel"},
                       Layout{2, "--pipeline-model-parallel-size 2"},
-                      Layout{3, "--pipeline-model-parallel-size 3 "
-                                "--decoder-first-pipeline-num-layers 2 "
-                                "--decoder-last-pipeline-num-layers 1"},
+                      Layout{3,
+                             "--pipeline-model-parallel-size 3 "
+                             "--decoder-first-pipeline-num-layers 2 "
+                             "--decoder-last-pipeline-num-layers 1"},
                       Layout{2, "--use-distributed-optimizer"},
                       Layout{8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"}),
     llama_layout_name);
@@ -445,8 +501,10 @@ TEST(LayerNorm1p, TrainsAsThePlainModelOnOneRankAndTp2) {
 // A Llama in bf16 under TP2 x PP2 follows the bf16 single-rank run.
 TEST(MixedPrecision, LlamaBf16Tp2Pp2TracksTheSingleRankRun) {
   const RunOut one = train(1, "--bf16", kLlama);
-  const RunOut four = train(4, "--bf16 --tensor-model-parallel-size 2 --sequence-parallel "
-                               "--pipeline-model-parallel-size 2", kLlama);
+  const RunOut four = train(4,
+                            "--bf16 --tensor-model-parallel-size 2 --sequence-parallel "
+                            "--pipeline-model-parallel-size 2",
+                            kLlama);
   ASSERT_EQ(one.losses.size(), 20u) << one.log;
   ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
   for (size_t i = 0; i < one.losses.size(); ++i)
@@ -507,7 +565,8 @@ TEST(CommVolume, TensorAndDataParallelMatchFormulas) {
 TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
   // (tp, pp, dp) = (2, 2, 1) with SP: rank 0 is TP rank 0 of the first stage (2 layers);
   // M = 8 / 2 = 4 micro-batches.
-  const RunOut r = train(4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+  const RunOut r = train(4,
+                         "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
                          "--sequence-parallel");
   const int64_t b = 2, s = 16, h = 32, t = 2, L_stage = 2, V = 512, M = 4;
   const int64_t bsh = b * s * h;
@@ -517,9 +576,9 @@ TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
   // all-reduce forward, all-gather of the scattered gradient backward. Finalize: SP-partial
   // grads (2 LayerNorms = 4h, 2 row-parallel biases = 2h per layer) all-reduced over TP once
   // per step.
-  const int64_t tp_elems = M * (L_stage * 10 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t +
-                                bsh * (t - 1) / t) +
-                           2 * (t - 1) * (6 * h * L_stage) / t;
+  const int64_t tp_elems =
+      M * (L_stage * 10 * bsh * (t - 1) / t + 2 * bsh * (t - 1) / t + bsh * (t - 1) / t) +
+      2 * (t - 1) * (6 * h * L_stage) / t;
   EXPECT_EQ(field(r.log, "tp comm bytes"), 4 * tp_elems);
   // docs/reference/formulas.md: b s h / t elements per micro-batch between adjacent stages with SP; the first
   // stage sends activations only.
@@ -537,8 +596,10 @@ TEST(CommVolume, SequenceAndPipelineParallelMatchFormulas) {
 TEST(CommVolume, InterleavingAndContextParallelMatchFormulas) {
   const int64_t b = 2, s = 16, h = 32, L = 4, M = 4, bsh = b * s * h;
   for (int v : {1, 2}) {
-    const RunOut r = train(2, "--pipeline-model-parallel-size 2 "
-                              "--num-virtual-stages-per-pipeline-rank " + std::to_string(v));
+    const RunOut r = train(2,
+                           "--pipeline-model-parallel-size 2 "
+                           "--num-virtual-stages-per-pipeline-rank " +
+                               std::to_string(v));
     EXPECT_EQ(field(r.log, "pp comm bytes"), 4 * M * bsh * (2 * v - 1)) << "v = " << v;
     EXPECT_EQ(field(r.log, "cp comm bytes"), 0);
   }
@@ -563,8 +624,8 @@ TEST(CommVolume, InterleavingAndContextParallelMatchFormulas) {
 // 2 (EP - 1) / EP x 8 bytes.
 TEST(CommVolume, ExpertParallelAllgatherMatchesFormula) {
   const int64_t N = 2 * 16, H = 64, k = 2, L = 4, EP = 2, M = 8 / (2 * 2);
-  const RunOut r = train(2, "--expert-model-parallel-size 2 --moe-token-dispatcher-type allgather",
-                         kMoe);
+  const RunOut r =
+      train(2, "--expert-model-parallel-size 2 --moe-token-dispatcher-type allgather", kMoe);
   EXPECT_EQ(field(r.log, "ep comm bytes"),
             M * L * (EP - 1) * N * (16 * H + 12 * k) + 2 * (EP - 1) * 8 / EP);
   const RunOut plain = train(2, "", kMoe);
@@ -597,8 +658,9 @@ TEST(RankFailure, KilledRankEndsTheJobWithAMessage) {
   const fs::path dir = mkdtemp(tmpl);
   const std::string log = (dir / "log").string();
   const std::string cmd = "env " + tag + " " + testing::mpirun_prefix(2) + "-x MG_KILL_TEST " +
-                          MG_BINARY + kModel + " --train-iters 1000000 --pipeline-model-parallel-size 2 > " +
-                          log + " 2>&1; echo $? > " + log + ".rc";
+                          MG_BINARY + kModel +
+                          " --train-iters 1000000 --pipeline-model-parallel-size 2 > " + log +
+                          " 2>&1; echo $? > " + log + ".rc";
   std::thread job([&] { std::system(cmd.c_str()); });
   // Wait for training to be under way, then SIGKILL the rank with OMPI_COMM_WORLD_RANK=1.
   for (int i = 0; i < 600; ++i) {
@@ -650,8 +712,9 @@ TEST(InvalidLayouts, RefusedWithTheirMessage) {
                  "pipeline-model-parallel size should be greater than 1");
   expect_refused(2, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 3",
                  "must be divisible by --num-layers-per-virtual-pipeline-stage (3)");
-  expect_refused(2, "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
-                    "--microbatch-group-size-per-virtual-pipeline-stage 3",
+  expect_refused(2,
+                 "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                 "--microbatch-group-size-per-virtual-pipeline-stage 3",
                  "The remainder of M (the total micro-batches, 4) divided by N");
 }
 
@@ -727,7 +790,8 @@ TEST(OverlapGradReduce, BitwiseEqualToTheNonOverlappedRun) {
   for (const std::string& layout :
        {std::string(""), std::string("--pipeline-model-parallel-size 2"),
         std::string("--use-distributed-optimizer"),
-        std::string("--use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel")}) {
+        std::string(
+            "--use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel")}) {
     const std::string flags = layout + " --ddp-bucket-size 4000";
     const bool dist = layout.find("distributed") != std::string::npos;
     const RunOut plain = train(4, flags);
@@ -738,8 +802,8 @@ TEST(OverlapGradReduce, BitwiseEqualToTheNonOverlappedRun) {
     EXPECT_EQ(std::memcmp(overlap.params.data(), plain.params.data(), plain.params.size() * 4), 0)
         << layout;
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(overlap.log, m,
-                                  std::regex("overlap-grad-reduce: ([0-9]+) of ([0-9]+)")))
+    ASSERT_TRUE(
+        std::regex_search(overlap.log, m, std::regex("overlap-grad-reduce: ([0-9]+) of ([0-9]+)")))
         << overlap.log;
     EXPECT_GT(std::stoll(m[1]), 0) << "no bucket started during the backward";
   }
@@ -753,7 +817,9 @@ namespace {
 
 // ---- mixed precision ----
 
-std::vector<double> scales(const std::string& log) { return testing::log_values(log, "loss scale"); }
+std::vector<double> scales(const std::string& log) {
+  return testing::log_values(log, "loss scale");
+}
 
 // An inf put into the last rank's grads at iteration 3 (as an fp16 overflow would) is seen by
 // every rank: the step is skipped everywhere (rank 0 reports it, and the 4-rank run keeps
@@ -763,8 +829,9 @@ TEST(MixedPrecision, Fp16OverflowOnOneRankSkipsTheStepOnAllRanks) {
   const std::string fp16 =
       "--fp16 --initial-loss-scale 1024 --hysteresis 1 --loss-scale-window 4 --train-iters 10";
   const RunOut one = train(1, fp16 + " --inject-grad-overflow 3");
-  const RunOut four = train(4, fp16 + " --inject-grad-overflow 3 --tensor-model-parallel-size 2 "
-                                       "--use-distributed-optimizer");
+  const RunOut four = train(4, fp16 +
+                                   " --inject-grad-overflow 3 --tensor-model-parallel-size 2 "
+                                   "--use-distributed-optimizer");
   const RunOut clean = train(1, fp16);
   const std::vector<double> want = {1024, 1024, 512, 512, 512, 512, 1024, 1024, 1024, 1024};
   for (const RunOut* r : {&one, &four}) {
@@ -801,7 +868,8 @@ TEST(MixedPrecision, Bf16LayoutsTrackTheSingleRankRun) {
     const RunOut four = train(4, "--bf16 " + layout);
     ASSERT_EQ(four.losses.size(), one.losses.size()) << four.log;
     for (size_t i = 0; i < one.losses.size(); ++i)
-      EXPECT_NEAR(four.losses[i], one.losses[i], 2e-3 * one.losses[i]) << layout << " step " << i + 1;
+      EXPECT_NEAR(four.losses[i], one.losses[i], 2e-3 * one.losses[i])
+          << layout << " step " << i + 1;
     std::vector<double> a(four.params.begin(), four.params.end()),
         b(one.params.begin(), one.params.end());
     EXPECT_LT(testing::rel_l2(a, b), 1e-2) << layout;
@@ -865,7 +933,8 @@ TEST(Recompute, FullRecomputeIsBitwiseIdenticalAndStoresLess) {
   };
   for (const auto& [ranks, layout] :
        {std::pair<int, std::string>{1, ""},
-        {4, "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"}}) {
+        {4,
+         "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"}}) {
     const RunOut plain = train(ranks, layout + " --train-iters 8");
     for (const std::string recompute :
          {"--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
@@ -890,11 +959,13 @@ TEST(Recompute, FullRecomputeIsBitwiseIdenticalAndStoresLess) {
 TEST(Recompute, BitwiseIdenticalWithDropout) {
   for (const auto& [ranks, layout] :
        {std::pair<int, std::string>{1, ""},
-        {4, "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"}}) {
+        {4,
+         "--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2"}}) {
     const RunOut plain = train(ranks, layout + " --train-iters 6", kDropout);
     const RunOut r = train(ranks,
-                           layout + " --train-iters 6 --recompute-granularity full "
-                                    "--recompute-method uniform --recompute-num-layers 1",
+                           layout +
+                               " --train-iters 6 --recompute-granularity full "
+                               "--recompute-method uniform --recompute-num-layers 1",
                            kDropout);
     EXPECT_EQ(r.losses, plain.losses) << layout;
     ASSERT_EQ(r.params.size(), plain.params.size());

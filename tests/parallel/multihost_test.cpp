@@ -105,8 +105,7 @@ testing::BoundedRun run_on_hosts(const std::string& cmd, double limit, const std
     if (!after.empty()) testing::run_command(after);
     if (!r.marker_late && !r.hit_limit) break;
     std::printf("multihost: attempt %d %s\n%s\n", attempt,
-                r.marker_late ? ("stalled before '" + marker + "'").c_str()
-                              : "ran past its limit",
+                r.marker_late ? ("stalled before '" + marker + "'").c_str() : "ran past its limit",
                 r.output.c_str());
     testing::run_command(kScripts + "netns-hosts.sh up " + std::to_string(kHosts));
   }
@@ -159,9 +158,11 @@ TEST_P(MultiHostParity, MatchesSingleRank) {
   expect_parity(local, want, "one host");
 
   std::vector<double> before(c.hosts);
-  const testing::BoundedRun run =
-      run_on_hosts(on_hosts(c.hosts, per_host) + MG_BINARY + flags, 150, " iteration        1/",
-                   [&] { for (int h = 0; h < c.hosts; ++h) before[h] = link_bytes(h); });
+  const testing::BoundedRun run = run_on_hosts(on_hosts(c.hosts, per_host) + MG_BINARY + flags, 150,
+                                               " iteration        1/", [&] {
+                                                 for (int h = 0; h < c.hosts; ++h)
+                                                   before[h] = link_bytes(h);
+                                               });
   ASSERT_FALSE(run.marker_late) << "the job stalled twice\n" << run.output;
   expect_parity(run, want, std::to_string(c.hosts) + " hosts");
   // Every layout here moves more than 16 KiB per host and step between hosts. TP2xPP2xDP2: each
@@ -187,8 +188,7 @@ std::vector<Case> parity_cases() {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::string(info.param.layout.name) + "_" + std::to_string(info.param.hosts) + "hosts";
 }
-INSTANTIATE_TEST_SUITE_P(Layouts, MultiHostParity, ::testing::ValuesIn(parity_cases()),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, MultiHostParity, ::testing::ValuesIn(parity_cases()), case_name);
 
 // The last host's link goes down (from the root namespace, as a pulled cable) once iteration 2
 // is logged: its ranks' peers time out after 3 s (--distributed-timeout-minutes 0.05), name the
@@ -206,12 +206,19 @@ TEST(MultiHostLinkCut, EndsTheJobNamingTheCutRanks) {
   // The job's output passes through a watcher that cuts the link after iteration 2's line and
   // times the job's end from the cut.
   const std::string cmd =
-      "(" + job + " 2>&1; echo \"job exit code $?\") | while IFS= read -r l; do echo \"$l\";"
-      " case \"$l\" in *' iteration        2/'*) ip link set " + veth + " down;"
-      " t0=$(date +%s%N); echo 'multihost: link of " + host + " cut';;"
+      "(" + job +
+      " 2>&1; echo \"job exit code $?\") | while IFS= read -r l; do echo \"$l\";"
+      " case \"$l\" in *' iteration        2/'*) ip link set " +
+      veth +
+      " down;"
+      " t0=$(date +%s%N); echo 'multihost: link of " +
+      host +
+      " cut';;"
       " 'job exit code'*) [ -z \"$t0\" ] || echo \"multihost: job ended"
       " $(( ($(date +%s%N) - t0) / 1000000 )) ms after the cut\";; esac; done;"
-      " ip link set " + veth + " up; while [ -n \"$(ip netns pids " + host + ")\" ];"
+      " ip link set " +
+      veth + " up; while [ -n \"$(ip netns pids " + host +
+      ")\" ];"
       " do sleep 0.2; done";
   const testing::BoundedRun r = run_on_hosts(cmd, 240, " iteration        2/", {},
                                              "ip link set " + veth + " up");  // also on failure
@@ -219,7 +226,8 @@ TEST(MultiHostLinkCut, EndsTheJobNamingTheCutRanks) {
   ASSERT_FALSE(r.hit_limit) << "the job or the cut host's processes hung\n" << r.output;
   std::smatch ended;
   ASSERT_TRUE(std::regex_search(r.output, ended, std::regex("job ended ([0-9]+) ms after the cut")))
-      << "iteration 2 never logged\n" << r.output;
+      << "iteration 2 never logged\n"
+      << r.output;
   const double seconds = std::stod(ended[1]) / 1000;
   EXPECT_NE(r.output.find("job exit code 3"), std::string::npos) << r.output;
   EXPECT_EQ(r.leftovers, 0) << "processes outlived the job";

@@ -16,12 +16,11 @@ using Groups = std::vector<std::vector<int>>;
 
 TEST(RankGrid, SixteenRankWorkedExample) {
   RankGrid g{2, 4, 2};
-  EXPECT_EQ(g.groups("tp"), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13},
-                                    {14, 15}}));
-  EXPECT_EQ(g.groups("dp"), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14},
-                                    {13, 15}}));
-  EXPECT_EQ(g.groups("pp"), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14},
-                                    {3, 7, 11, 15}}));
+  EXPECT_EQ(g.groups("tp"),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(g.groups("dp"),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(g.groups("pp"), (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
   EXPECT_EQ(g.embedding_groups(), (Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
   // Model-parallel groups (tp-pp): one model replica each.
   EXPECT_EQ(g.groups("tp-pp"), (Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));

@@ -21,9 +21,10 @@ const std::string kGpt =
     " --max-position-embeddings 32 --vocab-size 500 --global-batch-size 8 --train-iters 1"
     " --lr 1e-3 --mock-data --log-interval 1";
 const std::string kLlama =
-    kGpt + " --normalization RMSNorm --swiglu --ffn-hidden-size 128 --position-embedding-type rope"
-           " --untie-embeddings-and-output-weights --disable-bias-linear --group-query-attention"
-           " --num-query-groups 2";
+    kGpt +
+    " --normalization RMSNorm --swiglu --ffn-hidden-size 128 --position-embedding-type rope"
+    " --untie-embeddings-and-output-weights --disable-bias-linear --group-query-attention"
+    " --num-query-groups 2";
 const std::string kMoe = kLlama + " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 64";
 
 struct Case {
@@ -45,7 +46,8 @@ const std::vector<Case>& cases() {
        kGpt + " --micro-batch-size 2 --recompute-granularity full --recompute-method block "
               "--recompute-num-layers 1"},
       {"gpt2_dp2", 2, kGpt + " --micro-batch-size 2"},
-      {"gpt2_dp2_distopt_bf16", 2, kGpt + " --micro-batch-size 2 --bf16 --use-distributed-optimizer"},
+      {"gpt2_dp2_distopt_bf16", 2,
+       kGpt + " --micro-batch-size 2 --bf16 --use-distributed-optimizer"},
       {"gpt2_dp2_distopt_bf16_reduce", 2,
        kGpt + " --micro-batch-size 2 --bf16 --use-distributed-optimizer --grad-reduce-in-bf16"},
       {"gpt2_dp2_bf16_reduce", 2, kGpt + " --micro-batch-size 2 --bf16 --grad-reduce-in-bf16"},
@@ -89,8 +91,8 @@ TEST_P(PlanMemory, PlannedBytesEqualWhatTrainAllocates) {
                            std::to_string(c.ranks) + c.flags + " 2>&1");
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   const nlohmann::json j = nlohmann::json::parse(plan.output.substr(plan.output.find('{')));
-  const testing::RunResult train = testing::run_command(
-      testing::mpirun_prefix(c.ranks) + MG_BINARY + " train" + c.flags + " 2>&1");
+  const testing::RunResult train = testing::run_command(testing::mpirun_prefix(c.ranks) +
+                                                        MG_BINARY + " train" + c.flags + " 2>&1");
   ASSERT_EQ(train.exit_code, 0) << train.output;
   std::map<int, int64_t> allocated;
   const std::regex re("tensor bytes of rank ([0-9]+): ([0-9]+) allocated");
@@ -132,8 +134,7 @@ TEST(PlanErrors, BadInputIsRefusedNamingWhatToFix) {
   testing::TempDir dir("plan_profile");
   const std::string path = dir.str("profile.json");
   // The built-in profile without one field, then with a string where a number belongs.
-  std::string text =
-      testing::run_command(std::string(MG_BINARY) + " plan --show-profile").output;
+  std::string text = testing::run_command(std::string(MG_BINARY) + " plan --show-profile").output;
   const nlohmann::json full = nlohmann::json::parse(text);
   nlohmann::json missing = full;
   missing["inter_node"].erase("bandwidth_gbs");
@@ -153,8 +154,8 @@ TEST(PlanErrors, BadInputIsRefusedNamingWhatToFix) {
   nlohmann::json mine = full;
   mine["memory_gib"] = 0.001;  // 1 MiB: the model does not fit
   std::ofstream(path) << mine.dump();
-  const testing::RunResult r = testing::run_command(std::string(MG_BINARY) + " plan --device cpu" + model +
-                                                    " --device-profile " + path + " 2>&1");
+  const testing::RunResult r = testing::run_command(std::string(MG_BINARY) + " plan --device cpu" +
+                                                    model + " --device-profile " + path + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("DOES NOT FIT"), std::string::npos) << r.output;
 }

@@ -29,8 +29,7 @@ TEST(PlanPipeline, InterleavingDividesTheBubbleByTheVirtualStages) {
   for (int v : {2, 4}) {
     const int P = 4;
     const int64_t M = 8;
-    const Times t(size_t(P), std::vector<std::pair<double, double>>(
-                                 size_t(v), {1.0 / v, 2.0 / v}));
+    const Times t(size_t(P), std::vector<std::pair<double, double>>(size_t(v), {1.0 / v, 2.0 / v}));
     const PipelineRun r = simulate_pipeline({P, v, M}, t, 0.0);
     EXPECT_NEAR(r.seconds, double(M) * 3.0 + double(P - 1) * 3.0 / v, 1e-9) << "v " << v;
   }
@@ -66,12 +65,14 @@ TEST(PlanPipeline, CappedTablesKeepTheInFlightCountsAndExtrapolateExactly) {
           t[size_t(P - 1)][size_t(v - 1)] = {2.0, 4.5};
           ScheduleShape next = full;
           next.microbatches += capped.group();
-          const double step = simulate_pipeline(next, t, 0.25).seconds -
-                              simulate_pipeline(full, t, 0.25).seconds;
+          const double step =
+              simulate_pipeline(next, t, 0.25).seconds - simulate_pipeline(full, t, 0.25).seconds;
           ScheduleShape one_more = capped;
           one_more.microbatches += capped.group();
-          EXPECT_NEAR(step, simulate_pipeline(one_more, t, 0.25).seconds -
-                                simulate_pipeline(capped, t, 0.25).seconds, 1e-9)
+          EXPECT_NEAR(step,
+                      simulate_pipeline(one_more, t, 0.25).seconds -
+                          simulate_pipeline(capped, t, 0.25).seconds,
+                      1e-9)
               << "P " << P << " v " << v << " M " << M;
         }
       }
@@ -118,7 +119,8 @@ TEST(PlanStep, GemmAndAttentionWorkIsFormulasFlopCount) {
               1e-6 * e.parts.attention * p.peak_bf16);
   // Model TFLOP/s is train's own FLOPs per token over the predicted step.
   EXPECT_NEAR(e.model_tflops_per_gpu * 1e12 * e.iteration_seconds,
-              c.model.train_flops_per_token() * B * s, 1e-6 * c.model.train_flops_per_token() * B * s);
+              c.model.train_flops_per_token() * B * s,
+              1e-6 * c.model.train_flops_per_token() * B * s);
 }
 
 // Attention dropout draws its mask over every computed score (B NH s^2 x causal fraction per
@@ -170,11 +172,13 @@ TEST(PlanProfile, BuiltinsParseAndErrorsNameTheField) {
   const DeviceProfile again = parse_device_profile(device_profile_json(h100), "x");
   EXPECT_DOUBLE_EQ(again.inter_node.bandwidth, h100.inter_node.bandwidth);
   EXPECT_DOUBLE_EQ(again.gemm_half_dim, h100.gemm_half_dim);
-  EXPECT_NE(testing::usage_error_of([] { parse_device_profile("{}", "f.json"); })
-                .find("f.json: missing field \"peak_tflops\""),
+  EXPECT_NE(testing::usage_error_of([] {
+              parse_device_profile("{}", "f.json");
+            }).find("f.json: missing field \"peak_tflops\""),
             std::string::npos);
-  EXPECT_NE(testing::usage_error_of([] { load_device_profile("/nonexistent/p.json"); })
-                .find("neither a built-in profile"),
+  EXPECT_NE(testing::usage_error_of([] {
+              load_device_profile("/nonexistent/p.json");
+            }).find("neither a built-in profile"),
             std::string::npos);
 }
 

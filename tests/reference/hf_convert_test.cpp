@@ -28,8 +28,9 @@ TEST(HFConvert, RoundTripIsExactAndLogitsMatchTheReference) {
   ASSERT_EQ(py.exit_code, 0) << py.output;
   const std::string bin = MG_BINARY;
   // The single-rank layout, and the one a TP 2 x PP 2 run saves (vocabulary padded to 256).
-  for (const std::string target : {"", " --target-tensor-parallel-size 2 "
-                                       "--target-pipeline-parallel-size 2"}) {
+  for (const std::string target : {"",
+                                   " --target-tensor-parallel-size 2 "
+                                   "--target-pipeline-parallel-size 2"}) {
     SCOPED_TRACE(target);
     fs::remove_all(d / "ck");
     fs::remove_all(d / "hf2");

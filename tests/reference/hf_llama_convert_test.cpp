@@ -87,16 +87,17 @@ TEST_F(HFLlamaConvert, TargetLayoutTp2Pp2) {
   for (const char* name : {"llama3_bf16", "qwen2_f32", "llama_tied_f16"}) {
     SCOPED_TRACE(name);
     const fs::path c = ref(name), ck = c / "ck_tp2pp2", back = c / "back_tp2pp2";
-    auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
-                     ck.string() +
-                     " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
+    auto r =
+        convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+                ck.string() + " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const std::string it = latest_checkpoint_dir(ck.string());
     const CheckpointMetadata meta = read_checkpoint_metadata(it);
     EXPECT_EQ(meta.tp, 2);
     EXPECT_EQ(meta.pp, 2);
     EXPECT_EQ(meta.ranks.size(), 4u);
-    EXPECT_EQ(json::parse(testing::slurp(it + "/metadata.json"))["model"]["padded_vocab_size"], 256);
+    EXPECT_EQ(json::parse(testing::slurp(it + "/metadata.json"))["model"]["padded_vocab_size"],
+              256);
     r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " + back.string());
     ASSERT_EQ(r.exit_code, 0) << r.output;
     testing::expect_same_hf(c / "hf", back);
@@ -109,8 +110,9 @@ TEST_F(HFLlamaConvert, TargetLayoutTp2Pp2) {
 // before stays.
 TEST_F(HFLlamaConvert, FailedExportLeavesTheDirectoryAsItWas) {
   const fs::path c = ref("llama3_bf16"), ck = c / "ck_corrupt", out = c / "out_existing";
-  auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
-                   ck.string() + " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
+  auto r =
+      convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
+              ck.string() + " --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string bin = latest_checkpoint_dir(ck.string()) + "/rank_00003.bin";
   std::string bytes = testing::slurp(bin);
@@ -135,7 +137,9 @@ TEST_F(HFLlamaConvert, ExportWithoutTheKeptFilesUsesTokenizerModel) {
     SCOPED_TRACE(name);
     const fs::path c = ref(name), ck = c / "ck_bare";
     ASSERT_EQ(convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
-                      ck.string()).exit_code, 0);
+                      ck.string())
+                  .exit_code,
+              0);
     fs::remove_all(ck / "hf");
     auto r = convert("--direction megatron-to-hf --load " + ck.string() + " --save " +
                      (c / "bare").string());
@@ -175,10 +179,11 @@ TEST_F(HFLlamaConvert, BadInputsNameTheFileAndWriteNothing) {
   };
   auto expect_refused = [&](const fs::path& d, const std::string& needle) {
     const fs::path out = t / ("out_" + d.filename().string());
-    const auto r = convert("--direction hf-to-megatron --load " + d.string() + " --save " +
-                           out.string());
+    const auto r =
+        convert("--direction hf-to-megatron --load " + d.string() + " --save " + out.string());
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_NE(r.output.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << r.output;
+    EXPECT_NE(r.output.find(needle), std::string::npos)
+        << "wanted '" << needle << "' in: " << r.output;
     EXPECT_FALSE(fs::exists(out)) << out;
   };
   const std::string shard2 = "model-00002-of-00003.safetensors";
@@ -249,16 +254,18 @@ TEST_F(HFLlamaConvert, BadInputsNameTheFileAndWriteNothing) {
 // flag that disagrees is refused.
 TEST_F(HFLlamaConvert, TrainLoadTakesTheModelFromTheCheckpoint) {
   const fs::path c = ref("llama3_bf16"), ck = c / "ck", ck22 = c / "ck22";
-  for (const auto& [dir, extra] : {std::pair{ck, std::string()},
-                                   std::pair{ck22, std::string(" --target-tensor-parallel-size 2 "
-                                                               "--target-pipeline-parallel-size 2")}}) {
+  for (const auto& [dir, extra] :
+       {std::pair{ck, std::string()},
+        std::pair{ck22, std::string(" --target-tensor-parallel-size 2 "
+                                    "--target-pipeline-parallel-size 2")}}) {
     const auto r = convert("--direction hf-to-megatron --load " + (c / "hf").string() + " --save " +
                            dir.string() + extra);
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
-  const std::string train = std::string(MG_BINARY) +
-                            " train --mock-data --seq-length 16 --micro-batch-size 2 "
-                            "--global-batch-size 4 --train-iters 4 --lr 1e-4 --log-interval 1 --load ";
+  const std::string train =
+      std::string(MG_BINARY) +
+      " train --mock-data --seq-length 16 --micro-batch-size 2 "
+      "--global-batch-size 4 --train-iters 4 --lr 1e-4 --log-interval 1 --load ";
   const auto one = testing::run_command(train + ck.string());
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::vector<double> want = testing::log_values(one.output, "lm loss");
@@ -278,9 +285,10 @@ TEST_F(HFLlamaConvert, TrainLoadTakesTheModelFromTheCheckpoint) {
   EXPECT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_EQ(testing::log_values(bf16.output, "lm loss").size(), 4u) << bf16.output;
   // generate --load rebuilds the model from the record too (a TP 2 x PP 2 checkpoint included).
-  const auto gen = testing::run_command(std::string(MG_BINARY) + " generate --load " +
-                                        ck22.string() + " --tokenizer-type NullTokenizer "
-                                        "--vocab-size 100 --prompt '1 2 3' --max-new-tokens 4");
+  const auto gen =
+      testing::run_command(std::string(MG_BINARY) + " generate --load " + ck22.string() +
+                           " --tokenizer-type NullTokenizer "
+                           "--vocab-size 100 --prompt '1 2 3' --max-new-tokens 4");
   EXPECT_EQ(gen.exit_code, 0) << gen.output;
   EXPECT_NE(gen.output.find("1 2 3 "), std::string::npos) << gen.output;
   const auto other = testing::run_command(train + ck.string() + " --num-layers 3");

@@ -61,12 +61,8 @@ void expect_parity(const std::string& encoding, const std::string& pattern, int6
   EXPECT_GT(tokens, 400000u);
 }
 
-TEST(TikTokenizer, Cl100kV1MatchesJsTiktoken) {
-  expect_parity("cl100k_base", "v1", 100256);
-}
-TEST(TikTokenizer, O200kV2MatchesJsTiktoken) {
-  expect_parity("o200k_base", "v2", 199998);
-}
+TEST(TikTokenizer, Cl100kV1MatchesJsTiktoken) { expect_parity("cl100k_base", "v1", 100256); }
+TEST(TikTokenizer, O200kV2MatchesJsTiktoken) { expect_parity("o200k_base", "v2", 199998); }
 
 }  // namespace
 }  // namespace mg

@@ -54,10 +54,8 @@ inline void expect_bf16_sums(const std::vector<uint16_t>& out, int64_t first, in
     double exact = 0, magnitude = 0;
     for (int r = 0; r < p; ++r) exact += input(r, i), magnitude += std::fabs(input(r, i));
     const double got = value(out[j]);
-    if (p == 2)
-      ASSERT_EQ(got, round_bf16(exact)) << "element " << i;
-    else
-      ASSERT_LE(std::fabs(got - exact), gamma * magnitude) << "element " << i;
+    if (p == 2) ASSERT_EQ(got, round_bf16(exact)) << "element " << i;
+    else ASSERT_LE(std::fabs(got - exact), gamma * magnitude) << "element " << i;
     rounded += got != exact;
   }
   // The inputs make most sums inexact in bf16: the test would see an fp32 sum.

@@ -20,13 +20,13 @@
 namespace mg::testing {
 
 struct BoundedRun {
-  int exit_code = -1;         // -1: killed at the limit
+  int exit_code = -1;  // -1: killed at the limit
   bool hit_limit = false;
-  std::string output;         // stdout + stderr
-  double seconds = 0;         // start to end
-  double after_marker = -1;   // marker's arrival to end (-1: no marker)
-  int leftovers = 0;          // processes still alive at the end (then killed)
-  bool marker_late = false;   // the marker had not come by its deadline (then killed)
+  std::string output;        // stdout + stderr
+  double seconds = 0;        // start to end
+  double after_marker = -1;  // marker's arrival to end (-1: no marker)
+  int leftovers = 0;         // processes still alive at the end (then killed)
+  bool marker_late = false;  // the marker had not come by its deadline (then killed)
 };
 
 // The live processes whose environment holds tag (SIGKILLed when kill_them); how many.
@@ -123,7 +123,8 @@ inline BoundedRun run_bounded(const std::string& cmd, double limit_seconds,
   }
   const Clock::time_point end = Clock::now();
   r.seconds = std::chrono::duration<double>(end - start).count();
-  if (marked != Clock::time_point{}) r.after_marker = std::chrono::duration<double>(end - marked).count();
+  if (marked != Clock::time_point{})
+    r.after_marker = std::chrono::duration<double>(end - marked).count();
   if (!r.hit_limit && !r.marker_late && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   close(fds[0]);
   // The job's processes end with it (an aborting MPI job takes a moment to reap its ranks).

@@ -74,8 +74,7 @@ inline std::vector<double> read_lines(const std::filesystem::path& p) {
 // Every model field by its Megatron name, with its exact value (floats as the f32 we use).
 inline nlohmann::json model_fields_json(const GPTConfig& c) {
   nlohmann::json j;
-  for (const ModelField& f : model_fields())
-    std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
+  for (const ModelField& f : model_fields()) std::visit([&](auto m) { j[f.key] = c.*m; }, f.member);
   return j;
 }
 
@@ -102,18 +101,23 @@ inline void check_pytorch_parity(const ParityCase& pc) {
   }
   write_bin(dir / "batches.bin", batches);
   write_bin(dir / "masks.bin", masks);
-  write_bin(dir / "params.bin", std::vector<float>(model.params(), model.params() + model.num_params()));
+  write_bin(dir / "params.bin",
+            std::vector<float>(model.params(), model.params() + model.num_params()));
   nlohmann::json manifest = nlohmann::json::array();
   for (const ParamSpec& p : model.layout().params())
     manifest.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
   std::ofstream(dir / "manifest.json") << manifest.dump();
   const OptimizerConfig& ac = pc.opt;
-  std::ofstream(dir / "config.json")
-      << nlohmann::json{{"model", model_fields_json(c)}, {"batch", B}, {"steps", steps},
-                        {"lr", pc.lr}, {"beta1", ac.beta1}, {"beta2", ac.beta2},
-                        {"adam_eps", ac.eps}, {"weight_decay", ac.weight_decay},
-                        {"clip_grad", ac.clip_grad}}
-             .dump();
+  std::ofstream(dir / "config.json") << nlohmann::json{
+      {"model", model_fields_json(c)},
+      {"batch", B},
+      {"steps", steps},
+      {"lr", pc.lr},
+      {"beta1", ac.beta1},
+      {"beta2", ac.beta2},
+      {"adam_eps", ac.eps},
+      {"weight_decay", ac.weight_decay},
+      {"clip_grad", ac.clip_grad}}.dump();
   auto r = run_command(std::string(MG_PYTHON) + " " + MG_SOURCE_DIR + "/tests/reference/" +
                        pc.script + " " + dir.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -136,7 +140,7 @@ inline void check_pytorch_parity(const ParityCase& pc) {
     for (int64_t t = 0; t < S; ++t)
       for (int64_t v = 0; v < V; ++v)
         logits_err = std::max(logits_err, std::fabs(double(model.logits(0)[(t * B + b) * V + v]) -
-                                                     ref_logits[size_t((b * S + t) * V + v)]));
+                                                    ref_logits[size_t((b * S + t) * V + v)]));
   EXPECT_LE(logits_err, 1e-4) << "logits max abs diff";
   model.backward(0, nullptr, 1.0f);
   const auto ref_grads = read_f64(dir / "grads.bin");

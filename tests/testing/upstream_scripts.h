@@ -27,8 +27,7 @@ struct UpstreamScript {
 inline const std::vector<UpstreamScript>& upstream_scripts() {
   static const std::vector<UpstreamScript> s = {
       {"gpt3_175b.args", "GPT-3 175B", "examples/gpt3/train_gpt3_175b_distributed.sh", "train"},
-      {"llama3_8b_fp8.args", "Llama-3 8B", "examples/llama/train_llama3_8b_h100_fp8.sh",
-       "train"},
+      {"llama3_8b_fp8.args", "Llama-3 8B", "examples/llama/train_llama3_8b_h100_fp8.sh", "train"},
       {"mixtral_8x7b.args", "Mixtral 8x7B", "examples/mixtral/train_mixtral_8x7b_distributed.sh",
        "train"},
       {"sc21.args", "SC21", "examples/academic_paper_scripts/sc21/ (CONFIG.sh + run_*.sh)",
@@ -49,8 +48,8 @@ inline std::string upstream_scripts_dir() {
 }
 
 // The list's arguments ('#' starts a comment), with @NAME@ replaced from `subst`.
-inline std::vector<std::string> script_tokens(const UpstreamScript& s,
-                                              const std::map<std::string, std::string>& subst = {}) {
+inline std::vector<std::string> script_tokens(
+    const UpstreamScript& s, const std::map<std::string, std::string>& subst = {}) {
   std::ifstream in(upstream_scripts_dir() + s.file);
   std::vector<std::string> out;
   std::string line;
@@ -76,11 +75,11 @@ inline std::vector<FlagUse> flag_uses(const std::vector<std::string>& tokens) {
 }
 
 enum class FlagClass {
-  Option,          // a real option of the command
-  NoOp,            // accepted, no effect (compat table)
-  DefaultOnly,     // accepted: its value is the default
-  NotYet,          // refused: not supported yet (incl. a default-only flag's other values)
-  Renamed,         // refused: removed upstream, the message names the current flag
+  Option,       // a real option of the command
+  NoOp,         // accepted, no effect (compat table)
+  DefaultOnly,  // accepted: its value is the default
+  NotYet,       // refused: not supported yet (incl. a default-only flag's other values)
+  Renamed,      // refused: removed upstream, the message names the current flag
   Unknown,
 };
 
@@ -138,8 +137,7 @@ inline std::vector<std::string> runnable_args(const std::string& command,
         for (std::string w; words >> w;) head.push_back(w);
         break;
       }
-      case FlagClass::NotYet:
-        continue;
+      case FlagClass::NotYet: continue;
     }
     out.insert(out.end(), head.begin(), head.end());
     out.insert(out.end(), u.values.begin(), u.values.end());
@@ -181,8 +179,7 @@ inline std::string compat_markdown() {
           if (const DefaultOnlyFlag* d = find_row(t.default_only, u.flag))
             row.second = std::string("honoured for ") + d->accepted +
                          " (the default); other values: not supported yet (" + d->what + ")";
-          else
-            row.second = std::string("not supported yet: ") + find_row(t.not_yet, u.flag)->what;
+          else row.second = std::string("not supported yet: ") + find_row(t.not_yet, u.flag)->what;
           break;
         case FlagClass::Renamed:
           row.second = std::string("removed upstream: use `") +

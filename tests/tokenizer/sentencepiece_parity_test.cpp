@@ -131,9 +131,10 @@ class Fixture {
     static const std::map<std::string, std::string> kModels = {
         {"bpe", "small.txt --model_type=bpe --vocab_size=2000"},
         // Llama 2's settings: no normalization, whitespace kept, digits split, byte fallback.
-        {"llama", "small.txt --model_type=bpe --vocab_size=2000 --byte_fallback=true "
-                  "--normalization_rule_name=identity --remove_extra_whitespaces=false "
-                  "--split_digits=true --allow_whitespace_only_pieces=true"},
+        {"llama",
+         "small.txt --model_type=bpe --vocab_size=2000 --byte_fallback=true "
+         "--normalization_rule_name=identity --remove_extra_whitespaces=false "
+         "--split_digits=true --allow_whitespace_only_pieces=true"},
         {"unigram", "tiny.txt --model_type=unigram --vocab_size=2000"},
         {"nobos", "tiny.txt --model_type=bpe --vocab_size=300 --bos_id=-1 --eos_id=-1"},
     };
@@ -255,8 +256,8 @@ TEST(SentencePiece, SentencePieceTokenizerSpecialTokens) {
   // The cut at special tokens (<extra_id_1> is not a prefix of "<extra_id_10>": it needs its '>').
   auto piece = [&](size_t k) -> const Ids& { return ref[line_of(kSpecialPieces[k])]; };
   Ids want_ids;
-  for (auto [k, special] : std::vector<std::pair<size_t, int32_t>>{
-           {0, 2000}, {1, 2002}, {2, 1}, {3, 2}, {4, 2015}}) {
+  for (auto [k, special] :
+       std::vector<std::pair<size_t, int32_t>>{{0, 2000}, {1, 2002}, {2, 1}, {3, 2}, {4, 2015}}) {
     want_ids.insert(want_ids.end(), piece(k).begin(), piece(k).end());
     want_ids.push_back(special);
   }
@@ -277,11 +278,13 @@ TEST(SentencePiece, ModelsWithoutBosOrEos) {
   EXPECT_EQ(sp.eos(), 306);
   EXPECT_EQ(sp.eod(), 302);
   // ...the others take BOS / EOD from the model and refuse one that lacks them.
-  const std::string llama = testing::usage_error_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kLlama2); });
+  const std::string llama =
+      testing::usage_error_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kLlama2); });
   EXPECT_NE(llama.find("--tokenizer-model '" + f.model("nobos") + "' has no beginning-of-sentence"),
-            std::string::npos) << llama;
-  const std::string gpt =
-      testing::usage_error_of([&] { SentencePieceTokenizer(f.model("nobos"), Kind::kGPTSentencePiece); });
+            std::string::npos)
+      << llama;
+  const std::string gpt = testing::usage_error_of(
+      [&] { SentencePieceTokenizer(f.model("nobos"), Kind::kGPTSentencePiece); });
   EXPECT_NE(gpt.find("has no end-of-sentence piece"), std::string::npos) << gpt;
 }
 
@@ -308,12 +311,16 @@ TEST(SentencePiece, BadInputNamesTheFlagAndFile) {
             std::string::npos);
   cfg.tokenizer_model = nobos;
   cfg.vocab_extra_ids = 2;
-  EXPECT_NE(testing::usage_error_of([&] { make_tokenizer(cfg); }).find("--vocab-extra-ids applies to"),
+  EXPECT_NE(testing::usage_error_of([&] {
+              make_tokenizer(cfg);
+            }).find("--vocab-extra-ids applies to"),
             std::string::npos);
   cfg.tokenizer_type = "SentencePieceTokenizer";
   auto tok = make_tokenizer(cfg);  // 300 pieces + 7 special tokens + 2 extra ids
   EXPECT_EQ(tok->vocab_size(), 309);
-  EXPECT_NE(testing::usage_error_of([&] { tok->decode({5, 309}); }).find("token id 309 is outside"),
+  EXPECT_NE(testing::usage_error_of([&] {
+              tok->decode({5, 309});
+            }).find("token id 309 is outside"),
             std::string::npos);
   EXPECT_NE(testing::usage_error_of([&] { tok->decode({-1}); }).find("token id -1 is outside"),
             std::string::npos);
@@ -363,17 +370,20 @@ TEST(SentencePiece, PreprocessWithLlama2Tokenizer) {
 TEST(SentencePiece, TrainAndGenerateWithLlama2Tokenizer) {
   Fixture& f = fixture();
   const std::string data = preprocess_llama(f, 2000);
-  const std::string model = " --num-layers 1 --hidden-size 32 --num-attention-heads 2"
-                            " --seq-length 32 --max-position-embeddings 32";
+  const std::string model =
+      " --num-layers 1 --hidden-size 32 --num-attention-heads 2"
+      " --seq-length 32 --max-position-embeddings 32";
   const std::string train = std::string(MG_BINARY) + " train" + model +
                             " --micro-batch-size 2 --global-batch-size 2 --train-iters 3 --lr 1e-3"
                             " --log-interval 1 --eval-interval 0 --split 98,1,1 --eod-mask-loss"
-                            " --reset-position-ids --reset-attention-mask --data-path " + data;
-  const auto sp = testing::run_command(train + " --tokenizer-type Llama2Tokenizer --tokenizer-model " +
-                                       f.model("llama") + " --dump-final-params " +
-                                       f.dir.str("p.bin"));
+                            " --reset-position-ids --reset-attention-mask --data-path " +
+                            data;
+  const auto sp =
+      testing::run_command(train + " --tokenizer-type Llama2Tokenizer --tokenizer-model " +
+                           f.model("llama") + " --dump-final-params " + f.dir.str("p.bin"));
   ASSERT_EQ(sp.exit_code, 0) << sp.output;
-  const auto null = testing::run_command(train + " --tokenizer-type NullTokenizer --vocab-size 2000");
+  const auto null =
+      testing::run_command(train + " --tokenizer-type NullTokenizer --vocab-size 2000");
   ASSERT_EQ(null.exit_code, 0) << null.output;
   auto params = [](const std::string& log) {
     const size_t at = log.find("number of parameters");

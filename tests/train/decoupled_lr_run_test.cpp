@@ -57,10 +57,8 @@ TEST(DecoupledLRRun, ZeroRateFreezesTheEmbeddingAndOutputLayerOnly) {
     const auto trained = final_params(ranks, 4, "--decoupled-lr 0 " + layout.substr(2));
     ASSERT_EQ(trained.size(), init.size()) << layout;
     for (const auto& [name, values] : trained)
-      if (decoupled(name))
-        EXPECT_EQ(values, init.at(name)) << name << " moved, np " << layout;
-      else
-        EXPECT_NE(values, init.at(name)) << name << " did not move, np " << layout;
+      if (decoupled(name)) EXPECT_EQ(values, init.at(name)) << name << " moved, np " << layout;
+      else EXPECT_NE(values, init.at(name)) << name << " did not move, np " << layout;
   }
   init = final_params(1, 1, "--lr 0 --min-lr 0");
   const auto coupled = final_params(1, 4, "");

@@ -84,7 +84,8 @@ void expect_golden(const std::string& name, const std::string& log) {
     const std::vector<double> a = numbers(got[i]), b = numbers(want[i]);
     ASSERT_EQ(a.size(), b.size()) << got[i] << " vs " << want[i];
     for (size_t k = 0; k < a.size(); ++k)  // grad norms print 3 decimals
-      EXPECT_NEAR(a[k], b[k], std::max(1e-5 * std::fabs(b[k]), 1.5e-3)) << got[i] << " vs " << want[i];
+      EXPECT_NEAR(a[k], b[k], std::max(1e-5 * std::fabs(b[k]), 1.5e-3))
+          << got[i] << " vs " << want[i];
   }
 }
 

@@ -34,7 +34,8 @@ struct Layout {
   int ranks;
   const char* flags;
 };
-const Layout kTp2Pp2{"tp2pp2", 4, " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"};
+const Layout kTp2Pp2{"tp2pp2", 4,
+                     " --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"};
 const Layout kDp2{"dp2_distopt", 2, " --use-distributed-optimizer"};
 
 struct Case {
@@ -55,12 +56,12 @@ TEST_P(NoHang, StoppedRankEndsTheJobNamingIt) {
   const testing::TempDir d("mg_nohang");
   const std::string ckpt = (d.path / "ck").string();
   const std::string save = in_save ? " --save " + ckpt + " --save-interval 1" : "";
-  const std::string stop = std::to_string(c.rank) + ":" + c.site + ":" +
-                           std::to_string(kStopIteration);
-  const testing::BoundedRun r = testing::run_bounded(
-      "MG_FAULT_STOP=" + stop + " " + testing::mpirun_prefix(c.layout.ranks) + MG_BINARY +
-          kModel + c.layout.flags + save + kTimeoutFlag,
-      120, "MG_FAULT_STOP: rank");
+  const std::string stop =
+      std::to_string(c.rank) + ":" + c.site + ":" + std::to_string(kStopIteration);
+  const testing::BoundedRun r =
+      testing::run_bounded("MG_FAULT_STOP=" + stop + " " + testing::mpirun_prefix(c.layout.ranks) +
+                               MG_BINARY + kModel + c.layout.flags + save + kTimeoutFlag,
+                           120, "MG_FAULT_STOP: rank");
   ASSERT_FALSE(r.hit_limit) << "the job hung\n" << r.output;
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(r.leftovers, 0) << "processes outlived the job";
@@ -79,22 +80,22 @@ TEST_P(NoHang, StoppedRankEndsTheJobNamingIt) {
   // The stopped rank is named among those that do not answer the census (alone, or beside a
   // rank that was itself busy past the census grace on a loaded machine: "ranks [1,2]").
   const std::string k = std::to_string(c.rank);
-  EXPECT_TRUE(std::regex_search(
-      r.output, std::regex("not responding: (rank " + k + " \\(|ranks \\[([0-9]+,)*" + k +
-                           "(,[0-9]+)*\\])")))
+  EXPECT_TRUE(
+      std::regex_search(r.output, std::regex("not responding: (rank " + k +
+                                             " \\(|ranks \\[([0-9]+,)*" + k + "(,[0-9]+)*\\])")))
       << r.output;
-  std::printf("%s: rank %d stopped in %s: job ended %.2f s after the stop\n", c.layout.name,
-              c.rank, c.site, r.after_marker);
+  std::printf("%s: rank %d stopped in %s: job ended %.2f s after the stop\n", c.layout.name, c.rank,
+              c.site, r.after_marker);
   if (!in_save) return;
   // The save of iteration 3 never completed: iteration 2 is the latest, and it loads.
   std::ifstream latest(ckpt + "/latest_checkpointed_iteration.txt");
   int iteration = 0;
   latest >> iteration;
   EXPECT_EQ(iteration, kStopIteration - 1);
-  const testing::BoundedRun resumed = testing::run_bounded(
-      testing::mpirun_prefix(c.layout.ranks) + MG_BINARY + kModel + c.layout.flags + " --load " +
-          ckpt + kTimeoutFlag,
-      120);
+  const testing::BoundedRun resumed =
+      testing::run_bounded(testing::mpirun_prefix(c.layout.ranks) + MG_BINARY + kModel +
+                               c.layout.flags + " --load " + ckpt + kTimeoutFlag,
+                           120);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("iter_0000002' (iteration 2,"), std::string::npos)
       << resumed.output;

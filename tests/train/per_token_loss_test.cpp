@@ -34,10 +34,11 @@ std::string dataset(const testing::TempDir& dir) {
     jsonl << "{\"text\": \"" << text << "\"}\n";
   }
   jsonl.close();
-  const auto r = testing::run_command(std::string(MG_BINARY) + " preprocess --input " +
-                                      dir.str("docs.jsonl") + " --output-prefix " +
-                                      dir.str("null") + " --tokenizer-type NullTokenizer"
-                                      " --vocab-size 511 --append-eod --workers 1");
+  const auto r =
+      testing::run_command(std::string(MG_BINARY) + " preprocess --input " + dir.str("docs.jsonl") +
+                           " --output-prefix " + dir.str("null") +
+                           " --tokenizer-type NullTokenizer"
+                           " --vocab-size 511 --append-eod --workers 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir.str("null_text_document");
 }
@@ -45,10 +46,12 @@ std::string dataset(const testing::TempDir& dir) {
 std::vector<double> run_losses(const std::string& data, int ranks, const std::string& flags) {
   const std::string cmd =
       (ranks > 1 ? testing::mpirun_prefix(ranks) : std::string()) + MG_BINARY +
-      " train --data-path " + data + " --tokenizer-type NullTokenizer --vocab-size 511"
+      " train --data-path " + data +
+      " --tokenizer-type NullTokenizer --vocab-size 511"
       " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64"
       " --global-batch-size 4 --train-iters 8 --lr 1e-2 --log-interval 1 --eod-mask-loss"
-      " --split 100,0,0 --seed 7 " + flags;
+      " --split 100,0,0 --seed 7 " +
+      flags;
   const auto r = testing::run_command("timeout 300 " + cmd);
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   return testing::log_values(r.output, "lm loss");
@@ -66,17 +69,18 @@ TEST(PerTokenLoss, IndependentOfMicroBatchingAndLayout) {
     max_gap = std::max(max_gap, std::abs(means[i] - whole[i]) / whole[i]);
   EXPECT_GT(max_gap, 5e-5) << "the masks must differ between micro-batches for this test to "
                               "tell the two losses apart";
-  for (const auto& [ranks, flags] :
-       std::vector<std::pair<int, std::string>>{
+  for (const auto& [ranks, flags] : std::vector<std::pair<int, std::string>>{
            {1, "--micro-batch-size 1"},
            {2, "--micro-batch-size 1"},
-           {4, "--micro-batch-size 1 --tensor-model-parallel-size 2 "
-               "--pipeline-model-parallel-size 2"},
+           {4,
+            "--micro-batch-size 1 --tensor-model-parallel-size 2 "
+            "--pipeline-model-parallel-size 2"},
            {2, "--micro-batch-size 1 --use-distributed-optimizer"}}) {
     const auto l = run_losses(data, ranks, flags + " --calculate-per-token-loss");
     ASSERT_EQ(l.size(), whole.size()) << flags;
     for (size_t i = 0; i < l.size(); ++i)
-      EXPECT_NEAR(l[i], whole[i], 5e-6 * whole[i]) << ranks << " ranks, " << flags << ", step " << i;
+      EXPECT_NEAR(l[i], whole[i], 5e-6 * whole[i])
+          << ranks << " ranks, " << flags << ", step " << i;
   }
 }
 

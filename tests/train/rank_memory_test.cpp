@@ -8,7 +8,6 @@
 
 #include "testing/usage_error.h"
 
-
 namespace mg {
 namespace {
 
@@ -110,8 +109,9 @@ TEST(RankMemory, RefusesWhatCannotFitWithTheBytesAndTheFlags) {
   EXPECT_EQ(refusal(c, -1), "(no UsageError)");  // unknown: nothing to check against
   const std::string m = refusal(c, need - 1);
   EXPECT_EQ(m.substr(0, 6), "needs ") << m;
-  for (const char* part : {" on rank 0 (params ", "driven by --num-layers 4, --hidden-size 32",
-                           "--seq-length 16, --micro-batch-size 2", "available (host MemAvailable)"})
+  for (const char* part :
+       {" on rank 0 (params ", "driven by --num-layers 4, --hidden-size 32",
+        "--seq-length 16, --micro-batch-size 2", "available (host MemAvailable)"})
     EXPECT_NE(m.find(part), std::string::npos) << part << "\n" << m;
 
   // 8 TB (483 billion parameters: 1.76 TiB each of params and grads, twice that of Adam
@@ -125,7 +125,9 @@ TEST(RankMemory, RefusesWhatCannotFitWithTheBytesAndTheFlags) {
   const int64_t live = tensor_bytes_live();
   const std::string b = refusal(big, int64_t(1) << 40);
   EXPECT_EQ(tensor_bytes_live(), live);
-  EXPECT_NE(b.find(" TiB on rank 0 (params 1.76 TiB, grads 1.76 TiB, optimizer 3.52 TiB"), std::string::npos) << b;
+  EXPECT_NE(b.find(" TiB on rank 0 (params 1.76 TiB, grads 1.76 TiB, optimizer 3.52 TiB"),
+            std::string::npos)
+      << b;
   EXPECT_NE(b.find("only 1.00 TiB available"), std::string::npos) << b;
 }
 

@@ -96,11 +96,13 @@ TEST(TensorBoardE2E, EveryTagEqualsTheLogLines) {
       std::string(MG_BINARY) + kModel +
       " --train-iters 12 --log-interval 1 --eval-interval 6 --eval-iters 2 --fp16"
       " --initial-loss-scale 4096 --loss-scale-window 3 --timing-log-level 1"
-      " --tensorboard-dir " + (d / "tb").string() +
+      " --tensorboard-dir " +
+      (d / "tb").string() +
       " --log-params-norm --log-num-zeros-in-grad --log-validation-ppl-to-tensorboard"
       " --log-timers-to-tensorboard --log-throughput --log-memory-to-tensorboard"
       " --log-world-size-to-tensorboard"
-      " --dump-final-params " + (d / "p.bin").string());
+      " --dump-final-params " +
+      (d / "p.bin").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const EventFile f = read_events(d / "tb");
   EXPECT_EQ(f.version, "brain.Event:2");
@@ -127,8 +129,7 @@ TEST(TensorBoardE2E, EveryTagEqualsTheLogLines) {
     ASSERT_TRUE(e.count(tag) && e.at(tag).count(i)) << tag << " at " << i;
     if (digit > 0)
       expect_printed(e.at(tag).at(i), printed, digit, tag + " at " + std::to_string(i));
-    else
-      expect_printed_e(e.at(tag).at(i), printed, tag + " at " + std::to_string(i));
+    else expect_printed_e(e.at(tag).at(i), printed, tag + " at " + std::to_string(i));
     const std::string twin = tag + " vs samples";
     ASSERT_TRUE(e.count(twin) && e.at(twin).count(i * G)) << twin << " at " << i * G;
     EXPECT_EQ(e.at(twin).at(i * G), e.at(tag).at(i)) << twin;
@@ -162,7 +163,8 @@ TEST(TensorBoardE2E, EveryTagEqualsTheLogLines) {
   // Validation at 6 and 12, then after training (as Megatron) the last validation and the test
   // evaluation at 12, all under the validation tags: loss and PPL as printed, in that order,
   // each also against the consumed training samples (Megatron's x axis).
-  const auto vloss = log_values(r.output, "lm loss value"), vppl = log_values(r.output, "lm loss PPL");
+  const auto vloss = log_values(r.output, "lm loss value"),
+             vppl = log_values(r.output, "lm loss PPL");
   ASSERT_EQ(vloss.size(), 4u) << r.output;
   ASSERT_EQ(vppl.size(), 4u);
   EXPECT_NE(r.output.find("validation loss at iteration 12 on validation set"), std::string::npos);
@@ -229,7 +231,8 @@ TEST_P(TensorBoardLayout, LastRankWritesWhatTheLogSaysAndOneRankStatistics) {
              lr = testing::log_values(many.output, "learning rate"),
              zeros = testing::log_values(many.output, "num zeros"),
              pnorm = testing::log_values(many.output, "params norm");
-  for (const auto* v : {&loss, &gnorm, &lr, &zeros, &pnorm}) ASSERT_EQ(v->size(), 6u) << many.output;
+  for (const auto* v : {&loss, &gnorm, &lr, &zeros, &pnorm})
+    ASSERT_EQ(v->size(), 6u) << many.output;
   for (int64_t i = 1; i <= 6; ++i) {
     const size_t k = size_t(i - 1);
     expect_printed_e(b.at("lm loss").at(i), loss[k], "lm loss");
@@ -260,7 +263,8 @@ TEST(TensorBoardE2E, KilledRunKeepsEveryFlushedInterval) {
   const auto r = testing::run_command(
       "MG_FAULT_STOP=0:forward:13 " + std::string(MG_BINARY) + kModel +
       " --train-iters 100 --log-interval 5 --tensorboard-dir " + (d / "tb").string() + " > " +
-      (d / "log").string() + " 2>&1 & p=$!; s=; for i in $(seq 1200); do"
+      (d / "log").string() +
+      " 2>&1 & p=$!; s=; for i in $(seq 1200); do"
       " s=$(awk '{print $3}' /proc/$p/stat 2>/dev/null); [ \"$s\" = T ] && break; sleep 0.05;"
       " done; { kill -9 $p; wait $p; } 2>/dev/null; echo \"state $s\"");
   ASSERT_NE(r.output.find("state T"), std::string::npos) << r.output;

@@ -29,15 +29,24 @@ TEST(TensorBoard, ScalarEventBytes) {
   // wall_time 1.5 (field 1, fixed64), step 7 (field 2, varint), summary (field 5) holding one
   // value {tag "lm loss" (field 1), simple_value 2.0f (field 2, fixed32)}.
   EXPECT_EQ(hex(scalar_event(1.5, 7, "lm loss", 2.0f)),
-            "09000000000000f83f" "1007" "2a10" "0a0e" "0a076c6d206c6f7373" "1500000040");
+            "09000000000000f83f"
+            "1007"
+            "2a10"
+            "0a0e"
+            "0a076c6d206c6f7373"
+            "1500000040");
   // A step past 127 takes a multi-byte varint: 300 = 0xac 0x02.
-  EXPECT_EQ(hex(scalar_event(0.0, 300, "x", 0.0f)).substr(0, 24), "0900000000000000001" "0ac02");
+  EXPECT_EQ(hex(scalar_event(0.0, 300, "x", 0.0f)).substr(0, 24),
+            "0900000000000000001"
+            "0ac02");
 }
 
 TEST(TensorBoard, FileVersionEventBytes) {
   // No step field (proto3 leaves zero out); file_version is field 3.
   EXPECT_EQ(hex(file_version_event(0.0)),
-            "090000000000000000" "1a0d" + hex("brain.Event:2"));
+            "090000000000000000"
+            "1a0d" +
+                hex("brain.Event:2"));
 }
 
 TEST(TensorBoard, RecordFraming) {
@@ -56,21 +65,20 @@ TEST(TensorBoard, RecordFraming) {
 }
 
 TEST(TensorBoard, WriterQueuesUntilFlush) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("mg_tb_unit_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mg_tb_unit_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::string path;
   {
     TensorBoardWriter w(dir.string(), /*queue_size=*/3);
     path = w.path();
-    EXPECT_EQ(std::filesystem::path(path).filename().string().rfind("events.out.tfevents.", 0),
-              0u);
+    EXPECT_EQ(std::filesystem::path(path).filename().string().rfind("events.out.tfevents.", 0), 0u);
     const auto version_only = std::filesystem::file_size(path);  // written and flushed at once
     EXPECT_EQ(version_only, 12 + file_version_event(0.0).size() + 4);
     w.add_scalar("a", 1.0, 1);
     w.add_scalar("a", 2.0, 2);
     EXPECT_EQ(std::filesystem::file_size(path), version_only);  // queued
-    w.add_scalar("a", 3.0, 3);  // the third fills the queue
+    w.add_scalar("a", 3.0, 3);                                  // the third fills the queue
     EXPECT_GT(std::filesystem::file_size(path), version_only);
     const auto three = std::filesystem::file_size(path);
     w.add_scalar("a", 4.0, 4);

@@ -14,7 +14,8 @@ namespace {
 std::vector<double> losses(const std::string& log) {
   std::vector<double> v;
   const std::regex re(R"(\| lm loss: ([0-9.E+-]+) \|)");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+       ++it)
     v.push_back(std::stod((*it)[1]));
   return v;
 }
@@ -84,14 +85,18 @@ void expect_generate_continues_the_count(const std::string& model) {
   ASSERT_EQ(g.exit_code, 0) << g.output;
   EXPECT_EQ(g.output.substr(0, g.output.find('\n')), "10 11 12 13 14 15 16 17 18") << g.output;
   // The same from the checkpoint, whose metadata gives the model shape.
-  auto c = testing::run_command(std::string(MG_BINARY) + " generate --tokenizer-type NullTokenizer"
-                                " --vocab-size 256 --load " + dir + "/ck --prompt '10 11 12 13 14'"
+  auto c = testing::run_command(std::string(MG_BINARY) +
+                                " generate --tokenizer-type NullTokenizer"
+                                " --vocab-size 256 --load " +
+                                dir +
+                                "/ck --prompt '10 11 12 13 14'"
                                 " --max-new-tokens 4");
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_EQ(c.output.substr(c.output.find("10 11")), g.output) << c.output;
   auto bad = testing::run_command(std::string(MG_BINARY) + " generate" + model +
                                   " --num-layers 3 --tokenizer-type NullTokenizer"
-                                  " --load-params " + dir + "/p.bin --prompt 1");
+                                  " --load-params " +
+                                  dir + "/p.bin --prompt 1");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--load-params"), std::string::npos) << bad.output;
   std::filesystem::remove_all(dir);
@@ -118,8 +123,9 @@ TEST(TrainE2E, GenerateContinuesTheLearnedSequenceWithALlama) {
 TEST(TrainE2E, NoPositionEmbeddingKeepsRope) {
   const std::string run = kRun + " --train-iters 5 --lr-warmup-iters 1 --log-interval 1";
   const auto rope = testing::run_command(run + " --position-embedding-type rope");
-  const auto rope_no_pe = testing::run_command(run + " --no-position-embedding"
-                                                     " --position-embedding-type rope");
+  const auto rope_no_pe = testing::run_command(run +
+                                               " --no-position-embedding"
+                                               " --position-embedding-type rope");
   const auto none = testing::run_command(run + " --position-embedding-type none");
   const auto no_pe = testing::run_command(run + " --no-position-embedding");
   for (const auto* r : {&rope, &rope_no_pe, &none, &no_pe}) ASSERT_EQ(r->exit_code, 0) << r->output;

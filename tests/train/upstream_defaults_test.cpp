@@ -48,7 +48,8 @@ void write_datasets(const TempDir& dir) {
 // 2 + 2 * floor(c / 4). Iterations: the ramp's while c <= 12 (c = 0, 2, 4, 8 -> batches 2, 2,
 // 4, 6; c = 14), then (40 - 14) // 8 = 3 of 8: 7 in all, 38 samples consumed.
 TEST(UpstreamDefaultsRun, SampleBasedRunRampsTheBatchUp) {
-  const auto r = testing::run_command(kMock + " --train-samples 40 --global-batch-size 8 "
+  const auto r = testing::run_command(kMock +
+                                      " --train-samples 40 --global-batch-size 8 "
                                       "--rampup-batch-size 2 2 12 --lr-warmup-samples 4 "
                                       "--lr-decay-samples 30");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -70,7 +71,8 @@ TEST(UpstreamDefaultsRun, SampleBasedRunRampsTheBatchUp) {
   EXPECT_NEAR(lr[3], 1e-3 * (1 - 4.0 / 26), 1e-9);
   EXPECT_NEAR(lr[4], 1e-3 * (1 - 10.0 / 26), 1e-9);
   // Iteration-based runs take no ramp, as upstream.
-  const auto it = testing::run_command(kMock + " --train-iters 4 --global-batch-size 8 "
+  const auto it = testing::run_command(kMock +
+                                       " --train-iters 4 --global-batch-size 8 "
                                        "--rampup-batch-size 2 2 12");
   EXPECT_EQ(it.exit_code, 2) << it.output;
   EXPECT_NE(it.output.find("--rampup-batch-size needs sample-based training"), std::string::npos)
@@ -79,7 +81,8 @@ TEST(UpstreamDefaultsRun, SampleBasedRunRampsTheBatchUp) {
 
 // Upstream resets its skipped- and nan-iteration counts after each log line.
 TEST(UpstreamDefaultsRun, SkippedIterationsAreCountedPerLogInterval) {
-  const auto r = testing::run_command(kMock + " --train-iters 6 --global-batch-size 2 "
+  const auto r = testing::run_command(kMock +
+                                      " --train-iters 6 --global-batch-size 2 "
                                       "--log-interval 2 --fp16 --initial-loss-scale 128 "
                                       "--inject-grad-overflow 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -94,10 +97,11 @@ TEST(UpstreamDefaultsRun, SkippedIterationsAreCountedPerLogInterval) {
 TEST(UpstreamDefaultsRun, ValidationAndTestRunAfterTraining) {
   TempDir dir;
   write_datasets(dir);
-  const std::string run = kTiny + " --tokenizer-type NullTokenizer --vocab-size 64"
+  const std::string run = kTiny +
+                          " --tokenizer-type NullTokenizer --vocab-size 64"
                           " --global-batch-size 2 --train-iters 4 --eval-iters 3"
-                          " --train-data-path " + dir.str("a") +
-                          " --valid-data-path " + dir.str("b") +
+                          " --train-data-path " +
+                          dir.str("a") + " --valid-data-path " + dir.str("b") +
                           " --test-data-path " + dir.str("b");
   const auto r = testing::run_command(run + " --eval-interval 10");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -114,10 +118,11 @@ TEST(UpstreamDefaultsRun, ValidationAndTestRunAfterTraining) {
   ASSERT_EQ(e.exit_code, 0) << e.output;
   EXPECT_EQ(log_values(e.output, "lm loss value").size(), 4u) << e.output;
   // Without --test-data-path there is no test split, and no test line.
-  const auto n = testing::run_command(kTiny + " --tokenizer-type NullTokenizer --vocab-size 64"
+  const auto n = testing::run_command(kTiny +
+                                      " --tokenizer-type NullTokenizer --vocab-size 64"
                                       " --global-batch-size 2 --train-iters 2 --eval-iters 1"
-                                      " --eval-interval 2 --train-data-path " + dir.str("a") +
-                                      " --valid-data-path " + dir.str("b"));
+                                      " --eval-interval 2 --train-data-path " +
+                                      dir.str("a") + " --valid-data-path " + dir.str("b"));
   ASSERT_EQ(n.exit_code, 0) << n.output;
   EXPECT_EQ(n.output.find("on test set"), std::string::npos) << n.output;
   EXPECT_NE(n.output.find("on validation set"), std::string::npos) << n.output;
@@ -128,7 +133,8 @@ TEST(UpstreamDefaultsRun, ValidationAndTestRunAfterTraining) {
 TEST(UpstreamDefaultsRun, IndexCacheDefaultsToTheDatasetsPrefixDirectory) {
   TempDir dir;
   write_datasets(dir);
-  const auto r = testing::run_command(kTiny + " --tokenizer-type NullTokenizer --vocab-size 64"
+  const auto r = testing::run_command(kTiny +
+                                      " --tokenizer-type NullTokenizer --vocab-size 64"
                                       " --global-batch-size 2 --train-iters 2 --eval-iters 1"
                                       " --eval-interval 2 --split 90,5,5 --data-path " +
                                       dir.str("a"));
@@ -138,7 +144,10 @@ TEST(UpstreamDefaultsRun, IndexCacheDefaultsToTheDatasetsPrefixDirectory) {
   for (const auto& e : fs::directory_iterator(cache)) {
     const std::string name = e.path().filename().string();
     for (int s = 0; s < 3; ++s)
-      if (name.find(std::string("-GPTDataset-") + (s == 0 ? "train" : s == 1 ? "valid" : "test") +
+      if (name.find(std::string("-GPTDataset-") +
+                    (s == 0   ? "train"
+                     : s == 1 ? "valid"
+                              : "test") +
                     "-shuffle_index.npy") != std::string::npos)
         ++found[s];
   }

@@ -87,8 +87,7 @@ void unpack_head(const Heads& dst, int64_t b, int64_t h, int64_t B, int64_t S, i
   float* x = static_cast<float*>(dst.data) + dst.offset(b, h, HD);
   const int64_t ld = B * dst.row_stride;
   for (int64_t t = 0; t < S; ++t) {
-    if (write == GradWrite::Set)
-      std::copy(panel + t * HD, panel + (t + 1) * HD, x + t * ld);
+    if (write == GradWrite::Set) std::copy(panel + t * HD, panel + (t + 1) * HD, x + t * ld);
     else
       for (int64_t e = 0; e < HD; ++e) x[t * ld + e] += panel[t * HD + e];
   }
@@ -281,8 +280,7 @@ void attention_backward(const Heads& dq_heads, const Heads& dk_heads, const Head
               float* pr = p + r * kCols;
               if (L[t0 + r] == kNegInf)  // a row that sees no key: P = 0, not exp(-inf + inf)
                 std::fill(pr, pr + nc, 0.f);
-              else
-                exp_shifted(pr, pr, L[t0 + r], nc);
+              else exp_shifted(pr, pr, L[t0 + r], nc);
             }
             float* ds = w.dp.data();
             if (!a.dropout.active()) {

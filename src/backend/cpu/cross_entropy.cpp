@@ -24,24 +24,24 @@ void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shi
   for (int64_t n = 0; n < N; ++n) sum_exp[n] = float(sum_exp_shifted(logits + n * V, shift[n], V));
 }
 
-void cross_entropy_target_logit(float* target_logit, const float* logits,
-                                const int32_t* targets, int64_t v_begin, int64_t N, int64_t V) {
+void cross_entropy_target_logit(float* target_logit, const float* logits, const int32_t* targets,
+                                int64_t v_begin, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = int64_t(targets[n]) - v_begin;
     target_logit[n] = targets[n] >= 0 && t >= 0 && t < V ? logits[n * V + t] : 0.f;
   }
 }
 
-void cross_entropy_combine(float* losses, float* lse, const float* row_max,
-                           const float* sum_exp, const int32_t* targets, int64_t N) {
+void cross_entropy_combine(float* losses, float* lse, const float* row_max, const float* sum_exp,
+                           const int32_t* targets, int64_t N) {
   for (int64_t n = 0; n < N; ++n) {
     lse[n] = row_max[n] + std::log(sum_exp[n]);
     losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
   }
 }
 
-void cross_entropy_forward(float* losses, float* lse, const float* logits,
-                           const int32_t* targets, int64_t N, int64_t V) {
+void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                           int64_t N, int64_t V) {
   cross_entropy_row_max(lse, logits, N, V);
   cross_entropy_sum_exp(losses, logits, lse, N, V);
   for (int64_t n = 0; n < N; ++n) lse[n] += std::log(losses[n]);

@@ -100,16 +100,17 @@ bool native_lowp_gemm(DType dtype) {
 
 void gemm_lowp(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t lda, Mat B,
                int64_t ldb, bool accumulate, float* C, int64_t ldc) {
-  MG_CHECK(A.dtype == B.dtype && A.dtype != DType::F32, "gemm_lowp operands ",
-           dtype_name(A.dtype), " x ", dtype_name(B.dtype));
+  MG_CHECK(A.dtype == B.dtype && A.dtype != DType::F32, "gemm_lowp operands ", dtype_name(A.dtype),
+           " x ", dtype_name(B.dtype));
   if (M == 0 || N == 0) return;
   if (Prim* p = primitive({ta, tb, accumulate, M, N, K, lda, ldb, ldc, A.dtype})) {
     static thread_local dnnl::stream strm(engine());
     memory a(p->a, engine(), const_cast<void*>(A.data));
     memory b(p->b, engine(), const_cast<void*>(B.data));
     memory c(p->c, engine(), C);
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a},
+                                         {DNNL_ARG_WEIGHTS, b},
+                                         {DNNL_ARG_DST, c}};
     static thread_local std::vector<char> scratch_bytes;
     if (const size_t n = p->scratchpad.get_size()) {
       if (scratch_bytes.size() < n) scratch_bytes.resize(n);
@@ -146,8 +147,7 @@ void linear_forward(MatOut out16, Mat inp, Mat weight, const float* bias, int64_
   if (inp.dtype == DType::F32)
     gemm(false, true, N, OUT, IN, 1.0f, static_cast<const float*>(inp.data), IN,
          static_cast<const float*>(weight.data), IN, bias ? 1.0f : 0.0f, out, OUT);
-  else
-    gemm_lowp(false, true, N, OUT, IN, inp, IN, weight, IN, bias != nullptr, out, OUT);
+  else gemm_lowp(false, true, N, OUT, IN, inp, IN, weight, IN, bias != nullptr, out, OUT);
   store_result(out16, out, N * OUT);
 }
 

@@ -63,8 +63,8 @@ void row_pieces(int64_t r0, int64_t r1, int64_t min_piece, F&& f) {
 // thread: as wide as that allows (and at least 64 columns, or all of them).
 int64_t block_width(int64_t pieces, int64_t cols) {
   const int64_t want = kTilesPerThread * omp_get_max_threads();
-  const int64_t blocks = std::max<int64_t>(
-      1, std::min((want + pieces - 1) / std::max<int64_t>(pieces, 1), cols / 64));
+  const int64_t blocks =
+      std::max<int64_t>(1, std::min((want + pieces - 1) / std::max<int64_t>(pieces, 1), cols / 64));
   return (cols + blocks - 1) / blocks;
 }
 
@@ -75,8 +75,9 @@ int64_t block_width(int64_t pieces, int64_t cols) {
 std::vector<Tile> row_tiles(const std::vector<int64_t>& first, int64_t cols, DType t) {
   std::vector<Tile> pieces;
   for (size_t g = 0; g + 1 < first.size(); ++g)
-    row_pieces(first[g], first[g + 1], t == DType::F32 ? kRows : 1,
-               [&](int64_t r0, int64_t r1) { pieces.push_back({int64_t(g), r0, r1, 0, cols}); });
+    row_pieces(first[g], first[g + 1], t == DType::F32 ? kRows : 1, [&](int64_t r0, int64_t r1) {
+      pieces.push_back({int64_t(g), r0, r1, 0, cols});
+    });
   const int64_t width = block_width(int64_t(pieces.size()), cols);
   std::vector<Tile> tiles;
   for (const Tile& p : pieces)
@@ -87,8 +88,7 @@ std::vector<Tile> row_tiles(const std::vector<int64_t>& first, int64_t cols, DTy
 
 // Rows [r0, r1) x columns [c0, c1) of a 16-bit matrix m with row length ld, widened into this
 // thread's buffer `slot` as a dense f32 block.
-const float* widened(Mat m, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
-                     int slot) {
+const float* widened(Mat m, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int slot) {
   thread_local std::vector<float> bufs[2];
   std::vector<float>& b = bufs[slot];
   const int64_t w = c1 - c0;
@@ -110,8 +110,7 @@ void tile_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, Mat A, int64_t
   if (A.dtype == DType::F32)
     gemm(ta, tb, M, N, K, 1.f, static_cast<const float*>(A.data), lda,
          static_cast<const float*>(B.data), ldb, accumulate ? 1.f : 0.f, C, ldc);
-  else
-    gemm_lowp(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
+  else gemm_lowp(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc);
 }
 
 }  // namespace
@@ -141,8 +140,8 @@ void grouped_linear_forward(MatOut out16, Mat inp, const void* const* weights,
     for (int64_t n = t.m0; b && n < t.m1; ++n)
       std::memcpy(out + n * OUT + t.n0, b + t.n0, size_t(t.n1 - t.n0) * sizeof(float));
     tile_gemm(false, true, t.m1 - t.m0, t.n1 - t.n0, IN, at(inp, t.m0 * IN), IN,
-              at({weights[t.g], inp.dtype}, t.n0 * IN), IN, b != nullptr,
-              out + t.m0 * OUT + t.n0, OUT);
+              at({weights[t.g], inp.dtype}, t.n0 * IN), IN, b != nullptr, out + t.m0 * OUT + t.n0,
+              OUT);
   }
   store_result(out16, out, N * OUT);
 }
@@ -164,8 +163,7 @@ void grouped_linear_backward(float* dinp, float* const* dweights, float* const* 
     d = {dout16.data(), inp.dtype};
   }
   // dinp tiles: group row pieces x IN blocks; dweight tiles: group x OUT block (all IN).
-  const std::vector<Tile> dinp_tiles =
-      dinp ? row_tiles(first, IN, inp.dtype) : std::vector<Tile>();
+  const std::vector<Tile> dinp_tiles = dinp ? row_tiles(first, IN, inp.dtype) : std::vector<Tile>();
   const int64_t busy = std::count_if(counts, counts + G, [](int64_t c) { return c > 0; });
   const int64_t width = block_width(busy, OUT);
   std::vector<Tile> dw_tiles;
@@ -193,8 +191,8 @@ void grouped_linear_backward(float* dinp, float* const* dweights, float* const* 
                          OUT, at(inp, p0 * IN + t.n0), IN, true, dw, IN);
       const float* d32 = widened(d, OUT, p0, p1, t.m0, t.m1, 0);
       const float* x32 = widened(inp, IN, p0, p1, t.n0, t.n1, 1);
-      gemm(true, false, t.m1 - t.m0, t.n1 - t.n0, p1 - p0, 1.f, d32, t.m1 - t.m0, x32,
-           t.n1 - t.n0, 1.f, dw, IN);
+      gemm(true, false, t.m1 - t.m0, t.n1 - t.n0, p1 - p0, 1.f, d32, t.m1 - t.m0, x32, t.n1 - t.n0,
+           1.f, dw, IN);
     });
     float* db = dbiases ? dbiases[t.g] : nullptr;
     if (!db) continue;

@@ -36,8 +36,8 @@ void layernorm_forward(MatOut out16, float* mean, float* rstd, const float* inp,
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C, float weight_offset) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, float weight_offset) {
   timers::Scope timer(timers::kLayerNorm);
   // Each thread sums its rows' parameter grads privately; the partials are added at the end.
   const int nthreads = omp_get_max_threads();

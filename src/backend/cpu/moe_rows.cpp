@@ -7,8 +7,7 @@
 
 namespace mg::cpu {
 
-void gather_rows(void* dst, const void* src, const int32_t* index, int64_t n, int64_t H,
-                 DType t) {
+void gather_rows(void* dst, const void* src, const int32_t* index, int64_t n, int64_t H, DType t) {
   const size_t row_bytes = size_t(H) * dtype_size(t);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i)
@@ -42,8 +41,8 @@ void combine_rows(float* out, const float* rows, const int32_t* slot_row, const 
 }
 
 void combine_rows_backward(float* drows, float* dweights, const float* rows, const float* dout,
-                           const int32_t* row_token, const int32_t* row_slot,
-                           const float* weights, int64_t n, int64_t H) {
+                           const int32_t* row_token, const int32_t* row_slot, const float* weights,
+                           int64_t n, int64_t H) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t s = row_slot[i];

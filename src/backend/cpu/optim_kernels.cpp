@@ -7,8 +7,7 @@
 namespace mg::cpu {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                  float clip) {
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t, float clip) {
   const float bc1 = 1.0f - std::pow(beta1, float(t));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, float(t)));
   const float step = lr / bc1;

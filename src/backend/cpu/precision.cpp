@@ -36,8 +36,8 @@ void f16_to_f32(float* dst, const uint16_t* src, int64_t n) {
   int64_t i = 0;
 #ifdef __AVX512F__
   for (; i + 16 <= n; i += 16)
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
 #elif defined(__F16C__)
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(dst + i,
@@ -82,10 +82,8 @@ void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < n; c += kChunk) {
     const int64_t e = std::min(n, c + kChunk);
-    if (t == DType::BF16)
-      f32_to_bf16(d + c, src + c, e - c);
-    else
-      f32_to_f16(d + c, src + c, e - c);
+    if (t == DType::BF16) f32_to_bf16(d + c, src + c, e - c);
+    else f32_to_f16(d + c, src + c, e - c);
   }
 }
 
@@ -102,8 +100,7 @@ void cast_to_f32(float* dst, const void* src, DType t, int64_t n) {
     const int64_t e = std::min(n, c + kChunk);
     if (t == DType::BF16)
       for (int64_t i = c; i < e; ++i) dst[i] = f32_from_bf16(s[i]);  // GCC vectorizes this
-    else
-      f16_to_f32(dst + c, s + c, e - c);
+    else f16_to_f32(dst + c, s + c, e - c);
   }
 }
 

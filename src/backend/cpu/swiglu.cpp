@@ -11,9 +11,7 @@
 namespace mg::cpu {
 
 namespace {
-inline float sigmoid_scalar(float x) {
-  return 1.0f / (1.0f + std::exp(-x));
-}
+inline float sigmoid_scalar(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 #if defined(MG_SIMD)
 inline vf vsigmoid(vf x) {
   const vf one = vset(1.0f);

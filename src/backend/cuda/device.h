@@ -43,11 +43,13 @@ void empty_cache();
 // staging slots (upload.cu), so the call does not wait for the GPU; larger copies go direct.
 void copy_to_device(void* dst, const void* src, size_t bytes);
 // How many copy_to_device calls went through the pinned slots and how many went direct.
-struct UploadCounts { int64_t staged = 0, direct = 0, slot_bytes = 0; };
+struct UploadCounts {
+  int64_t staged = 0, direct = 0, slot_bytes = 0;
+};
 UploadCounts upload_counts();
-void copy_to_host(void* dst, const void* src, size_t bytes);      // returns once copied
-void copy_on_device(void* dst, const void* src, size_t bytes);    // queued on the stream
-void memset_zero(void* dst, size_t bytes);                         // queued on the stream
+void copy_to_host(void* dst, const void* src, size_t bytes);    // returns once copied
+void copy_on_device(void* dst, const void* src, size_t bytes);  // queued on the stream
+void memset_zero(void* dst, size_t bytes);                      // queued on the stream
 // Whether p points into device memory (host memory, registered or not, is false).
 bool is_device_pointer(const void* p);
 // The functions above as tensor/'s device runtime (ops::set_device registers them).
@@ -58,16 +60,30 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t bytes) : p_(bytes ? alloc(bytes) : nullptr), n_(bytes) {}
-  ~Buffer() { if (p_) release(p_); }
-  Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  ~Buffer() {
+    if (p_) release(p_);
+  }
+  Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
   Buffer& operator=(Buffer&& o) noexcept {
-    if (this != &o) { if (p_) release(p_); p_ = o.p_; n_ = o.n_; o.p_ = nullptr; o.n_ = 0; }
+    if (this != &o) {
+      if (p_) release(p_);
+      p_ = o.p_;
+      n_ = o.n_;
+      o.p_ = nullptr;
+      o.n_ = 0;
+    }
     return *this;
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   void* get() const { return p_; }
-  template <typename T> T* as() const { return static_cast<T*>(p_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   size_t bytes() const { return n_; }
 
  private:

@@ -45,8 +45,7 @@ inline void attention_backward(float* dqkv, const float* dout, Mat out, Mat qkv,
                                GradWrite write = GradWrite::Add) {
   const cpu::FusedQKV f = cpu::fused_qkv(qkv.data, qkv.dtype, B, S, NH, NH, HD);
   const cpu::FusedQKV d = cpu::fused_qkv(dqkv, DType::F32, B, S, NH, NH, HD);
-  cuda::attention_backward(d.q, d.k, d.v, dout, out, f.q, f.k, f.v, lse, f.shape, seg_start,
-                           write);
+  cuda::attention_backward(d.q, d.k, d.v, dout, out, f.q, f.k, f.v, lse, f.shape, seg_start, write);
 }
 
 }  // namespace mg::cuda

@@ -107,8 +107,8 @@ void GroupedLinear::run(const Case& c) {
   for (int64_t g = 0, r0 = 0; g < G; r0 += c.counts[size_t(g)], ++g) {
     const cpu::MatOut o = t == DType::F32 ? cpu::MatOut(y_loop.data() + r0 * OUT)
                                           : cpu::MatOut(y16_loop.data() + r0 * OUT, t);
-    cpu::linear_forward(o, x.mat(r0 * IN), {wp[size_t(g)], t}, bias_of(g), c.counts[size_t(g)],
-                        IN, OUT);
+    cpu::linear_forward(o, x.mat(r0 * IN), {wp[size_t(g)], t}, bias_of(g), c.counts[size_t(g)], IN,
+                        OUT);
   }
   if (t != DType::F32) {
     cpu::cast_to_f32(y.data(), y16.data(), t, N * OUT);
@@ -137,15 +137,14 @@ void GroupedLinear::run(const Case& c) {
       dwp_loop.push_back(dw_loop.data() + g * OUT * IN);
       dbp.push_back(c.bias && g % 2 == 0 ? db.data() + g * OUT : nullptr);
     }
-    cpu::grouped_linear_backward(dx.data(), dwp.data(), c.bias ? dbp.data() : nullptr,
-                                 dout.data(), x.mat(), wp.data(), c.counts.data(), G, IN, OUT,
-                                 write);
+    cpu::grouped_linear_backward(dx.data(), dwp.data(), c.bias ? dbp.data() : nullptr, dout.data(),
+                                 x.mat(), wp.data(), c.counts.data(), G, IN, OUT, write);
     for (int64_t g = 0, r0 = 0; g < G; r0 += c.counts[size_t(g)], ++g)
       if (c.counts[size_t(g)] > 0)  // as the MoE layer (oneDNN's bf16 matmul fails on K = 0)
         cpu::linear_backward(dx_loop.data() + r0 * IN, dwp_loop[size_t(g)],
-                           dbp[size_t(g)] ? db_loop.data() + g * OUT : nullptr,
-                           dout.data() + r0 * OUT, x.mat(r0 * IN), {wp[size_t(g)], t},
-                           c.counts[size_t(g)], IN, OUT, write);
+                             dbp[size_t(g)] ? db_loop.data() + g * OUT : nullptr,
+                             dout.data() + r0 * OUT, x.mat(r0 * IN), {wp[size_t(g)], t},
+                             c.counts[size_t(g)], IN, OUT, write);
     for (int64_t i = 0; i < N * IN; ++i) {
       const double ref = dx_ref[size_t(i)] + (write == GradWrite::Add ? 0.5 : 0.0);
       ASSERT_NEAR(dx[size_t(i)], ref, 1e-4 * std::max(1.0, std::fabs(ref))) << "dinp " << i;

@@ -30,9 +30,7 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 using testing::Rounded;
-std::vector<uint16_t> rounded(const std::vector<float>& v, DType t) {
-  return Rounded(v, t).h;
-}
+std::vector<uint16_t> rounded(const std::vector<float>& v, DType t) { return Rounded(v, t).h; }
 
 // ---------------------------------------------------------------------------------------------
 // RMSNorm

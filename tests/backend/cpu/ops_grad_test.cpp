@@ -38,9 +38,11 @@ TEST(OpsGrad, BackwardAccumulates) {
   const int64_t N = 3, IN = 4, OUT = 2;
   auto x = random_vec(N * IN, 5), W = random_vec(OUT * IN, 6), dout = random_vec(N * OUT, 7);
   std::vector<float> dx(N * IN, 0.f), dW(OUT * IN, 0.f), db(OUT, 0.f);
-  cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), x.data(), W.data(), N, IN, OUT);
+  cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), x.data(), W.data(), N, IN,
+                       OUT);
   auto dx1 = dx, dW1 = dW, db1 = db;
-  cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), x.data(), W.data(), N, IN, OUT);
+  cpu::linear_backward(dx.data(), dW.data(), db.data(), dout.data(), x.data(), W.data(), N, IN,
+                       OUT);
   for (size_t i = 0; i < dx.size(); ++i) EXPECT_FLOAT_EQ(dx[i], 2 * dx1[i]);
   for (size_t i = 0; i < dW.size(); ++i) EXPECT_FLOAT_EQ(dW[i], 2 * dW1[i]);
   for (size_t i = 0; i < db.size(); ++i) EXPECT_FLOAT_EQ(db[i], 2 * db1[i]);
@@ -172,9 +174,10 @@ TEST(OpsGrad, CausalAttention) {
     };
     loss();
     std::vector<float> dqkv(qkv.size(), 0.f);
-    cpu::attention_backward(dqkv.data(), w.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
-                            HD, sp);
-    fd_check(sp ? "attention dqkv (segments)" : "attention dqkv", qkv, dqkv, loss, 1e-2f, 5e-3, 600);
+    cpu::attention_backward(dqkv.data(), w.data(), out.data(), qkv.data(), lse.data(), B, S, NH, HD,
+                            sp);
+    fd_check(sp ? "attention dqkv (segments)" : "attention dqkv", qkv, dqkv, loss, 1e-2f, 5e-3,
+             600);
   }
 }
 
@@ -182,10 +185,14 @@ TEST(OpsGrad, CausalAttention) {
 // with ragged tails (S not a multiple of the 64-row block), several heads and head sizes, more
 // keys than one 256-column chunk, and segment starts: outputs, the log-sum-exp and every input gradient.
 TEST(OpsGrad, FlashAttentionMatchesThePlainReference) {
-  struct Case { int64_t B, S, NH, HD; bool seg; };
-  for (const Case& k : {Case{1, 1, 1, 4, false}, Case{2, 63, 3, 8, false}, Case{1, 64, 2, 16, false},
-                        Case{2, 129, 2, 32, true}, Case{1, 200, 4, 64, true},
-                        Case{1, 600, 2, 16, false}, Case{1, 700, 1, 8, true}}) {
+  struct Case {
+    int64_t B, S, NH, HD;
+    bool seg;
+  };
+  for (const Case& k :
+       {Case{1, 1, 1, 4, false}, Case{2, 63, 3, 8, false}, Case{1, 64, 2, 16, false},
+        Case{2, 129, 2, 32, true}, Case{1, 200, 4, 64, true}, Case{1, 600, 2, 16, false},
+        Case{1, 700, 1, 8, true}}) {
     const int64_t H = k.NH * k.HD, N = k.B * k.S;
     auto qkv = random_vec(N * 3 * H, 40, -2.f, 2.f), dout = random_vec(N * H, 41);
     std::vector<int32_t> seg(N);
@@ -194,15 +201,15 @@ TEST(OpsGrad, FlashAttentionMatchesThePlainReference) {
     const int32_t* sp = k.seg ? seg.data() : nullptr;
     std::vector<float> out(N * H), lse(k.B * k.NH * k.S), ref(N * H), probs(k.B * k.NH * k.S * k.S);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), k.B, k.S, k.NH, k.HD, sp);
-    testing::reference_attention_forward(ref.data(), probs.data(), qkv.data(), k.B, k.S, k.NH,
-                                         k.HD, sp);
+    testing::reference_attention_forward(ref.data(), probs.data(), qkv.data(), k.B, k.S, k.NH, k.HD,
+                                         sp);
     std::vector<double> a(out.begin(), out.end()), b(ref.begin(), ref.end());
     EXPECT_LT(testing::rel_l2(a, b), 1e-5) << "S " << k.S << " HD " << k.HD;
     std::vector<float> dq(qkv.size(), 0.f), dq_ref(qkv.size(), 0.f);
     cpu::attention_backward(dq.data(), dout.data(), out.data(), qkv.data(), lse.data(), k.B, k.S,
                             k.NH, k.HD, sp);
-    testing::reference_attention_backward(dq_ref.data(), dout.data(), qkv.data(), probs.data(),
-                                          k.B, k.S, k.NH, k.HD);
+    testing::reference_attention_backward(dq_ref.data(), dout.data(), qkv.data(), probs.data(), k.B,
+                                          k.S, k.NH, k.HD);
     std::vector<double> c(dq.begin(), dq.end()), d(dq_ref.begin(), dq_ref.end());
     EXPECT_LT(testing::rel_l2(c, d), 1e-5) << "S " << k.S << " HD " << k.HD;
   }
@@ -237,8 +244,8 @@ TEST(OpsGrad, CrossEntropy) {
   for (int64_t j = 0; j < V; ++j) ref += std::exp(double(logits[V + j]));
   EXPECT_NEAR(losses[1], std::log(ref) - logits[V + 8], 1e-5);
   std::vector<float> dlogits(N * V);
-  cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), target.data(), w.data(),
-                              0, N, V);
+  cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), target.data(), w.data(), 0,
+                              N, V);
   fd_check("cross-entropy dlogits", logits, dlogits, loss, 1e-2f, 5e-3, 1000);
 }
 
@@ -301,10 +308,10 @@ TEST(OpsGrad, ClipFactorInTheUpdateEqualsClippingFirst) {
   }
   std::vector<float> gc = g, p1 = p, m1 = m, v1 = v, p2 = p, m2 = m, v2 = v, b1(n), b2(n);
   cpu::scale_inplace(gc.data(), 0.3f, n);
-  cpu::adamw_update(p1.data(), gc.data(), m1.data(), v1.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                    0.1f, 3);
-  cpu::adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                    0.1f, 3, 0.3f);
+  cpu::adamw_update(p1.data(), gc.data(), m1.data(), v1.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                    3);
+  cpu::adamw_update(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                    3, 0.3f);
   EXPECT_EQ(p1, p2);
   EXPECT_EQ(m1, m2);
   EXPECT_EQ(v1, v2);
@@ -353,8 +360,8 @@ TEST(OpsThreads, TwoThreadsMatchOne) {
     std::vector<float> out(N * H), lse(B * NH * S), dqkv(N * 3 * H, 0.f), mean(N), rstd(N),
         y(N * H), dx(N * H, 0.f), dg(H, 0.f), db(H, 0.f), dwte(5 * H, 0.f), dwpe(S * H, 0.f);
     cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD);
-    cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), B, S,
-                            NH, HD);
+    cpu::attention_backward(dqkv.data(), dout.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
+                            HD);
     cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), g.data(), N, H,
                            1e-5f);
     cpu::layernorm_backward(dx.data(), dg.data(), db.data(), dout.data(), x.data(), g.data(),
@@ -362,13 +369,15 @@ TEST(OpsThreads, TwoThreadsMatchOne) {
     cpu::embedding_backward(dwte.data(), dout.data(), tok.data(), 0, 5, N, H);
     cpu::embedding_backward(dwpe.data(), dout.data(), pos.data(), 0, S, N, H);
     std::vector<float> all;
-    for (auto* v : {&out, &dqkv, &y, &dx, &dg, &db, &dwte, &dwpe}) all.insert(all.end(), v->begin(), v->end());
+    for (auto* v : {&out, &dqkv, &y, &dx, &dg, &db, &dwte, &dwpe})
+      all.insert(all.end(), v->begin(), v->end());
     return all;
   };
   auto one = run(1), two = run(2);
   omp_set_num_threads(1);
   ASSERT_EQ(one.size(), two.size());
-  for (size_t i = 0; i < one.size(); ++i) ASSERT_NEAR(one[i], two[i], 1e-5f * (1.f + std::fabs(one[i]))) << i;
+  for (size_t i = 0; i < one.size(); ++i)
+    ASSERT_NEAR(one[i], two[i], 1e-5f * (1.f + std::fabs(one[i]))) << i;
 }
 
 }  // namespace
@@ -436,8 +445,8 @@ TEST(OpsGrad, SetStoresWhatAddAddsToZero) {
   cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, S, NH, HD);
   cpu::attention_backward(dq_add.data(), d.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
                           HD);
-  cpu::attention_backward(dq_set.data(), d.data(), out.data(), qkv.data(), lse.data(), B, S, NH,
-                          HD, nullptr, cpu::GradWrite::Set);
+  cpu::attention_backward(dq_set.data(), d.data(), out.data(), qkv.data(), lse.data(), B, S, NH, HD,
+                          nullptr, cpu::GradWrite::Set);
   EXPECT_EQ(dq_set, dq_add);
 }
 

@@ -31,10 +31,10 @@ uint16_t narrow(float x, DType t) {
 TEST(Precision, Bf16RoundsToNearestEven) {
   const float one = 1.f, ulp = std::ldexp(1.f, -7);  // bf16 spacing at 1
   EXPECT_EQ(narrow(one, DType::BF16), 0x3F80);
-  EXPECT_EQ(narrow(one + ulp / 2, DType::BF16), 0x3F80);          // tie -> even (down)
-  EXPECT_EQ(narrow(one + 3 * ulp / 2, DType::BF16), 0x3F82);      // tie -> even (up)
+  EXPECT_EQ(narrow(one + ulp / 2, DType::BF16), 0x3F80);      // tie -> even (down)
+  EXPECT_EQ(narrow(one + 3 * ulp / 2, DType::BF16), 0x3F82);  // tie -> even (up)
   EXPECT_EQ(narrow(one + ulp / 2 + std::ldexp(1.f, -20), DType::BF16), 0x3F81);
-  EXPECT_EQ(narrow(FLT_MAX, DType::BF16), 0x7F80);                // overflows to inf
+  EXPECT_EQ(narrow(FLT_MAX, DType::BF16), 0x7F80);  // overflows to inf
   EXPECT_EQ(narrow(-INFINITY, DType::BF16), 0xFF80);
   EXPECT_TRUE(std::isnan(widen(narrow(NAN, DType::BF16), DType::BF16)));
 }
@@ -45,7 +45,7 @@ TEST(Precision, F16RoundsToNearestEvenAndSaturatesToInf) {
   EXPECT_TRUE(std::isinf(widen(narrow(65520.f, DType::F16), DType::F16)));  // tie -> inf
   EXPECT_EQ(widen(narrow(std::ldexp(1.f, -24), DType::F16), DType::F16), std::ldexp(1.f, -24));
   EXPECT_EQ(widen(narrow(std::ldexp(1.f, -25), DType::F16), DType::F16), 0.f);  // tie -> even 0
-  EXPECT_EQ(narrow(1.f + std::ldexp(1.f, -11), DType::F16), 0x3C00);  // tie -> even
+  EXPECT_EQ(narrow(1.f + std::ldexp(1.f, -11), DType::F16), 0x3C00);            // tie -> even
 }
 
 // For random values over many binades, the stored value is the nearest representable one: no
@@ -90,9 +90,13 @@ TEST(Precision, BufferCastsEqualTheScalarRules) {
     std::memcpy(&f, &b, 4);
     x.push_back(f);
   }
-  for (uint32_t b : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu,
-                     0x3f808000u, 0x3f818000u, 0x00008000u})
-    x.push_back([&] { float f; std::memcpy(&f, &b, 4); return f; }());
+  for (uint32_t b : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffffffffu, 0x3f808000u,
+                     0x3f818000u, 0x00008000u})
+    x.push_back([&] {
+      float f;
+      std::memcpy(&f, &b, 4);
+      return f;
+    }());
   x.resize(x.size() / 16 * 16 + 7);
   for (DType t : {DType::BF16, DType::F16}) {
     std::vector<uint16_t> h(x.size());
@@ -141,7 +145,8 @@ std::vector<double> reference_gemm(bool ta, bool tb, int64_t M, int64_t N, int64
     for (int64_t n = 0; n < N; ++n) {
       double s = 0;
       for (int64_t k = 0; k < K; ++k)
-        s += double(ta ? A[k * lda + m] : A[m * lda + k]) * double(tb ? B[n * ldb + k] : B[k * ldb + n]);
+        s += double(ta ? A[k * lda + m] : A[m * lda + k]) *
+             double(tb ? B[n * ldb + k] : B[k * ldb + n]);
       C[m * ldc + n] = (acc ? C[m * ldc + n] : 0.0) + s;
     }
   return C;
@@ -158,11 +163,12 @@ TEST(Precision, LowPrecisionGemmMatchesDoubleProductOfRoundedOperands) {
           const Rounded B(random_vec(size_t((tb ? N : K) * ldb), 2), t);
           std::vector<float> C = random_vec(size_t(M * ldc), 3);
           const auto want = reference_gemm(ta, tb, M, N, K, A.f, lda, B.f, ldb, C, ldc, acc);
-          cpu::gemm_lowp(ta, tb, M, N, K, {A.h.data(), t}, lda, {B.h.data(), t}, ldb, acc,
-                         C.data(), ldc);
+          cpu::gemm_lowp(ta, tb, M, N, K, {A.h.data(), t}, lda, {B.h.data(), t}, ldb, acc, C.data(),
+                         ldc);
           for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n)
-              ASSERT_NEAR(C[m * ldc + n], want[m * ldc + n], 1e-5 * (1 + std::fabs(want[m * ldc + n])))
+              ASSERT_NEAR(C[m * ldc + n], want[m * ldc + n],
+                          1e-5 * (1 + std::fabs(want[m * ldc + n])))
                   << dtype_name(t) << " ta " << ta << " tb " << tb << " acc " << acc;
         }
 }
@@ -219,8 +225,8 @@ TEST(Precision, SixteenBitOutputsAreTheRoundedF32Results) {
     std::vector<uint16_t> y16(N * C);
     cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
                            1e-5f);
-    cpu::layernorm_forward({y16.data(), t}, mean.data(), rstd.data(), x.data(), w.data(),
-                           b.data(), N, C, 1e-5f);
+    cpu::layernorm_forward({y16.data(), t}, mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                           N, C, 1e-5f);
     EXPECT_EQ(y16, rounded(y, t)) << "layernorm " << dtype_name(t);
 
     const Rounded xi(random_vec(N * IN, 4), t), W(random_vec(OUT * IN, 5), t);
@@ -252,10 +258,10 @@ TEST(Precision, SixteenBitAttentionAndGeluAreTheF32OpsOnWidenedValues) {
     // Backward from the stored (rounded) output, read as 16-bit or as its widened f32 copy.
     const Rounded o(out, t);
     auto d16 = random_vec(N * 3 * H, 9), d32 = d16;
-    cpu::attention_backward(d16.data(), dout.data(), {o.h.data(), t}, {qkv.h.data(), t},
-                            lse.data(), B, S, NH, HD);
-    cpu::attention_backward(d32.data(), dout.data(), o.f.data(), qkv.f.data(), lse.data(), B, S,
-                            NH, HD);
+    cpu::attention_backward(d16.data(), dout.data(), {o.h.data(), t}, {qkv.h.data(), t}, lse.data(),
+                            B, S, NH, HD);
+    cpu::attention_backward(d32.data(), dout.data(), o.f.data(), qkv.f.data(), lse.data(), B, S, NH,
+                            HD);
     EXPECT_EQ(d16, d32) << "attention dqkv " << dtype_name(t);
 
     const Rounded x(random_vec(N * H, 10), t);

@@ -97,8 +97,8 @@ std::string dims(std::initializer_list<int64_t> d) {
 TEST(CudaParity, Gemm) {
   MG_REQUIRE_GPU();
   std::printf("%s\n", cuda::device_name().c_str());
-  for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{64, 48, 32}, {77, 129, 65},
-                         {256, 768, 512}}) {
+  for (auto [M, N, K] :
+       {std::tuple<int64_t, int64_t, int64_t>{64, 48, 32}, {77, 129, 65}, {256, 768, 512}}) {
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
         for (DType t : {DType::F32, DType::BF16}) {
@@ -111,7 +111,8 @@ TEST(CudaParity, Gemm) {
             auto a = up(A), b = up(B), c = up(C0);
             cuda::gemm(ta, tb, M, N, K, 0.5f, a.as<float>(), lda, b.as<float>(), ldb, 1.0f,
                        c.as<float>(), N);
-            expect_close(ta ? (tb ? "gemm f32 TT" : "gemm f32 TN") : (tb ? "gemm f32 NT" : "gemm f32 NN"),
+            expect_close(ta ? (tb ? "gemm f32 TT" : "gemm f32 TN")
+                            : (tb ? "gemm f32 NT" : "gemm f32 NN"),
                          dims({M, N, K}), down(c, ref.size()), ref, kTolF32);
           } else {
             const auto A16 = to16(A, t), B16 = to16(B, t);
@@ -149,8 +150,8 @@ TEST(CudaParity, LinearForwardBackward) {
            gdw = up(dw0), gdb = up(db0);
       const cuda::Mat gxm{gx.get(), t}, gwm{gw.get(), t};
       cuda::linear_forward(gy.as<float>(), gxm, gwm, gb.as<float>(), N, IN, OUT);
-      cuda::linear_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(), gdy.as<float>(),
-                            gxm, gwm, N, IN, OUT);
+      cuda::linear_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(), gdy.as<float>(), gxm,
+                            gwm, N, IN, OUT);
       const std::string s = dims({N, IN, OUT}) + (t == DType::F32 ? " f32" : " bf16");
       expect_close("linear forward (bias epilogue)", s, down(gy, y.size()), y, tol);
       expect_close("linear backward dinp", s, down(gdx, dx.size()), dx, tol);
@@ -195,8 +196,8 @@ TEST(CudaParity, LinearForwardBackward) {
       // A 16-bit output: the GEMM's own output type, the bias (rounded to it) in the epilogue;
       // bf16 and f16 operands.
       for (DType o : {DType::BF16, DType::F16})
-        for (const float* bp : {static_cast<const float*>(nullptr),
-                                static_cast<const float*>(bias.data())}) {
+        for (const float* bp :
+             {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
           const bool gb_on = bp != nullptr;
           const auto xo = to16(x, o), wo = to16(w, o);
           std::vector<uint16_t> y16(y.size());
@@ -205,8 +206,8 @@ TEST(CudaParity, LinearForwardBackward) {
           cuda::Buffer gy16(y.size() * 2);
           cuda::linear_forward({gy16.get(), o}, {gxo.get(), o}, {gwo.get(), o},
                                gb_on ? gb.as<float>() : nullptr, N, IN, OUT);
-          const std::string what = std::string("linear forward -> ") + dtype_name(o) +
-                                   (gb_on ? " (bias)" : "");
+          const std::string what =
+              std::string("linear forward -> ") + dtype_name(o) + (gb_on ? " (bias)" : "");
           expect_close(what.c_str(), s, down16(gy16, y.size(), o), widen(y16, o), kTol16);
         }
     }
@@ -251,8 +252,8 @@ TEST(CudaParity, GroupedLinearForwardBackward) {
       Vec y(size_t(N * OUT));
       cuda::Buffer gy(size_t(N * OUT) * 4);
       if (t == DType::F32) {
-        cpu::grouped_linear_forward(y.data(), x.data(), wc.data(), bc.data(), counts.data(), G,
-                                    IN, OUT);
+        cpu::grouped_linear_forward(y.data(), x.data(), wc.data(), bc.data(), counts.data(), G, IN,
+                                    OUT);
         cuda::grouped_linear_forward(gy.as<float>(), {gx.get(), t}, wg.data(), bg.data(),
                                      counts.data(), G, IN, OUT);
         expect_close("grouped linear forward", s, down(gy, y.size()), y, tol);
@@ -264,10 +265,9 @@ TEST(CudaParity, GroupedLinearForwardBackward) {
         expect_close("grouped linear forward -> bf16", s, down16(gy, y.size(), t), widen(y16, t),
                      kTol16);
       }
-      cpu::grouped_linear_forward(y.data(), {xh, t}, wc.data(), nullptr, counts.data(), G, IN,
-                                  OUT);
-      cuda::grouped_linear_forward(gy.as<float>(), {gx.get(), t}, wg.data(), nullptr,
-                                   counts.data(), G, IN, OUT);
+      cpu::grouped_linear_forward(y.data(), {xh, t}, wc.data(), nullptr, counts.data(), G, IN, OUT);
+      cuda::grouped_linear_forward(gy.as<float>(), {gx.get(), t}, wg.data(), nullptr, counts.data(),
+                                   G, IN, OUT);
       expect_close("grouped linear forward (no bias)", s, down(gy, y.size()), y, tol);
       // Backward: dweight and dbias accumulate; dinp added, then stored over NaNs.
       for (GradWrite write : {GradWrite::Add, GradWrite::Set}) {
@@ -328,8 +328,8 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
   MG_REQUIRE_GPU();
   for (auto [N, C] : {std::pair<int64_t, int64_t>{37, 40}, {256, 768}, {1000, 1283}}) {
     const size_t n = size_t(N * C);
-    Vec x = random_vec(n, 11), w = random_vec(static_cast<size_t>(C), 12), b = random_vec(static_cast<size_t>(C), 13),
-        dy = random_vec(n, 14);
+    Vec x = random_vec(n, 11), w = random_vec(static_cast<size_t>(C), 12),
+        b = random_vec(static_cast<size_t>(C), 13), dy = random_vec(n, 14);
     Vec y(n), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N)), dx(n, 0.1f),
         dw(static_cast<size_t>(C), 0.3f), db(static_cast<size_t>(C), -0.2f);  // += checked
     cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
@@ -337,7 +337,8 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
     cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                             mean.data(), rstd.data(), N, C);
     auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gy = cuda::Buffer(n * 4),
-         gm = cuda::Buffer(static_cast<size_t>(N) * 4), gr = cuda::Buffer(static_cast<size_t>(N) * 4), gdx = up(Vec(n, 0.1f)),
+         gm = cuda::Buffer(static_cast<size_t>(N) * 4),
+         gr = cuda::Buffer(static_cast<size_t>(N) * 4), gdx = up(Vec(n, 0.1f)),
          gdw = up(Vec(static_cast<size_t>(C), 0.3f)), gdb = up(Vec(static_cast<size_t>(C), -0.2f));
     cuda::layernorm_forward(gy.as<float>(), gm.as<float>(), gr.as<float>(), gx.as<float>(),
                             gw.as<float>(), gb.as<float>(), N, C, 1e-5f);
@@ -380,8 +381,8 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
       cpu::gelu_backward(dgs.data(), {x16.data(), DType::BF16}, dy.data(), int64_t(n),
                          GradWrite::Set);
       auto gdgs = up(Vec(n, NAN));
-      cuda::gelu_backward(gdgs.as<float>(), {gx16.get(), DType::BF16}, gdy.as<float>(),
-                          int64_t(n), GradWrite::Set);
+      cuda::gelu_backward(gdgs.as<float>(), {gx16.get(), DType::BF16}, gdy.as<float>(), int64_t(n),
+                          GradWrite::Set);
       expect_close("gelu backward (set)", s, down(gdgs, n), dgs, kTolF32);
     }
     // GELU of a 16-bit model's stored fc1 output into 16-bit storage: the same bits as the
@@ -400,8 +401,8 @@ TEST(CudaParity, LayerNormGeluResidualBias) {
       cuda::copy_to_host(got.data(), gy16.get(), n * 2);
       cuda::copy_to_host(ref.data(), ref16.get(), n * 2);
       EXPECT_EQ(got, ref) << "16-bit gelu_forward against the f32 one rounded, " << dtype_name(t);
-      expect_close(t == DType::BF16 ? "gelu forward bf16" : "gelu forward f16", s,
-                   widen(got, t), widen(y16, t), kTol16);
+      expect_close(t == DType::BF16 ? "gelu forward bf16" : "gelu forward f16", s, widen(got, t),
+                   widen(y16, t), kTol16);
     }
 
     Vec r(n), da(n, 1.f), dbb(n, 2.f);
@@ -466,8 +467,8 @@ TEST(CudaParity, RmsNorm) {
       std::vector<uint16_t> y16(n);
       cpu::rmsnorm_forward({y16.data(), t}, rstd.data(), x.data(), w.data(), N, C, 1e-5f);
       cuda::Buffer gy16(n * 2);
-      cuda::rmsnorm_forward({gy16.get(), t}, gr.as<float>(), gx.as<float>(), gw.as<float>(), N,
-                            C, 1e-5f);
+      cuda::rmsnorm_forward({gy16.get(), t}, gr.as<float>(), gx.as<float>(), gw.as<float>(), N, C,
+                            1e-5f);
       expect_close(t == DType::BF16 ? "rmsnorm forward -> bf16" : "rmsnorm forward -> f16", s,
                    down16(gy16, n, t), widen(y16, t), kTol16);
     }
@@ -482,7 +483,8 @@ TEST(CudaParity, NormsWithWeightOffset) {
     const size_t n = size_t(N * C);
     Vec x = random_vec(n, 51, 2.f), w = random_vec(size_t(C), 52, 0.2f),
         b = random_vec(size_t(C), 53), dy = random_vec(n, 54);
-    const Vec dx0 = random_vec(n, 55), dw0 = random_vec(size_t(C), 56), db0 = random_vec(size_t(C), 57);
+    const Vec dx0 = random_vec(n, 55), dw0 = random_vec(size_t(C), 56),
+              db0 = random_vec(size_t(C), 57);
     const std::string s = dims({N, C});
     for (bool rms : {true, false}) {
       const std::string name = rms ? "rmsnorm+1" : "layernorm+1";
@@ -498,15 +500,15 @@ TEST(CudaParity, NormsWithWeightOffset) {
                              1e-5f, 1.f);
         cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N,
                               C, 1.f);
-        cuda::rmsnorm_forward(gy.as<float>(), gr.as<float>(), gx.as<float>(), gw.as<float>(), N,
-                              C, 1e-5f, 1.f);
+        cuda::rmsnorm_forward(gy.as<float>(), gr.as<float>(), gx.as<float>(), gw.as<float>(), N, C,
+                              1e-5f, 1.f);
         cuda::rmsnorm_forward({gy16.get(), DType::BF16}, gr.as<float>(), gx.as<float>(),
                               gw.as<float>(), N, C, 1e-5f, 1.f);
         cuda::rmsnorm_backward(gdx.as<float>(), gdw.as<float>(), gdy.as<float>(), gx.as<float>(),
                                gw.as<float>(), gr.as<float>(), N, C, 1.f);
       } else {
-        cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
-                               N, C, 1e-5f, 1.f);
+        cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                               C, 1e-5f, 1.f);
         cpu::layernorm_forward({y16.data(), DType::BF16}, mean.data(), rstd.data(), x.data(),
                                w.data(), b.data(), N, C, 1e-5f, 1.f);
         cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
@@ -515,9 +517,9 @@ TEST(CudaParity, NormsWithWeightOffset) {
                                 gw.as<float>(), gb.as<float>(), N, C, 1e-5f, 1.f);
         cuda::layernorm_forward({gy16.get(), DType::BF16}, gm.as<float>(), gr.as<float>(),
                                 gx.as<float>(), gw.as<float>(), gb.as<float>(), N, C, 1e-5f, 1.f);
-        cuda::layernorm_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(),
-                                 gdy.as<float>(), gx.as<float>(), gw.as<float>(), gm.as<float>(),
-                                 gr.as<float>(), N, C, 1.f);
+        cuda::layernorm_backward(gdx.as<float>(), gdw.as<float>(), gdb.as<float>(), gdy.as<float>(),
+                                 gx.as<float>(), gw.as<float>(), gm.as<float>(), gr.as<float>(), N,
+                                 C, 1.f);
         expect_close((name + " backward dbias").c_str(), s, down(gdb, size_t(C)), db, kTolF32);
       }
       expect_close((name + " forward").c_str(), s, down(gy, n), y, kTolF32);
@@ -559,8 +561,7 @@ TEST(CudaParity, SwiGlu) {
            gdx = up(dx0), gdxs = up(Vec(ni, NAN));
       cuda::swiglu_forward({gy.get(), t}, {gx.get(), t}, N, F);
       cuda::swiglu_backward(gdx.as<float>(), {gx.get(), t}, gdy.as<float>(), N, F);
-      cuda::swiglu_backward(gdxs.as<float>(), {gx.get(), t}, gdy.as<float>(), N, F,
-                            GradWrite::Set);
+      cuda::swiglu_backward(gdxs.as<float>(), {gx.get(), t}, gdy.as<float>(), N, F, GradWrite::Set);
       const std::string s = dims({N, F}) + " " + dtype_name(t);
       expect_close("swiglu forward", s, lp ? down16(gy, no, t) : down(gy, no),
                    lp ? widen(y16, t) : y, lp ? kTol16 : kTolF32);
@@ -605,8 +606,8 @@ TEST(CudaParity, Rope) {
       Vec ref = x;
       std::vector<uint16_t> ref16 = lp ? to16(x, t) : std::vector<uint16_t>();
       auto gx = lp ? up(ref16) : up(ref);
-      rotate(cpu::rope_forward, lp ? static_cast<void*>(ref16.data()) : ref.data(), t,
-             pos.data(), inv_freq.data());
+      rotate(cpu::rope_forward, lp ? static_cast<void*>(ref16.data()) : ref.data(), t, pos.data(),
+             inv_freq.data());
       rotate(cuda::rope_forward, gx.get(), t, gpos.as<int32_t>(), gfreq.as<float>());
       const Vec got = lp ? down16(gx, n, t) : down(gx, n);
       expect_close("rope forward", s + " " + dtype_name(t), got, lp ? widen(ref16, t) : ref,
@@ -691,8 +692,8 @@ void check_attention(int64_t B, int64_t S, int64_t NH, int64_t HD, bool segments
        gl = cuda::Buffer(lse.size() * 4), gdq = up(dqkv0);
   cuda::Buffer gseg = segments ? up(seg) : cuda::Buffer();
   const int32_t* gs = segments ? gseg.as<int32_t>() : nullptr;
-  cuda::attention_forward({go.get(), operands}, gl.as<float>(), {gq.get(), operands}, B, S, NH,
-                          HD, gs);
+  cuda::attention_forward({go.get(), operands}, gl.as<float>(), {gq.get(), operands}, B, S, NH, HD,
+                          gs);
   cuda::attention_backward(gdq.as<float>(), gd.as<float>(), {go.get(), operands},
                            {gq.get(), operands}, gl.as<float>(), B, S, NH, HD, gs);
   // Stored rather than added (GradWrite::Set): every row has one writer, whatever dqkv held.
@@ -717,8 +718,10 @@ struct AttentionCase {
   int64_t B, S, NH, HD;
   bool segments;
 };
-const AttentionCase kAttentionCases[] = {{1, 17, 2, 32, false}, {2, 77, 3, 64, false},
-                                         {2, 130, 2, 64, true}, {1, 64, 2, 128, false},
+const AttentionCase kAttentionCases[] = {{1, 17, 2, 32, false},
+                                         {2, 77, 3, 64, false},
+                                         {2, 130, 2, 64, true},
+                                         {1, 64, 2, 128, false},
                                          {1, 200, 2, 128, true}};
 
 TEST(CudaParity, FlashAttentionForwardBackward) {
@@ -760,8 +763,7 @@ void check_gqa_attention(const GqaCase& c, DType t, const AttentionDropout& drop
   ASSERT_TRUE(!c.fused || c.Sq == c.Sk);
   const bool lp = t != DType::F32;
   const int64_t G = c.NH / c.NKV, HD = c.HD, Nq = c.Sq * c.B, Nk = c.Sk * c.B;
-  const cpu::AttentionShape a{c.B,  c.Sq,       c.Sk,       c.NH,     c.NKV,
-                              HD,   c.q_pos0,   c.k_pos0,   c.causal, drop};
+  const cpu::AttentionShape a{c.B, c.Sq, c.Sk, c.NH, c.NKV, HD, c.q_pos0, c.k_pos0, c.causal, drop};
   const int64_t nq = c.fused ? Nq * c.NKV * (G + 2) * HD : Nq * c.NH * HD;
   const int64_t nk = c.fused ? 0 : Nk * c.NKV * HD;
   const size_t nx = size_t(nq + 2 * nk), no = size_t(Nq * c.NH * HD);
@@ -809,22 +811,20 @@ void check_gqa_attention(const GqaCase& c, DType t, const AttentionDropout& drop
   const auto [gq, gk, gv] = views(gx.get(), t);
   cuda::attention_forward({go.get(), t}, gl.as<float>(), gq, gk, gv, a, gs);
   const auto [gdq, gdk, gdv] = views(gdx.get(), DType::F32);
-  cuda::attention_backward(gdq, gdk, gdv, gd.as<float>(), {go.get(), t}, gq, gk, gv,
-                           gl.as<float>(), a, gs);
+  cuda::attention_backward(gdq, gdk, gdv, gd.as<float>(), {go.get(), t}, gq, gk, gv, gl.as<float>(),
+                           a, gs);
   const auto [gsq, gsk, gsv] = views(gds.get(), DType::F32);
-  cuda::attention_backward(gsq, gsk, gsv, gd.as<float>(), {go.get(), t}, gq, gk, gv,
-                           gl.as<float>(), a, gs, GradWrite::Set);
-  const std::string s = dims({c.B, c.Sq, c.Sk, c.NH, c.NKV, HD}) + " pos " +
-                        std::to_string(c.q_pos0) + "/" + std::to_string(c.k_pos0) +
-                        (c.causal ? "" : " non-causal") + (c.segments ? " segments" : "") +
-                        (c.fused ? " fused" : "") + (drop.active() ? " dropout" : "") + " " +
-                        dtype_name(t);
+  cuda::attention_backward(gsq, gsk, gsv, gd.as<float>(), {go.get(), t}, gq, gk, gv, gl.as<float>(),
+                           a, gs, GradWrite::Set);
+  const std::string s =
+      dims({c.B, c.Sq, c.Sk, c.NH, c.NKV, HD}) + " pos " + std::to_string(c.q_pos0) + "/" +
+      std::to_string(c.k_pos0) + (c.causal ? "" : " non-causal") + (c.segments ? " segments" : "") +
+      (c.fused ? " fused" : "") + (drop.active() ? " dropout" : "") + " " + dtype_name(t);
   expect_close("gqa attention forward", s, lp ? down16(go, no, t) : down(go, no),
                lp ? widen(o16, t) : out, lp ? kTol16 : kTolF32);
   expect_close_lse("gqa attention lse", s, down(gl, nl), lse, lp ? kTol16 : kTolF32);
   expect_close("gqa attention backward", s, down(gdx, nx), dx, lp ? kTol16 : kTolF32 * 10);
-  expect_close("gqa attention backward (set)", s, down(gds, nx), dset,
-               lp ? kTol16 : kTolF32 * 10);
+  expect_close("gqa attention backward (set)", s, down(gds, nx), dset, lp ? kTol16 : kTolF32 * 10);
 }
 
 // {B, Sq, Sk, NH, NKV, HD, q_pos0, k_pos0, causal, segments, fused}
@@ -899,17 +899,20 @@ TEST(CudaParity, CrossEntropy) {
     std::vector<int32_t> tg(static_cast<size_t>(N));
     for (int64_t n = 0; n < N; ++n) tg[n] = int32_t((n * 7919) % V);
     tg[1] = -1;  // ignored
-    Vec loss(static_cast<size_t>(N)), lse(static_cast<size_t>(N)), mx(static_cast<size_t>(N)), se(static_cast<size_t>(N)), tl(static_cast<size_t>(N)),
-        dlog(logits.size());
+    Vec loss(static_cast<size_t>(N)), lse(static_cast<size_t>(N)), mx(static_cast<size_t>(N)),
+        se(static_cast<size_t>(N)), tl(static_cast<size_t>(N)), dlog(logits.size());
     cpu::cross_entropy_forward(loss.data(), lse.data(), logits.data(), tg.data(), N, V);
     cpu::cross_entropy_row_max(mx.data(), logits.data(), N, V);
     cpu::cross_entropy_sum_exp(se.data(), logits.data(), mx.data(), N, V);
     cpu::cross_entropy_target_logit(tl.data(), logits.data(), tg.data(), 5, N, V);
     cpu::cross_entropy_backward(dlog.data(), logits.data(), lse.data(), tg.data(), dl.data(), 0, N,
                                 V);
-    auto glg = up(logits), gtg = up(tg), gdl = up(dl), gloss = cuda::Buffer(static_cast<size_t>(N) * 4),
-         glse = cuda::Buffer(static_cast<size_t>(N) * 4), gmx = cuda::Buffer(static_cast<size_t>(N) * 4),
-         gse = cuda::Buffer(static_cast<size_t>(N) * 4), gtl = cuda::Buffer(static_cast<size_t>(N) * 4);
+    auto glg = up(logits), gtg = up(tg), gdl = up(dl),
+         gloss = cuda::Buffer(static_cast<size_t>(N) * 4),
+         glse = cuda::Buffer(static_cast<size_t>(N) * 4),
+         gmx = cuda::Buffer(static_cast<size_t>(N) * 4),
+         gse = cuda::Buffer(static_cast<size_t>(N) * 4),
+         gtl = cuda::Buffer(static_cast<size_t>(N) * 4);
     cuda::cross_entropy_forward(gloss.as<float>(), glse.as<float>(), glg.as<float>(),
                                 gtg.as<int32_t>(), N, V);
     cuda::cross_entropy_row_max(gmx.as<float>(), glg.as<float>(), N, V);
@@ -948,15 +951,16 @@ TEST(CudaParity, CrossEntropy) {
 TEST(CudaParity, OptimizerAndReductions) {
   MG_REQUIRE_GPU();
   const int64_t n = 1000003;
-  Vec p = random_vec(static_cast<size_t>(n), 19), g = random_vec(static_cast<size_t>(n), 20), m = random_vec(static_cast<size_t>(n), 21, 0.1f),
+  Vec p = random_vec(static_cast<size_t>(n), 19), g = random_vec(static_cast<size_t>(n), 20),
+      m = random_vec(static_cast<size_t>(n), 21, 0.1f),
       v = random_vec(static_cast<size_t>(n), 22, 0.1f);
   for (float& x : v) x = x * x;
   auto gp = up(p), gg = up(g), gm = up(m), gv = up(v);
   Vec pc = p, mc = m, vc = v;
   cpu::adamw_update(pc.data(), g.data(), mc.data(), vc.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                     7);
-  cuda::adamw_update(gp.as<float>(), gg.as<float>(), gm.as<float>(), gv.as<float>(), n, 3e-4f,
-                     0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  cuda::adamw_update(gp.as<float>(), gg.as<float>(), gm.as<float>(), gv.as<float>(), n, 3e-4f, 0.9f,
+                     0.95f, 1e-8f, 0.1f, 7);
   expect_close("adamw params", dims({n}), down(gp, static_cast<size_t>(n)), pc, kTolF32);
   expect_close("adamw exp_avg", dims({n}), down(gm, static_cast<size_t>(n)), mc, kTolF32);
   expect_close("adamw exp_avg_sq", dims({n}), down(gv, static_cast<size_t>(n)), vc, kTolF32);
@@ -967,8 +971,8 @@ TEST(CudaParity, OptimizerAndReductions) {
   cpu::adamw_update(p2.data(), gs.data(), m2.data(), v2.data(), n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
                     1);
   auto hp = up(p), hm = up(m), hv = up(v);
-  cuda::adamw_update(hp.as<float>(), gg.as<float>(), hm.as<float>(), hv.as<float>(), n, 3e-4f,
-                     0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.37f);
+  cuda::adamw_update(hp.as<float>(), gg.as<float>(), hm.as<float>(), hv.as<float>(), n, 3e-4f, 0.9f,
+                     0.95f, 1e-8f, 0.1f, 1, 0.37f);
   expect_close("adamw with clip factor", dims({n}), down(hp, static_cast<size_t>(n)), p2, kTolF32);
 
   Vec ps = p, buf(static_cast<size_t>(n), 0.f);
@@ -1045,8 +1049,8 @@ TEST(CudaParity, PinnedUploadsKeepEachCallsBytes) {
   const int64_t M = 2048;
   auto a = up(random_vec(size_t(M * M), 1)), c = up(Vec(size_t(M * M), 0.f));
   for (int i = 0; i < 4; ++i)  // ~70 GFLOP queued ahead of the copies
-    cuda::gemm(false, false, M, M, M, 1.0f, a.as<float>(), M, a.as<float>(), M, 0.0f,
-               c.as<float>(), M);
+    cuda::gemm(false, false, M, M, M, 1.0f, a.as<float>(), M, a.as<float>(), M, 0.0f, c.as<float>(),
+               M);
   const cuda::UploadCounts before = cuda::upload_counts();
   const size_t n = 4099;  // floats per copy
   const int copies = 40;  // more than the slots, so slots are waited on and written again

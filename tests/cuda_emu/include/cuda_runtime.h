@@ -147,7 +147,8 @@ struct Launch {
   template <typename... A>
   void operator()(A... args) {
     auto call = [&] { k(args...); };
-    run_grid(grid, block, smem, [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
+    run_grid(
+        grid, block, smem, [](void* c) { (*static_cast<decltype(call)*>(c))(); }, &call);
   }
 };
 template <typename K>
@@ -198,6 +199,10 @@ inline int atomicOr(int* p, int v) {
 using std::isfinite;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 template <typename T>
-inline T min(T a, T b) { return b < a ? b : a; }
+inline T min(T a, T b) {
+  return b < a ? b : a;
+}
 template <typename T>
-inline T max(T a, T b) { return a < b ? b : a; }
+inline T max(T a, T b) {
+  return a < b ? b : a;
+}

@@ -46,8 +46,8 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const U* p, unsig
   static_assert(std::is_same_v<T, U>, "fragment and memory element types differ");
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c)
-      f.x[16 * r + c] = detail::widen(std::is_same_v<Layout, row_major> ? p[r * ldm + c]
-                                                                        : p[c * ldm + r]);
+      f.x[16 * r + c] =
+          detail::widen(std::is_same_v<Layout, row_major> ? p[r * ldm + c] : p[c * ldm + r]);
 }
 
 template <typename T>
