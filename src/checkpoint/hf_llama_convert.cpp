@@ -206,7 +206,9 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                 "(tokenizer.json, tokenizer_config.json, tokenizer.model, ...)");
   CheckpointReader reader(ckdir, meta);
   const std::vector<LlamaTensor> tensors = llama_tensors(mc, arch);
-  const ParamLayout layout = gpt_param_layout(mc);  // the parameters' declared traits
+  std::set<std::string> norm_weights;  // by the parameters' declared traits
+  for (const ParamSpec& p : gpt_param_layout(mc).params())
+    if (p.traits.norm_weight) norm_weights.insert(p.name);
   const DType dtype = reader.dtype("model/embedding.word_embeddings.weight");
   std::vector<HfTensorInfo> plan;
   for (const LlamaTensor& t : tensors)
@@ -232,7 +234,7 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                   shape_str(shape), " but the model record needs ", dtype_name(dtype), " with ",
                   rows, " rows of ", row_numel(want));
     std::vector<char> global = reader.global_bytes(key);
-    if (layout.get(t.ours).traits.norm_weight) add_to_each(global, dtype, mc.norm_weight_offset());
+    if (norm_weights.count(t.ours)) add_to_each(global, dtype, mc.norm_weight_offset());
     const size_t row = size_t(row_numel(shape)) * esize;
     // Each HF tensor in plan order: straight from our tensor when one part covers it (a copy,
     // gate, up), else gathered (q, k, v from the per-group rows).

@@ -37,10 +37,21 @@ TEST(GPTParams, DeclaredTraitsAgreeWithMegatronsNameRules) {
   GPTConfig moe = tiny();
   moe.num_experts = 4;
   moe.moe_shared_expert_intermediate_size = 16;
-  int checked = 0;
-  for (const GPTConfig& c : {tiny(), llama, moe}) {
-    const ParamLayout layout = gpt_param_layout(c);
+  // Whole models, and shards: a PP 2 last stage (layer 1, the tied output-layer copy, the final
+  // norm) and EP rank 1 of 2 (experts 2 and 3).
+  ShardSpec last_stage;
+  last_stage.layer_begin = 1;
+  last_stage.first_stage = false;
+  ShardSpec ep1;
+  ep1.ep_size = 2;
+  ep1.ep_rank = 1;
+  int checked = 0, tied_copies = 0, experts = 0;
+  for (const auto& [c, shard] : std::vector<std::pair<GPTConfig, ShardSpec>>{
+           {tiny(), {}}, {llama, {}}, {moe, {}}, {tiny(), last_stage}, {moe, ep1}}) {
+    const ParamLayout layout = gpt_param_layout(c, shard);
     for (const ParamSpec& p : layout.params()) {
+      tied_copies += p.sharding.tied_copy;
+      experts += p.sharding.expert >= 2;
       const std::string& n = p.name;
       const bool bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
       EXPECT_EQ(p.traits.weight_decay, p.global_shape.size() > 1 && !bias) << n;
@@ -62,6 +73,8 @@ TEST(GPTParams, DeclaredTraitsAgreeWithMegatronsNameRules) {
     }
   }
   EXPECT_GT(checked, 60);
+  EXPECT_EQ(tied_copies, 1);
+  EXPECT_GT(experts, 0);
 }
 
 TEST(GPTParams, CountEqualsFormula) {
