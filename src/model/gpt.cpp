@@ -140,8 +140,7 @@ GPTModel::GPTModel(const GPTConfig& cfg, int64_t micro_batch_size, const StageSp
                layout_.params()[size_t(i)].name, " declares layer ", t.layer, ", not one of [",
                sh.layer_begin, ", ", sh.layer_begin + num_layers_, ")");
       layer_param_ids_[size_t(t.layer - sh.layer_begin)].push_back(i);
-    }
-    else if (t.part == ModelPart::Embedding) embedding_params_.push_back(i);
+    } else if (t.part == ModelPart::Embedding) embedding_params_.push_back(i);
     else  // final norm, output layer (or its tied copy)
       head_params_.push_back(i);
   }
