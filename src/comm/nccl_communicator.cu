@@ -18,10 +18,10 @@
 #include "core/cuda_check.h"
 #include "tensor/device_runtime.h"
 
-#define MG_NCCL_CHECK(call)                                                         \
-  do {                                                                              \
-    const ncclResult_t mg_nccl_r = (call);                                          \
-    MG_CHECK(mg_nccl_r == ncclSuccess, #call, ": ", ncclGetErrorString(mg_nccl_r)); \
+#define MG_NCCL_CHECK(call)                                                              \
+  do {                                                                                   \
+    const ncclResult_t mg_nccl_r = (call);                                               \
+    MG_CHECK(mg_nccl_r == ncclSuccess, #call, ": ", ncclGetErrorString(mg_nccl_r));      \
   } while (0)
 
 namespace mg {
@@ -186,8 +186,8 @@ class NcclCommunicator : public Communicator {
     const auto* src = static_cast<const char*>(in);
     auto* dst = static_cast<char*>(out);
     if (send_counts[rank_] > 0)
-      runtime::copy(dst + recv_at[rank_] * e, Device::CUDA, src + send_at[rank_] * e, Device::CUDA,
-                    size_t(send_counts[rank_]) * e);
+      runtime::copy(dst + recv_at[rank_] * e, Device::CUDA, src + send_at[rank_] * e,
+                    Device::CUDA, size_t(send_counts[rank_]) * e);
     bool peers = false;
     for (int peer = 0; peer < size_; ++peer)
       peers |= peer != rank_ && (send_counts[peer] > 0 || recv_counts[peer] > 0);
@@ -292,11 +292,8 @@ void check_one_gpu_per_rank() {
   MPI_Comm_free(&node);
   std::set<std::string> seen;
   for (int r = 0; r < n; ++r) seen.insert(std::string(&all[size_t(r) * kIdLen]));
-  MG_USER_CHECK(int(seen.size()) == n,
-                "--distributed-backend nccl needs a GPU per rank, but "
-                "this node's ",
-                n, " ranks share ", seen.size(),
-                " GPU(s); start fewer ranks "
+  MG_USER_CHECK(int(seen.size()) == n, "--distributed-backend nccl needs a GPU per rank, but "
+                "this node's ", n, " ranks share ", seen.size(), " GPU(s); start fewer ranks "
                 "per node, or pass --distributed-backend mpi (GPU buffers staged through the "
                 "host; ranks may share a GPU)");
 }

@@ -133,9 +133,8 @@ __global__ void divergent_kernel() {
 }
 
 TEST(CudaEmuDeathTest, DivergentBarrierIsReportedNotHung) {
-  EXPECT_DEATH(divergent_kernel<<<1, 32>>>(),
-               "deadlock in block \\(0,0,0\\): warp 0 \\[at "
-               "__syncwarp/shuffle .*at __syncthreads");
+  EXPECT_DEATH(divergent_kernel<<<1, 32>>>(), "deadlock in block \\(0,0,0\\): warp 0 \\[at "
+                                              "__syncwarp/shuffle .*at __syncthreads");
 }
 
 }  // namespace

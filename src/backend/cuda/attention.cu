@@ -59,7 +59,7 @@ __global__ void forward_kernel(float* out, float* lse, QKV<float> x, Geometry g,
   for (int e = 0; e < HD; ++e) acc[e] = 0.f;
   float m = -INFINITY, l = 0.f;
   const int64_t last = g.key_end(min(q0 + kTile, g.Sq));  // later keys are masked for all
-  __syncthreads();                                        // every block meets a barrier
+  __syncthreads();  // every block meets a barrier
   for (int64_t k0 = 0; k0 < last; k0 += kTile) {
     __syncthreads();
     load_kv_tile<HD>(ks, vs, x, g, b, kvh, k0);
@@ -167,7 +167,7 @@ __global__ void dkv_kernel(Grads d, const float* dout, QKV<float> x, const float
   }
   for (int e = 0; e < HD; ++e) dk[e] = dv[e] = 0.f;
   const int64_t first = g.query_begin(k0);  // earlier queries cannot see these keys
-  __syncthreads();                          // every block meets a barrier
+  __syncthreads();  // every block meets a barrier
   for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h)
     for (int64_t t0 = first; t0 < g.Sq; t0 += kTile) {
       __syncthreads();
@@ -214,20 +214,21 @@ unsigned tiles(int64_t n) { return unsigned((n + kTile - 1) / kTile); }
 template <int HD>
 void forward(float* out, float* lse, QKV<float> x, const Geometry& g, const int32_t* seg) {
   const dim3 grid(tiles(g.Sq), unsigned(g.B * g.NH));
-  forward_kernel<HD>
-      <<<grid, kTile, 0, compute_stream()>>>(out, lse, x, g, 1.0f / sqrtf(float(HD)), seg);
+  forward_kernel<HD><<<grid, kTile, 0, compute_stream()>>>(out, lse, x, g,
+                                                           1.0f / sqrtf(float(HD)), seg);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int HD>
-void backward(Grads d, const float* dout, Mat out, QKV<void> x, const float* lse, const Geometry& g,
-              const int32_t* seg, bool set) {
+void backward(Grads d, const float* dout, Mat out, QKV<void> x, const float* lse,
+              const Geometry& g, const int32_t* seg, bool set) {
   const float scale = 1.0f / sqrtf(float(HD));
   Buffer D(size_t(g.B * g.NH * g.Sq) * sizeof(float));
   if (g.Sq > 0) {
     with_storage(out.dtype, [&]<typename T>() {
-      dot_kernel<HD, T><<<dim3(tiles(g.Sq), unsigned(g.B * g.NH)), kTile, 0, compute_stream()>>>(
-          D.as<float>(), dout, static_cast<const T*>(out.data), g);
+      dot_kernel<HD, T><<<dim3(tiles(g.Sq), unsigned(g.B * g.NH)), kTile, 0,
+                          compute_stream()>>>(D.as<float>(), dout,
+                                              static_cast<const T*>(out.data), g);
     });
     MG_CUDA_CHECK(cudaGetLastError());
   }
@@ -258,9 +259,8 @@ void check_operands(DType out, const Heads& q, const Heads& k, const Heads& v,
            dtype_name(q.dtype), " operands: the tensor-core kernels take bf16/f16");
   MG_CHECK(a.NKV > 0 && a.NH % a.NKV == 0, "CUDA attention: ", a.NH,
            " query heads do not split into ", a.NKV, " KV groups");
-  MG_CHECK(a.B * a.NH <= 65535,
-           "CUDA attention launches one grid row per (batch, head): B * NH = ", a.B * a.NH,
-           " exceeds 65535");
+  MG_CHECK(a.B * a.NH <= 65535, "CUDA attention launches one grid row per (batch, head): B * NH = ",
+           a.B * a.NH, " exceeds 65535");
 }
 
 template <typename F>
@@ -287,8 +287,9 @@ void attention_forward(MatOut out, float* lse, const Heads& q, const Heads& k, c
 }
 
 void attention_backward(const Heads& dq, const Heads& dk, const Heads& dv, const float* dout,
-                        Mat out, const Heads& q, const Heads& k, const Heads& v, const float* lse,
-                        const AttentionShape& a, const int32_t* seg_start, GradWrite write) {
+                        Mat out, const Heads& q, const Heads& k, const Heads& v,
+                        const float* lse, const AttentionShape& a, const int32_t* seg_start,
+                        GradWrite write) {
   if (a.B * a.NH == 0 || a.Sq + a.Sk == 0) return;
   check_operands(out.dtype, q, k, v, a);
   MG_CHECK(dq.dtype == DType::F32 && dk.dtype == DType::F32 && dv.dtype == DType::F32,

@@ -61,8 +61,8 @@ struct Geometry {
 inline Geometry geometry(const cpu::AttentionShape& a, const cpu::Heads& q, const cpu::Heads& k,
                          const cpu::Heads& v) {
   const HeadView none{0, 0, 1};
-  return {a.B,      a.Sq,         a.Sk,         a.NH,         a.NKV, a.HD, a.q_pos0, a.k_pos0,
-          a.causal, head_view(q), head_view(k), head_view(v), none,  none, none,     a.dropout};
+  return {a.B, a.Sq, a.Sk, a.NH, a.NKV, a.HD, a.q_pos0, a.k_pos0, a.causal,
+          head_view(q), head_view(k), head_view(v), none, none, none, a.dropout};
 }
 
 // Typed operand pointers (T: float, or the 16-bit storage type) and the f32 gradients.

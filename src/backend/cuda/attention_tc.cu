@@ -31,8 +31,8 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kRows = 64;  // rows a block owns, and rows per streamed tile
-constexpr int kWarps = 4;  // 16 rows each
+constexpr int kRows = 64;   // rows a block owns, and rows per streamed tile
+constexpr int kWarps = 4;   // 16 rows each
 constexpr int kBlock = 32 * kWarps;
 
 constexpr size_t round128(size_t bytes) { return (bytes + 127) / 128 * 128; }
@@ -41,9 +41,9 @@ constexpr size_t round128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 // 8 (16-bit) and 4 (f32), and every fragment pointer 32-byte aligned, which these keep.
 template <int HD>
 struct Pitch {
-  static constexpr int kTile = HD + 8;                        // a 64 x HD tile in T
-  static constexpr int kProbs = kRows + 8;                    // a warp's 16 x 64 P or dS in T
-  static constexpr int kF32 = (HD > kRows ? HD : kRows) + 4;  // a warp's 16 x max(64, HD) f32
+  static constexpr int kTile = HD + 8;                          // a 64 x HD tile in T
+  static constexpr int kProbs = kRows + 8;                      // a warp's 16 x 64 P or dS in T
+  static constexpr int kF32 = (HD > kRows ? HD : kRows) + 4;    // a warp's 16 x max(64, HD) f32
   static constexpr size_t kTileBytes = round128(size_t(kRows) * kTile * 2);
   static constexpr size_t kProbsBytes = round128(size_t(16) * kProbs * 2);
   static constexpr size_t kF32Bytes = round128(size_t(16) * kF32 * 4);
@@ -76,9 +76,7 @@ struct Carver {
     return r;
   }
   template <typename T>
-  __device__ T* tile() {
-    return take<T>(P::kTileBytes);
-  }
+  __device__ T* tile() { return take<T>(P::kTileBytes); }
   __device__ float* vec() { return take<float>(P::kVecBytes); }
   // This warp's slice of a per-warp piece.
   __device__ float* warp_f32() {
@@ -130,8 +128,8 @@ __device__ void load_kv_tiles(T* ks, T* vs, QKV<T> x, const Geometry& g, int64_t
 }
 // dO rows [r0, r0 + 64) of query head (b, h) into a tile.
 template <int HD, typename T>
-__device__ void load_dout_tile(T* dst, const float* dout, const Geometry& g, int64_t b, int64_t h,
-                               int64_t r0) {
+__device__ void load_dout_tile(T* dst, const float* dout, const Geometry& g, int64_t b,
+                               int64_t h, int64_t r0) {
   load_tile<HD>(dst, r0, g.Sq, [&](int64_t t) { return dout + g.out_at(b, h, t); });
 }
 
@@ -197,8 +195,9 @@ __device__ void add_rows(float* scratch, FragC (&acc)[HD / 16], DstFn dst, bool 
 }
 
 template <int HD, typename T>
-__global__ void __launch_bounds__(kBlock) forward_kernel(T* out, float* lse, QKV<T> x, Geometry g,
-                                                         float scale, const int32_t* seg_start) {
+__global__ void __launch_bounds__(kBlock)
+    forward_kernel(T* out, float* lse, QKV<T> x, Geometry g, float scale,
+                   const int32_t* seg_start) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -324,21 +323,18 @@ __global__ void __launch_bounds__(kBlock)
     probs_times_tile<HD>(dq, dsb, ks);
     __syncwarp();
   }
-  add_rows<HD>(
-      sf, dq,
-      [&](int row) -> float* {
-        const int64_t q = q0 + warp * 16 + row;
-        return q < g.Sq ? dq_out + g.dq.at(q * g.B + b, h, HD) : nullptr;
-      },
-      set);
+  add_rows<HD>(sf, dq, [&](int row) -> float* {
+    const int64_t q = q0 + warp * 16 + row;
+    return q < g.Sq ? dq_out + g.dq.at(q * g.B + b, h, HD) : nullptr;
+  }, set);
 }
 
 // dK and dV for a tile of 64 keys of one KV head, streaming, for each query head of its group
 // in turn, the query tiles that can see them.
 template <int HD, typename T>
 __global__ void __launch_bounds__(kBlock)
-    dkv_kernel(Grads d, const float* dout, QKV<T> x, const float* lse, const float* D, Geometry g,
-               float scale, const int32_t* seg_start, bool set) {
+    dkv_kernel(Grads d, const float* dout, QKV<T> x, const float* lse, const float* D,
+               Geometry g, float scale, const int32_t* seg_start, bool set) {
   using P = Pitch<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -388,7 +384,8 @@ __global__ void __launch_bounds__(kBlock)
         const float p = vis ? expf(sf[r * P::kF32 + col] * scale - ls[col]) : 0.f;
         const float f = vis ? g.drop_factor(b, h, t, j) : 1.f;
         pb[r * P::kProbs + col] = from_f32<T>(p * f);
-        dsb[r * P::kProbs + col] = from_f32<T>(p * (f * dpf[r * P::kF32 + col] - ds[col]) * scale);
+        dsb[r * P::kProbs + col] =
+            from_f32<T>(p * (f * dpf[r * P::kF32 + col] - ds[col]) * scale);
       }
       __syncwarp();
       probs_times_tile<HD>(dv, pb, dos);  // dV += (P f)^T dO
@@ -420,8 +417,8 @@ void launch(void (*kernel)(Params...), size_t smem, dim3 grid, Args... args) {
                 " bytes of shared memory per block at this head dim, but the GPU offers ", optin,
                 "; use a smaller head dim (more --num-attention-heads for the same --hidden-size), "
                 "or f32 (no --bf16/--fp16), whose kernel needs less");
-  MG_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(smem)));
   kernel<<<grid, kBlock, smem, compute_stream()>>>(args...);
   MG_CUDA_CHECK(cudaGetLastError());
 }
@@ -453,21 +450,17 @@ void backward(Grads d, const float* dout, QKV<T> x, const float* lse, const floa
     launch(dq_kernel<HD, T>, kDqSmem<HD>.bytes(), query_grid(g), d.dq, dout, x, lse, D, g, scale,
            seg, set);
   if (g.Sk > 0)
-    launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), key_grid(g), d, dout, x, lse, D, g, scale, seg,
-           set);
+    launch(dkv_kernel<HD, T>, kDkvSmem<HD>.bytes(), key_grid(g), d, dout, x, lse, D, g, scale,
+           seg, set);
 }
 
 // Calls f.template operator()<HD, T>() for the supported head dims and operand dtypes.
 template <typename F>
 void dispatch(int64_t HD, DType operands, F f) {
   const bool bf16 = operands == DType::BF16;
-  if (HD == 64)
-    return bf16 ? f.template operator()<64, __nv_bfloat16>() : f.template operator()<64, __half>();
-  if (HD == 128)
-    return bf16 ? f.template operator()<128, __nv_bfloat16>()
-                : f.template operator()<128, __half>();
-  if (HD == 32)
-    return bf16 ? f.template operator()<32, __nv_bfloat16>() : f.template operator()<32, __half>();
+  if (HD == 64) return bf16 ? f.template operator()<64, __nv_bfloat16>() : f.template operator()<64, __half>();
+  if (HD == 128) return bf16 ? f.template operator()<128, __nv_bfloat16>() : f.template operator()<128, __half>();
+  if (HD == 32) return bf16 ? f.template operator()<32, __nv_bfloat16>() : f.template operator()<32, __half>();
   MG_CHECK(false, "tensor-core attention supports head dims 32, 64 and 128, not ", HD);
 }
 

@@ -7,17 +7,17 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 
-#define MG_CUBLAS_CHECK(call)                                                                     \
-  do {                                                                                            \
-    const cublasStatus_t mg_cublas_st = (call);                                                   \
-    MG_CHECK(mg_cublas_st == CUBLAS_STATUS_SUCCESS, #call, ": cuBLAS status ", int(mg_cublas_st), \
-             " (cublas_api.h lists the codes)");                                                  \
+#define MG_CUBLAS_CHECK(call)                                                          \
+  do {                                                                                 \
+    const cublasStatus_t mg_cublas_st = (call);                                        \
+    MG_CHECK(mg_cublas_st == CUBLAS_STATUS_SUCCESS, #call, ": cuBLAS status ",         \
+             int(mg_cublas_st), " (cublas_api.h lists the codes)");                     \
   } while (0)
 
 namespace mg::cuda {
 inline cudaStream_t compute_stream();
 // A grid-stride loop over [0, n) with a 64-bit index i.
-#define MG_GRID_STRIDE(i, n)                                                \
+#define MG_GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 

@@ -36,7 +36,8 @@ __global__ void row_max_kernel(float* row_max, const float* logits, int64_t V) {
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
 
-__global__ void sum_exp_kernel(float* sum_exp, const float* logits, const float* shift, int64_t V) {
+__global__ void sum_exp_kernel(float* sum_exp, const float* logits, const float* shift,
+                               int64_t V) {
   const float* row = logits + blockIdx.x * V;
   const float sh = shift[blockIdx.x];
   float s = 0.f;
@@ -46,7 +47,8 @@ __global__ void sum_exp_kernel(float* sum_exp, const float* logits, const float*
 }
 
 __global__ void target_logit_kernel(float* target_logit, const float* logits,
-                                    const int32_t* targets, int64_t v_begin, int64_t N, int64_t V) {
+                                    const int32_t* targets, int64_t v_begin, int64_t N,
+                                    int64_t V) {
   const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (n >= N) return;
   const int64_t t = int64_t(targets[n]) - v_begin;
@@ -61,8 +63,8 @@ __global__ void combine_kernel(float* losses, float* lse, const float* row_max,
   losses[n] = targets[n] < 0 ? 0.f : lse[n] - losses[n];
 }
 
-__global__ void loss_kernel(float* losses, float* lse, const float* logits, const int32_t* targets,
-                            int64_t V) {
+__global__ void loss_kernel(float* losses, float* lse, const float* logits,
+                            const int32_t* targets, int64_t V) {
   const int64_t n = blockIdx.x;
   const float* row = logits + n * V;
   float m = -INFINITY;
@@ -80,9 +82,9 @@ __global__ void loss_kernel(float* losses, float* lse, const float* logits, cons
   }
 }
 
-__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
-                                              const int32_t* targets, const float* dlosses,
-                                              int64_t v_begin, int64_t V) {
+__global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits,
+                                              const float* lse, const int32_t* targets,
+                                              const float* dlosses, int64_t v_begin, int64_t V) {
   const int64_t n = blockIdx.x;
   const float d = targets[n] < 0 ? 0.f : dlosses[n];
   const float l = lse[n];
@@ -111,27 +113,27 @@ void cross_entropy_sum_exp(float* sum_exp, const float* logits, const float* shi
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_target_logit(float* target_logit, const float* logits, const int32_t* targets,
-                                int64_t v_begin, int64_t N, int64_t V) {
+void cross_entropy_target_logit(float* target_logit, const float* logits,
+                                const int32_t* targets, int64_t v_begin, int64_t N, int64_t V) {
   if (N == 0) return;
-  target_logit_kernel<<<unsigned((N + 255) / 256), 256, 0, compute_stream()>>>(target_logit, logits,
-                                                                               targets, v_begin, N,
-                                                                               V);
+  target_logit_kernel<<<unsigned((N + 255) / 256), 256, 0, compute_stream()>>>(
+      target_logit, logits, targets, v_begin, N, V);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_combine(float* losses, float* lse, const float* row_max, const float* sum_exp,
-                           const int32_t* targets, int64_t N) {
+void cross_entropy_combine(float* losses, float* lse, const float* row_max,
+                           const float* sum_exp, const int32_t* targets, int64_t N) {
   if (N == 0) return;
   combine_kernel<<<unsigned((N + 255) / 256), 256, 0, compute_stream()>>>(losses, lse, row_max,
-                                                                          sum_exp, targets, N);
+                                                                         sum_exp, targets, N);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
-void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                           int64_t N, int64_t V) {
+void cross_entropy_forward(float* losses, float* lse, const float* logits,
+                           const int32_t* targets, int64_t N, int64_t V) {
   if (N == 0) return;
-  loss_kernel<<<unsigned(N), kRowThreads, 0, compute_stream()>>>(losses, lse, logits, targets, V);
+  loss_kernel<<<unsigned(N), kRowThreads, 0, compute_stream()>>>(losses, lse, logits, targets,
+                                                                V);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -18,8 +18,8 @@ namespace {
 
 struct Allocator {
   std::mutex mu;
-  std::multimap<size_t, void*> free_blocks;  // rounded size -> block
-  std::unordered_map<void*, size_t> in_use;  // block -> rounded size
+  std::multimap<size_t, void*> free_blocks;     // rounded size -> block
+  std::unordered_map<void*, size_t> in_use;     // block -> rounded size
   int64_t live = 0, peak = 0;
 };
 Allocator& allocator() {
@@ -105,9 +105,8 @@ void* alloc(size_t bytes) {
     }
     // Out of memory is the user's to fix (the start-up check refuses what cannot fit; this is
     // memory taken meanwhile); any other failure is a bug.
-    MG_USER_CHECK(e != cudaErrorMemoryAllocation, "out of GPU memory allocating ", n, " bytes (",
-                  a.live,
-                  " bytes live on the device); free GPU memory, or lower "
+    MG_USER_CHECK(e != cudaErrorMemoryAllocation, "out of GPU memory allocating ", n,
+                  " bytes (", a.live, " bytes live on the device); free GPU memory, or lower "
                   "the sizes that drive it");
     MG_CHECK(e == cudaSuccess, "cudaMalloc of ", n, " bytes (", a.live,
              " bytes live on the device): ", cudaGetErrorString(e));
@@ -177,9 +176,10 @@ bool is_device_pointer(const void* p) {
 }
 
 const DeviceRuntime& device_runtime() {
-  static const DeviceRuntime rt{alloc,        release,        memset_zero,       copy_to_device,
-                                copy_to_host, copy_on_device, is_device_pointer, synchronize,
-                                stream,       available_bytes};
+  static const DeviceRuntime rt{alloc,          release,        memset_zero,
+                                copy_to_device, copy_to_host,   copy_on_device,
+                                is_device_pointer, synchronize, stream,
+                                available_bytes};
   return rt;
 }
 

@@ -8,8 +8,8 @@ namespace mg::cuda {
 
 namespace {
 
-__global__ void dropout_forward_kernel(float* out, const float* x, const float* residual, int64_t R,
-                                       int64_t C, DropoutRows d) {
+__global__ void dropout_forward_kernel(float* out, const float* x, const float* residual,
+                                       int64_t R, int64_t C, DropoutRows d) {
   MG_GRID_STRIDE(i, R * C) {
     const float y = x[i] * d.factor(i / C, i % C);
     out[i] = residual ? residual[i] + y : y;
@@ -29,8 +29,8 @@ __global__ void dropout_backward_kernel(float* dx, const float* dout, int64_t R,
 void dropout_forward(float* out, const float* x, const float* residual, int64_t R, int64_t C,
                      const DropoutRows& d) {
   if (R * C == 0) return;
-  dropout_forward_kernel<<<blocks_for(R * C), kThreads, 0, compute_stream()>>>(out, x, residual, R,
-                                                                               C, d);
+  dropout_forward_kernel<<<blocks_for(R * C), kThreads, 0, compute_stream()>>>(out, x, residual,
+                                                                              R, C, d);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

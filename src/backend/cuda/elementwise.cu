@@ -88,13 +88,12 @@ template <typename T>
 void column_sums(float* dbias, T* out16, const float* dout, int64_t N, int64_t C) {
   const ColumnChunks k = column_chunks(N, C);
   Buffer partial(size_t(k.chunks * C) * sizeof(float));
-  column_sum_chunks_kernel<T>
-      <<<dim3(unsigned(k.col_blocks), unsigned(k.chunks)), dim3(32, 8), 0, compute_stream()>>>(
-          partial.as<float>(), out16, dout, N, C, k.rows_per_chunk);
+  column_sum_chunks_kernel<T><<<dim3(unsigned(k.col_blocks), unsigned(k.chunks)), dim3(32, 8), 0,
+                                compute_stream()>>>(partial.as<float>(), out16, dout, N, C,
+                                                    k.rows_per_chunk);
   MG_CUDA_CHECK(cudaGetLastError());
-  column_sum_finish_kernel<<<blocks_for(C), kThreads, 0, compute_stream()>>>(dbias,
-                                                                             partial.as<float>(),
-                                                                             k.chunks, C);
+  column_sum_finish_kernel<<<blocks_for(C), kThreads, 0, compute_stream()>>>(
+      dbias, partial.as<float>(), k.chunks, C);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -131,7 +130,9 @@ __global__ void inf_nan_kernel(int* flag, const float* x, int64_t n) {
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr(flag, 1);
 }
 
-__global__ void scale_kernel(float* x, float s, int64_t n) { MG_GRID_STRIDE(i, n) x[i] *= s; }
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  MG_GRID_STRIDE(i, n) x[i] *= s;
+}
 
 }  // namespace
 
@@ -139,9 +140,8 @@ void gelu_forward(MatOut out, Mat inp, int64_t n) {
   if (n == 0) return;
   with_storage(out.dtype, [&]<typename TO>() {
     with_storage(inp.dtype, [&]<typename TI>() {
-      gelu_forward_kernel<TO, TI>
-          <<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<TO*>(out.data),
-                                                             static_cast<const TI*>(inp.data), n);
+      gelu_forward_kernel<TO, TI><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+          static_cast<TO*>(out.data), static_cast<const TI*>(inp.data), n);
     });
   });
   MG_CUDA_CHECK(cudaGetLastError());
@@ -150,9 +150,8 @@ void gelu_forward(MatOut out, Mat inp, int64_t n) {
 void gelu_backward(float* dinp, Mat inp, const float* dout, int64_t n, GradWrite write) {
   if (n == 0) return;
   with_storage(inp.dtype, [&]<typename T>() {
-    gelu_backward_kernel<T>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(dinp, static_cast<const T*>(inp.data),
-                                                           dout, n, write == GradWrite::Set);
+    gelu_backward_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dinp, static_cast<const T*>(inp.data), dout, n, write == GradWrite::Set);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }
@@ -183,8 +182,9 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t C) {
 void bias_backward_and_round(float* dbias, void* dout16, DType t, const float* dout, int64_t N,
                              int64_t C) {
   if (C == 0 || N == 0) return;
-  with_16bit(t, "bias_backward_and_round",
-             [&]<typename T>() { column_sums<T>(dbias, static_cast<T*>(dout16), dout, N, C); });
+  with_16bit(t, "bias_backward_and_round", [&]<typename T>() {
+    column_sums<T>(dbias, static_cast<T*>(dout16), dout, N, C);
+  });
 }
 
 void store_rounded(void* dst, DType t, float* x, int64_t n) {
@@ -194,8 +194,8 @@ void store_rounded(void* dst, DType t, float* x, int64_t n) {
     return;
   }
   with_16bit(t, "store_rounded", [&]<typename T>() {
-    store_rounded_kernel<T>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<T*>(dst), x, n);
+    store_rounded_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        static_cast<T*>(dst), x, n);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }
@@ -207,8 +207,8 @@ void cast_from_f32(void* dst, DType t, const float* src, int64_t n) {
     return;
   }
   with_16bit(t, "cast_from_f32", [&]<typename T>() {
-    narrow_kernel<T>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<T*>(dst), src, n);
+    narrow_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(static_cast<T*>(dst), src,
+                                                                       n);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }
@@ -220,8 +220,8 @@ void cast_to_f32(float* dst, const void* src, DType t, int64_t n) {
     return;
   }
   with_16bit(t, "cast_to_f32", [&]<typename T>() {
-    widen_kernel<T>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(dst, static_cast<const T*>(src), n);
+    widen_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dst, static_cast<const T*>(src), n);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }

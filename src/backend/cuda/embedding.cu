@@ -19,17 +19,11 @@ namespace {
 template <typename T>
 __device__ float widen(T x);
 template <>
-__device__ float widen<float>(float x) {
-  return x;
-}
+__device__ float widen<float>(float x) { return x; }
 template <>
-__device__ float widen<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
+__device__ float widen<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <>
-__device__ float widen<__half>(__half x) {
-  return __half2float(x);
-}
+__device__ float widen<__half>(__half x) { return __half2float(x); }
 
 template <typename T>
 __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const T* table,
@@ -40,19 +34,23 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const T
     const int64_t n = i / H, c = i % H, id = ids[n];
     const bool mine = id >= row_begin && id < row_end;
     const float v = mine ? widen<T>(table[(id - row_begin) * H + c]) : 0.f;
-    if (accumulate) out[i] += v;
-    else out[i] = v;
+    if (accumulate)
+      out[i] += v;
+    else
+      out[i] = v;
   }
 }
 
-__global__ void iota_kernel(int32_t* v, int64_t n) { MG_GRID_STRIDE(i, n) v[i] = int32_t(i); }
+__global__ void iota_kernel(int32_t* v, int64_t n) {
+  MG_GRID_STRIDE(i, n) v[i] = int32_t(i);
+}
 
 // Block i handles sorted entry i if it starts a run of one id: it adds the run's dout rows (in
 // increasing position) into the id's row, column by column.
 __global__ void embedding_backward_runs_kernel(float* dtable, const float* dout,
-                                               const int32_t* sorted_ids, const int32_t* sorted_pos,
-                                               int64_t row_begin, int64_t row_end, int64_t N,
-                                               int64_t H) {
+                                               const int32_t* sorted_ids,
+                                               const int32_t* sorted_pos, int64_t row_begin,
+                                               int64_t row_end, int64_t N, int64_t H) {
   const int64_t i = blockIdx.x;
   const int64_t id = sorted_ids[i];
   if ((i > 0 && sorted_ids[i - 1] == id) || id < row_begin || id >= row_end) return;
@@ -75,9 +73,8 @@ void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_be
   cudaStream_t s = compute_stream();
   switch (table.dtype) {
     case DType::F32:
-      embedding_forward_kernel<<<blocks, kThreads, 0, s>>>(out, ids,
-                                                           static_cast<const float*>(table.data),
-                                                           row_begin, row_end, N, H, accumulate);
+      embedding_forward_kernel<<<blocks, kThreads, 0, s>>>(
+          out, ids, static_cast<const float*>(table.data), row_begin, row_end, N, H, accumulate);
       break;
     case DType::BF16:
       embedding_forward_kernel<<<blocks, kThreads, 0, s>>>(
@@ -85,11 +82,12 @@ void embedding_forward(float* out, const int32_t* ids, Mat table, int64_t row_be
           accumulate);
       break;
     case DType::F16:
-      embedding_forward_kernel<<<blocks, kThreads, 0, s>>>(out, ids,
-                                                           static_cast<const __half*>(table.data),
-                                                           row_begin, row_end, N, H, accumulate);
+      embedding_forward_kernel<<<blocks, kThreads, 0, s>>>(
+          out, ids, static_cast<const __half*>(table.data), row_begin, row_end, N, H,
+          accumulate);
       break;
-    default: MG_CHECK(false, "embedding table of dtype ", dtype_name(table.dtype));
+    default:
+      MG_CHECK(false, "embedding table of dtype ", dtype_name(table.dtype));
   }
   MG_CUDA_CHECK(cudaGetLastError());
 }
@@ -104,15 +102,14 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
   MG_CUDA_CHECK(cudaGetLastError());
   size_t temp_bytes = 0;
   MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ids, sorted_ids.as<int32_t>(),
-                                                pos.as<int32_t>(), sorted_pos.as<int32_t>(), int(N),
-                                                0, 32, s));
+                                                pos.as<int32_t>(), sorted_pos.as<int32_t>(),
+                                                int(N), 0, 32, s));
   Buffer temp(temp_bytes);
   MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), temp_bytes, ids,
                                                 sorted_ids.as<int32_t>(), pos.as<int32_t>(),
                                                 sorted_pos.as<int32_t>(), int(N), 0, 32, s));
-  embedding_backward_runs_kernel<<<unsigned(N), 128, 0, s>>>(dtable, dout, sorted_ids.as<int32_t>(),
-                                                             sorted_pos.as<int32_t>(), row_begin,
-                                                             row_end, N, H);
+  embedding_backward_runs_kernel<<<unsigned(N), 128, 0, s>>>(
+      dtable, dout, sorted_ids.as<int32_t>(), sorted_pos.as<int32_t>(), row_begin, row_end, N, H);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -43,7 +43,7 @@ uint32_t alignment(const void* p) {
 struct Key {
   bool ta, tb, bias;
   int64_t M, N, K, lda, ldb, ldc;
-  DType t;                 // A and B
+  DType t;            // A and B
   DType out = DType::F32;  // C and D
   uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;
   auto tie() const {
@@ -90,18 +90,18 @@ Plan* plan(const Key& k) {
   // Column-major view: m = N, n = M; cuBLASLt's A is our B, its B is our A.
   const cublasOperation_t op_a = k.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = k.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MG_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-  MG_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                                 sizeof(op_a)));
+  MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                                 sizeof(op_b)));
   if (k.bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     // An f32 output takes an f32 bias; a 16-bit one a bias of its own type (cuBLASLt's rule).
     const cudaDataType_t bias_type = lt_type(k.out);
-    MG_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                   &bias_type, sizeof(bias_type)));
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                   sizeof(epi)));
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
   const cudaDataType_t t = lt_type(k.t);
   // A stored (column-major) as m x k when not transposed, k x m when transposed.
@@ -122,8 +122,7 @@ Plan* plan(const Key& k) {
   for (const auto& [attr, al] : aligns)
     MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof(al)));
   if (k.out != DType::F32) {  // a split-K reduction must add in fp32, so D is rounded once
-    const uint32_t schemes =
-        CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
     MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)));
   }
@@ -171,8 +170,8 @@ void run(Key k, float alpha, const void* A, const void* B, float beta, const voi
 
 }  // namespace
 
-void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Mat A, int64_t lda, Mat B,
-          int64_t ldb, float beta, float* C, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Mat A, int64_t lda,
+          Mat B, int64_t ldb, float beta, float* C, int64_t ldc) {
   MG_CHECK(A.dtype == B.dtype, "GEMM operands ", dtype_name(A.dtype), " x ", dtype_name(B.dtype));
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: C = beta C
@@ -180,10 +179,12 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, Mat A,
     MG_CHECK(beta == 0.f || ldc == N, "GEMM with K = 0, beta ", beta, " and ldc != N");
     if (beta == 0.f)
       for (int64_t m = 0; m < M; ++m) memset_zero(C + m * ldc, size_t(N) * sizeof(float));
-    else scale_inplace(C, beta, M * N);
+    else
+      scale_inplace(C, beta, M * N);
     return;
   }
-  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype}, alpha, A.data, B.data, beta, C, C, nullptr);
+  run({ta, tb, false, M, N, K, lda, ldb, ldc, A.dtype}, alpha, A.data, B.data, beta, C, C,
+      nullptr);
 }
 
 void linear_forward(MatOut out, Mat inp, Mat weight, const float* bias, int64_t N, int64_t IN,
@@ -242,7 +243,8 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
     d16 = Buffer(size_t(N * OUT) * 2);
     if (dbias)  // the bias grad sums the f32 dout in the same pass
       bias_backward_and_round(dbias, d16.get(), inp.dtype, dout, N, OUT);
-    else cast_from_f32(d16.get(), inp.dtype, dout, N * OUT);
+    else
+      cast_from_f32(d16.get(), inp.dtype, dout, N * OUT);
     d = Mat{d16.get(), inp.dtype};
   } else if (dbias) {
     bias_backward(dbias, dout, N, OUT);

@@ -168,14 +168,11 @@ Table make_table(Kind kind, const void* const* weights, const float* const* bias
   copy_to_device(t.buf.get(), host.data(), host.size());
   char* d = static_cast<char*>(t.buf.get());
   auto* p = reinterpret_cast<void**>(d);
-  t.groups = {p,
-              reinterpret_cast<const float* const*>(p + G),
+  t.groups = {p, reinterpret_cast<const float* const*>(p + G),
               reinterpret_cast<float* const*>(p + 2 * G),
               reinterpret_cast<float* const*>(p + 3 * G),
               reinterpret_cast<const int64_t*>(d + pb),
-              reinterpret_cast<const int32_t*>(d + pb + fb),
-              IN,
-              OUT};
+              reinterpret_cast<const int32_t*>(d + pb + fb), IN, OUT};
   return t;
 }
 

@@ -26,8 +26,9 @@ __global__ void heads_gather_kernel(float* dst, const T* src, int64_t N, int64_t
 }
 
 template <typename TD, typename TS>
-__global__ void heads_scatter_kernel(TD* dst, const TS* src, int64_t N, int64_t n_heads, int64_t HD,
-                                     int64_t row_stride, int64_t group_stride, int64_t per_group) {
+__global__ void heads_scatter_kernel(TD* dst, const TS* src, int64_t N, int64_t n_heads,
+                                     int64_t HD, int64_t row_stride, int64_t group_stride,
+                                     int64_t per_group) {
   MG_GRID_STRIDE(i, N * n_heads * HD) {
     dst[view_offset(i, n_heads, HD, row_stride, group_stride, per_group)] =
         from_f32<TD>(to_f32(src[i]));
@@ -40,10 +41,9 @@ void heads_gather(float* dst, const Heads& src, int64_t N, int64_t n_heads, int6
   const int64_t n = N * n_heads * HD;
   if (n == 0) return;
   with_storage(src.dtype, [&]<typename T>() {
-    heads_gather_kernel<T>
-        <<<blocks_for(n), kThreads, 0, compute_stream()>>>(dst, static_cast<const T*>(src.data), N,
-                                                           n_heads, HD, src.row_stride,
-                                                           src.group_stride, src.heads_per_group);
+    heads_gather_kernel<T><<<blocks_for(n), kThreads, 0, compute_stream()>>>(
+        dst, static_cast<const T*>(src.data), N, n_heads, HD, src.row_stride, src.group_stride,
+        src.heads_per_group);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }

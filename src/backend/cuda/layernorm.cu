@@ -66,9 +66,10 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
 // sums 32 columns over row chunk g, each row of threads a strided set of the chunk's rows, the 8
 // partials added in order into partial[g, c] (dw) and partial[g, C + c] (db). Stage 2: the chunk
 // partials in chunk order, added into dw and db.
-__global__ void layernorm_params_chunks_kernel(float* partial, const float* dout, const float* inp,
-                                               const float* mean, const float* rstd, int64_t N,
-                                               int64_t C, int64_t rows_per_chunk) {
+__global__ void layernorm_params_chunks_kernel(float* partial, const float* dout,
+                                               const float* inp, const float* mean,
+                                               const float* rstd, int64_t N, int64_t C,
+                                               int64_t rows_per_chunk) {
   __shared__ float pw[8][33], pb[8][33];
   const int64_t c = blockIdx.x * 32 + threadIdx.x;
   const int64_t n0 = blockIdx.y * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
@@ -105,8 +106,9 @@ __global__ void layernorm_params_finish_kernel(float* dw, float* db, const float
 
 }  // namespace
 
-void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C, float eps, float weight_offset) {
+void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int64_t N, int64_t C, float eps,
+                       float weight_offset) {
   if (N == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   with_storage(out.dtype, [&]<typename T>() {
@@ -117,8 +119,8 @@ void layernorm_forward(MatOut out, float* mean, float* rstd, const float* inp, c
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int64_t N, int64_t C, float weight_offset) {
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C, float weight_offset) {
   if (N == 0) return;
   const unsigned blocks = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   layernorm_backward_input_kernel<<<blocks, dim3(32, kWarpsPerBlock), 0, compute_stream()>>>(
@@ -126,9 +128,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   MG_CUDA_CHECK(cudaGetLastError());
   const ColumnChunks k = column_chunks(N, C);
   Buffer partial(size_t(k.chunks * 2 * C) * sizeof(float));
-  layernorm_params_chunks_kernel<<<dim3(unsigned(k.col_blocks), unsigned(k.chunks)), dim3(32, 8), 0,
-                                   compute_stream()>>>(partial.as<float>(), dout, inp, mean, rstd,
-                                                       N, C, k.rows_per_chunk);
+  layernorm_params_chunks_kernel<<<dim3(unsigned(k.col_blocks), unsigned(k.chunks)), dim3(32, 8),
+                                   0, compute_stream()>>>(partial.as<float>(), dout, inp, mean,
+                                                          rstd, N, C, k.rows_per_chunk);
   MG_CUDA_CHECK(cudaGetLastError());
   layernorm_params_finish_kernel<<<blocks_for(2 * C), kThreads, 0, compute_stream()>>>(
       dweight, dbias, partial.as<float>(), k.chunks, C);

@@ -70,7 +70,8 @@ __global__ void combine_rows_backward_kernel(float* drows, float* dweights, cons
 
 }  // namespace
 
-void gather_rows(void* dst, const void* src, const int32_t* index, int64_t n, int64_t H, DType t) {
+void gather_rows(void* dst, const void* src, const int32_t* index, int64_t n, int64_t H,
+                 DType t) {
   if (n * H == 0) return;
   with_storage(t, [&]<typename T>() {
     gather_rows_kernel<T><<<blocks_for(n * H), kThreads, 0, compute_stream()>>>(
@@ -84,7 +85,8 @@ void scatter_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_st
   if (n * width == 0) return;
   with_storage(t, [&]<typename T>() {
     scatter_rows_kernel<T><<<blocks_for(n * width), kThreads, 0, compute_stream()>>>(
-        static_cast<T*>(dst), dst_stride, static_cast<const T*>(src), src_stride, index, n, width);
+        static_cast<T*>(dst), dst_stride, static_cast<const T*>(src), src_stride, index, n,
+        width);
   });
   MG_CUDA_CHECK(cudaGetLastError());
 }
@@ -92,15 +94,14 @@ void scatter_rows(void* dst, int64_t dst_stride, const void* src, int64_t src_st
 void combine_rows(float* out, const float* rows, const int32_t* slot_row, const float* weights,
                   int64_t T, int64_t k, int64_t H, bool accumulate) {
   if (T * H == 0) return;
-  combine_rows_kernel<<<blocks_for(T * H), kThreads, 0, compute_stream()>>>(out, rows, slot_row,
-                                                                            weights, T, k, H,
-                                                                            accumulate);
+  combine_rows_kernel<<<blocks_for(T * H), kThreads, 0, compute_stream()>>>(
+      out, rows, slot_row, weights, T, k, H, accumulate);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
 void combine_rows_backward(float* drows, float* dweights, const float* rows, const float* dout,
-                           const int32_t* row_token, const int32_t* row_slot, const float* weights,
-                           int64_t n, int64_t H) {
+                           const int32_t* row_token, const int32_t* row_slot,
+                           const float* weights, int64_t n, int64_t H) {
   if (n == 0) return;
   const unsigned blocks = unsigned((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   combine_rows_backward_kernel<<<blocks, 32 * kWarpsPerBlock, 0, compute_stream()>>>(

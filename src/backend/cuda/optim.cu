@@ -15,9 +15,9 @@ namespace {
 
 constexpr int kPartials = 1024;  // blocks of the first reduction pass
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float beta1,
-                             float beta2, float eps, float step, float decay, float bc2_sqrt,
-                             float clip) {
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n,
+                             float beta1, float beta2, float eps, float step, float decay,
+                             float bc2_sqrt, float clip) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float gi = g[i] * clip;
@@ -78,13 +78,15 @@ __global__ void sum_partials_kernel(double* out, const double* partial, int n) {
 }  // namespace
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int64_t t, float clip) {
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t,
+                  float clip) {
   if (n == 0) return;
   // The same host-side scalars as the CPU kernel, so both compute with identical constants.
   const float bc1 = 1.0f - std::pow(beta1, float(t));
   const float bc2_sqrt = std::sqrt(1.0f - std::pow(beta2, float(t)));
   adamw_kernel<<<blocks_for(n), kThreads, 0, compute_stream()>>>(
-      param, grad, m, v, n, beta1, beta2, eps, lr / bc1, 1.0f - lr * weight_decay, bc2_sqrt, clip);
+      param, grad, m, v, n, beta1, beta2, eps, lr / bc1, 1.0f - lr * weight_decay, bc2_sqrt,
+      clip);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -103,7 +105,8 @@ namespace {
 void sum_squares_into(double* out, const float* x, int64_t n) {
   static Buffer partial(kPartials * sizeof(double));
   const int blocks = int(std::min<int64_t>(kPartials, (n + kThreads - 1) / kThreads));
-  sum_squares_partial_kernel<<<blocks, kThreads, 0, compute_stream()>>>(partial.as<double>(), x, n);
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, compute_stream()>>>(
+      partial.as<double>(), x, n);
   MG_CUDA_CHECK(cudaGetLastError());
   sum_partials_kernel<<<1, kThreads, 0, compute_stream()>>>(out, partial.as<double>(), blocks);
   MG_CUDA_CHECK(cudaGetLastError());

@@ -44,8 +44,7 @@ __global__ void rmsnorm_backward_input_kernel(float* dinp, const float* dout, co
   for (int64_t c = lane; c < C; c += 32) sgx += dy[c] * (w[c] + w_offset) * x[c] * r;
   const float mean_gx = warp_sum(sgx) / float(C);
   float* dx = dinp + n * C;
-  for (int64_t c = lane; c < C; c += 32)
-    dx[c] += r * (dy[c] * (w[c] + w_offset) - x[c] * r * mean_gx);
+  for (int64_t c = lane; c < C; c += 32) dx[c] += r * (dy[c] * (w[c] + w_offset) - x[c] * r * mean_gx);
 }
 
 // Stage 1: block (x, g) of 32 x 8 threads sums dy xhat over row chunk g for 32 columns, each
@@ -97,9 +96,8 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
                                  compute_stream()>>>(partial.as<float>(), dout, inp, rstd, N, C,
                                                      k.rows_per_chunk);
   MG_CUDA_CHECK(cudaGetLastError());
-  column_sum_finish_kernel<<<blocks_for(C), kThreads, 0, compute_stream()>>>(dweight,
-                                                                             partial.as<float>(),
-                                                                             k.chunks, C);
+  column_sum_finish_kernel<<<blocks_for(C), kThreads, 0, compute_stream()>>>(
+      dweight, partial.as<float>(), k.chunks, C);
   MG_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,8 +15,8 @@ namespace {
 // sign +1 rotates by the angle, -1 by its opposite.
 template <typename T>
 __global__ void rope_kernel(T* x, HeadView view, const int32_t* positions, const float* inv_freq,
-                            int64_t N, int64_t n_heads, int64_t HD, int64_t half, bool interleaved,
-                            float sign) {
+                            int64_t N, int64_t n_heads, int64_t HD, int64_t half,
+                            bool interleaved, float sign) {
   MG_GRID_STRIDE(i, N * n_heads * half) {
     const int64_t c = i % half, nh = i / half, h = nh % n_heads, n = nh / n_heads;
     T* row = x + view.at(n, h, HD);

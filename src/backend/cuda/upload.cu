@@ -22,8 +22,8 @@ constexpr size_t kSlotBytes = size_t(1) << 20;  // a micro-batch's ids up to 262
 
 struct UploadRing {
   std::mutex mu;
-  char* base = nullptr;           // kSlots * kSlotBytes of pinned host memory
-  cudaEvent_t done[kSlots] = {};  // recorded after the DMA out of each slot
+  char* base = nullptr;                // kSlots * kSlotBytes of pinned host memory
+  cudaEvent_t done[kSlots] = {};       // recorded after the DMA out of each slot
   bool queued[kSlots] = {};
   int next = 0;
   int64_t staged = 0, direct = 0;
