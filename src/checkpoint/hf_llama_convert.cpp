@@ -207,7 +207,8 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
   CheckpointReader reader(ckdir, meta);
   const std::vector<LlamaTensor> tensors = llama_tensors(mc, arch);
   std::set<std::string> norm_weights;  // by the parameters' declared traits
-  for (const ParamSpec& p : gpt_param_layout(mc).params())
+  const ParamLayout layout = gpt_param_layout(mc);
+  for (const ParamSpec& p : layout.params())
     if (p.traits.norm_weight) norm_weights.insert(p.name);
   const DType dtype = reader.dtype("model/embedding.word_embeddings.weight");
   std::vector<HfTensorInfo> plan;
