@@ -85,7 +85,7 @@ std::vector<LlamaTensor> llama_tensors(const GPTConfig& cfg, const std::string& 
   const ParamLayout layout = gpt_param_layout(cfg);
   const bool qwen3_moe = architecture == "Qwen3MoeForCausalLM";
   for (const ParamSpec& p : layout.params())
-    out.push_back({p.name, parts_of(p.name, cfg, qwen3_moe)});
+    out.push_back({p.name, parts_of(p.name, cfg, qwen3_moe), p.traits.norm_weight});
   return out;
 }
 

@@ -32,6 +32,8 @@ struct HfRows {
 struct LlamaTensor {
   std::string ours;  // Megatron-Core name, e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
   std::vector<HfRows> parts;
+  bool norm_weight =
+      false;  // its declared trait: HF stores gamma, so w + 1 under --apply-layernorm-1p
 };
 
 // Every parameter of the single-rank model of cfg (Llama family) under the HF names of

@@ -206,10 +206,6 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                 "(tokenizer.json, tokenizer_config.json, tokenizer.model, ...)");
   CheckpointReader reader(ckdir, meta);
   const std::vector<LlamaTensor> tensors = llama_tensors(mc, arch);
-  std::set<std::string> norm_weights;  // by the parameters' declared traits
-  const ParamLayout layout = gpt_param_layout(mc);
-  for (const ParamSpec& p : layout.params())
-    if (p.traits.norm_weight) norm_weights.insert(p.name);
   const DType dtype = reader.dtype("model/embedding.word_embeddings.weight");
   std::vector<HfTensorInfo> plan;
   for (const LlamaTensor& t : tensors)
@@ -235,7 +231,7 @@ void llama_megatron_to_hf(const ConvertConfig& cfg) {
                   shape_str(shape), " but the model record needs ", dtype_name(dtype), " with ",
                   rows, " rows of ", row_numel(want));
     std::vector<char> global = reader.global_bytes(key);
-    if (norm_weights.count(t.ours)) add_to_each(global, dtype, mc.norm_weight_offset());
+    if (t.norm_weight) add_to_each(global, dtype, mc.norm_weight_offset());
     const size_t row = size_t(row_numel(shape)) * esize;
     // Each HF tensor in plan order: straight from our tensor when one part covers it (a copy,
     // gate, up), else gathered (q, k, v from the per-group rows).

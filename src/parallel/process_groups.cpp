@@ -28,12 +28,6 @@ std::vector<ProcessGroups::Named> ProcessGroups::named() const {
   return out;
 }
 
-Communicator* ProcessGroups::find(std::string_view name) const {
-  for (const Named& n : named())
-    if (n.name == name) return n.comm;
-  return nullptr;
-}
-
 namespace {
 // Every group but the world, each made by `make` from its lists of world ranks. Every rank
 // creates every group in the same order (a collective per split).

@@ -53,7 +53,6 @@ struct ProcessGroups {
     Communicator* comm;
   };
   std::vector<Named> named() const;
-  Communicator* find(std::string_view name) const;  // null: this rank has no such group
 
   bool first_stage() const { return coord.pp == 0; }
   bool last_stage() const { return coord.pp == grid.pp - 1; }
